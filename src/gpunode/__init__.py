@@ -1,0 +1,3 @@
+"""gpunode: provision and validate NVIDIA GPU nodes."""
+
+__version__ = "0.1.0"

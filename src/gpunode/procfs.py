@@ -1,0 +1,172 @@
+"""The NVIDIA driver's /proc/driver/nvidia files: their formats, written and read in one place.
+
+Formats follow the kernel module's nv-procfs.c: ``version`` is two lines (``NVRM version:``
+and ``GCC version:``), ``params`` is ``Key: value`` lines, and each GPU has
+``gpus/<dddd:bb:dd.f>/information`` with tab-separated ``Key: value`` lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .profiles import Gpu, Profile
+
+PROC_DRIVER_NVIDIA = Path("/proc/driver/nvidia")
+
+# The leading integer parameters of a real driver's params file, in the driver's order
+# (nvidia-modprobe reads only these leading "Key: int" lines, so order matters).
+PARAMS: list[tuple[str, str]] = [
+    ("ResmanDebugLevel", "4294967295"),
+    ("RmLogonRC", "1"),
+    ("ModifyDeviceFiles", "1"),
+    ("DeviceFileUID", "0"),
+    ("DeviceFileGID", "0"),
+    ("DeviceFileMode", "438"),
+    ("InitializeSystemMemoryAllocations", "1"),
+    ("UsePageAttributeTable", "4294967295"),
+    ("EnableMSI", "1"),
+    ("EnablePCIeGen3", "0"),
+    ("MemoryPoolSize", "0"),
+    ("KMallocHeapMaxSize", "0"),
+    ("VMallocHeapMaxSize", "0"),
+    ("IgnoreMMIOCheck", "0"),
+    ("TCEBypassMode", "0"),
+    ("EnableStreamMemOPs", "0"),
+    ("EnableUserNUMAManagement", "1"),
+    ("NvLinkDisable", "0"),
+    ("RmProfilingAdminOnly", "1"),
+    ("PreserveVideoMemoryAllocations", "0"),
+    ("EnableS0ixPowerManagement", "0"),
+    ("S0ixPowerManagementVideoMemoryThreshold", "256"),
+    ("DynamicPowerManagement", "3"),
+    ("DynamicPowerManagementVideoMemoryThreshold", "200"),
+    ("RegisterPCIDriver", "1"),
+    ("EnablePCIERelaxedOrderingMode", "0"),
+    ("EnableResizableBar", "0"),
+    ("EnableGpuFirmware", "18"),
+    ("EnableGpuFirmwareLogs", "2"),
+    ("EnableDbgBreakpoint", "0"),
+    ("OpenRmEnableUnsupportedGpus", "1"),
+    ("DmaRemapPeerMmio", "1"),
+    ("RegistryDwords", '""'),
+    ("RegistryDwordsPerDevice", '""'),
+    ("RmMsg", '""'),
+    ("GpuBlacklist", '""'),
+    ("TemporaryFilePath", '""'),
+    ("ExcludedGpus", '""'),
+]
+
+_VERSION_RE = re.compile(r"(?:Kernel Module|x86_64|aarch64)\s+(\d+\.\d+(?:\.\d+)?)\s")
+
+
+def render_version(profile: Profile) -> str:
+    assert profile.driver is not None
+    v = profile.driver.version
+    if profile.driver.kernel_module == "open":
+        nvrm = (
+            f"NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  "
+            "(pbuilder@debian)  Thu Jan  1 00:00:00 UTC 2026"
+        )
+    else:
+        nvrm = f"NVIDIA UNIX x86_64 Kernel Module  {v}  Thu Jan  1 00:00:00 UTC 2026"
+    return f"NVRM version: {nvrm}\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n"
+
+
+def render_params(modify_device_files: bool = True) -> str:
+    lines = []
+    for key, value in PARAMS:
+        if key == "ModifyDeviceFiles":
+            value = "1" if modify_device_files else "0"
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def render_information(gpu: Gpu, profile: Profile) -> str:
+    # Labels with the exact spacing nv-procfs.c prints (tabs and spaces differ per key).
+    rows = [
+        ("Model: \t\t ", gpu.model),
+        ("IRQ:   \t\t ", str(gpu.irq)),
+        ("GPU UUID: \t ", gpu.uuid),
+        ("Video BIOS: \t ", gpu.vbios.lower()),
+        ("Bus Type: \t ", "PCIe"),
+        ("DMA Size: \t ", "47 bits"),
+        ("DMA Mask: \t ", "0x7fffffffffff"),
+        ("Bus Location: \t ", gpu.bus_id.procfs),
+        ("Device Minor: \t ", str(gpu.minor)),
+    ]
+    if profile.driver is not None and profile.driver.kernel_module == "open":
+        rows.append(("GPU Firmware: \t ", profile.driver.version))
+    rows.append(("GPU Excluded:\t ", "No"))
+    return "".join(f"{label}{value}\n" for label, value in rows)
+
+
+def parse_version(text: str) -> str | None:
+    """The driver version from /proc/driver/nvidia/version, or None."""
+    for line in text.splitlines():
+        if line.startswith("NVRM version:"):
+            m = _VERSION_RE.search(line + " ")
+            if m:
+                return m.group(1)
+    return None
+
+
+def parse_information(text: str) -> dict[str, str]:
+    """``Key: value`` pairs of a gpus/<bus>/information file (keys as written)."""
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            info[key.strip()] = value.strip()
+    return info
+
+
+def parse_params(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+@dataclass(frozen=True)
+class ProcGpu:
+    bus_id: str  # as the directory is named: 0000:07:00.0
+    uuid: str
+    model: str
+    minor: int | None
+
+
+def read_driver(root: Path = PROC_DRIVER_NVIDIA) -> tuple[str | None, list[ProcGpu]]:
+    """Read driver version and GPUs from a /proc/driver/nvidia tree.
+
+    Returns (None, []) when the tree does not exist (no driver loaded, or inside a
+    container that was not given one).
+    """
+    try:
+        version = parse_version((root / "version").read_text())
+    except OSError:
+        return None, []
+    gpus = []
+    gpus_dir = root / "gpus"
+    try:
+        entries = sorted(gpus_dir.iterdir())
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            info = parse_information((entry / "information").read_text())
+        except OSError:
+            continue
+        minor_text = info.get("Device Minor", "")
+        gpus.append(
+            ProcGpu(
+                bus_id=entry.name,
+                uuid=info.get("GPU UUID", ""),
+                model=info.get("Model", ""),
+                minor=int(minor_text) if minor_text.isdigit() else None,
+            )
+        )
+    return version, gpus

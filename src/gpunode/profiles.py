@@ -1,0 +1,434 @@
+"""GPU profiles: a YAML description of what a (simulated) node's NVIDIA driver exposes.
+
+A profile names the driver version, the CUDA version that driver supports and each GPU:
+model, UUID, PCI bus id, memory, compute capability and injected faults. The simulator
+turns a profile into device nodes, a ``/proc/driver/nvidia`` tree and a mock NVML; tests
+compare what consumers see against the profile.
+
+Schema (every key is checked; unknown keys are errors so typos cannot pass silently)::
+
+    name: a100x4                      # [a-z0-9][a-z0-9._-]*
+    description: free text
+    driver:                           # omit (or null) for a node with no NVIDIA driver
+      version: "535.261.03"
+      cuda_version: "12.2"            # what nvmlSystemGetCudaDriverVersion reports
+      kernel_module: proprietary      # or "open": changes the /proc version line
+    defaults:                         # any GPU key; applies to every GPU
+      model: NVIDIA A100-SXM4-80GB
+      ...
+    gpus:
+      - uuid: GPU-...                 # required, GPU-8-4-4-4-12 hex
+        bus_id: "0000:07:00.0"        # required, domain:bus:device.function
+        minor: 0                      # default: position in the list
+        faults: [ecc_uncorrectable]   # see FAULTS
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FAULTS = {
+    "fallen_off_bus": "the GPU fell off the bus: NVML reports GPU_IS_LOST",
+    "ecc_uncorrectable": "uncorrectable (double-bit) ECC errors counted",
+    "retired_pages_pending": "retired pages waiting for a reset to take effect",
+    "row_remap_failure": "row remapping failed (no spare rows left)",
+    "persistence_off": "persistence mode disabled",
+    "device_node_missing": "the /dev/nvidia<minor> node was not created",
+}
+
+BRANDS = {
+    "unknown": 0, "quadro": 1, "tesla": 2, "nvs": 3, "grid": 4, "geforce": 5, "titan": 6,
+    "nvidiavapps": 7, "nvidiavpc": 8, "nvidiavcs": 9, "nvidiavws": 10,
+    "nvidiacloudgaming": 11, "quadrortx": 12, "nvidiartx": 13, "nvidia": 14,
+    "geforcertx": 15, "titanrtx": 16,
+}
+
+# nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).
+_ARCH_BY_CC = {3: 2, 5: 3, 6: 4, 7: 5, 8: 7, 9: 9, 10: 10, 12: 10}
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_UUID_RE = re.compile(
+    r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
+)
+_BUS_RE = re.compile(
+    r"^(?:(?P<dom>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$",
+    re.IGNORECASE,
+)
+_VERSION_RE = re.compile(r"^\d+(\.\d+){1,2}$")
+_CUDA_RE = re.compile(r"^(\d+)\.(\d+)$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+
+GPU_KEYS = {
+    "model", "memory_mib", "memory_reserved_mib", "memory_used_mib", "compute_capability",
+    "pci_device_id", "pci_subsystem_id", "brand", "vbios", "serial", "power_limit_w",
+    "power_usage_w", "temperature_c", "ecc", "mig", "irq", "uuid", "bus_id", "minor", "faults",
+}
+DEFAULTABLE = GPU_KEYS - {"uuid", "bus_id", "minor", "faults"}
+TOP_KEYS = {"name", "description", "driver", "defaults", "gpus"}
+DRIVER_KEYS = {"version", "cuda_version", "kernel_module"}
+
+
+class ProfileError(ValueError):
+    """A profile is invalid. The message is one line naming the value and what is accepted."""
+
+
+@dataclass(frozen=True)
+class BusId:
+    domain: int
+    bus: int
+    device: int
+    function: int
+
+    @classmethod
+    def parse(cls, text: str) -> BusId:
+        m = _BUS_RE.match(text.strip())
+        if not m:
+            raise ValueError(text)
+        return cls(int(m["dom"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"]))
+
+    @property
+    def nvml(self) -> str:
+        """NVML's form: ``00000000:07:00.0``."""
+        return f"{self.domain:08X}:{self.bus:02X}:{self.device:02X}.{self.function:X}"
+
+    @property
+    def procfs(self) -> str:
+        """The kernel's form, used as the /proc/driver/nvidia/gpus directory: ``0000:07:00.0``."""
+        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}.{self.function:x}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    minor: int
+    uuid: str
+    bus_id: BusId
+    model: str
+    memory_mib: int
+    memory_reserved_mib: int
+    memory_used_mib: int
+    compute_capability: tuple[int, int]
+    pci_device_id: int
+    pci_subsystem_id: int
+    brand: str
+    vbios: str
+    serial: str
+    power_limit_w: int
+    power_usage_w: int
+    temperature_c: int
+    ecc: bool
+    mig: bool
+    irq: int
+    faults: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def architecture(self) -> int:
+        major, minor = self.compute_capability
+        if (major, minor) == (7, 5):
+            return 6  # Turing
+        if (major, minor) == (8, 9):
+            return 8  # Ada
+        return _ARCH_BY_CC.get(major, 0)
+
+    @property
+    def device_node(self) -> str:
+        return f"/dev/nvidia{self.minor}"
+
+
+@dataclass(frozen=True)
+class Driver:
+    version: str
+    cuda_version: str
+    kernel_module: str = "proprietary"
+
+    @property
+    def cuda_version_int(self) -> int:
+        major, minor = (int(x) for x in self.cuda_version.split("."))
+        return major * 1000 + minor * 10
+
+    @property
+    def nvml_version(self) -> str:
+        # NVML reports "<CUDA major>.<driver version>", e.g. 12.535.261.03.
+        return f"{self.cuda_version.split('.')[0]}.{self.version}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    driver: Driver | None
+    gpus: tuple[Gpu, ...]
+    source: str = "<memory>"
+
+    def gpu_by_minor(self, minor: int) -> Gpu:
+        for gpu in self.gpus:
+            if gpu.minor == minor:
+                return gpu
+        raise KeyError(minor)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "driver_version": self.driver.version if self.driver else None,
+            "cuda_driver_version": self.driver.cuda_version if self.driver else None,
+            "gpus": [
+                {
+                    "minor": g.minor,
+                    "uuid": g.uuid,
+                    "bus_id": g.bus_id.nvml,
+                    "model": g.model,
+                    "memory_mib": g.memory_mib,
+                    "faults": sorted(g.faults),
+                }
+                for g in self.gpus
+            ],
+        }
+
+
+def _err(where: str, value: Any, expected: str) -> ProfileError:
+    return ProfileError(f"{where}: {value!r} is not valid; expected {expected}")
+
+
+def _int(where: str, value: Any, lo: int = 0, hi: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise _err(where, value, "an integer")
+    if isinstance(value, str):
+        try:
+            value = int(value, 0)
+        except ValueError:
+            raise _err(where, value, "an integer (decimal or 0x hex)") from None
+    if not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise _err(where, value, f"an integer {rng}")
+    return value
+
+
+def _str(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or "\t" in value or "\n" in value:
+        raise _err(where, value, "a non-empty single-line string without tabs")
+    return value
+
+
+def _bool(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _err(where, value, "true or false")
+    return value
+
+
+def _mapping(where: str, value: Any, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _err(where, value, "a mapping")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise ProfileError(
+            f"{where}: unknown key {unknown[0]!r}; accepted keys: {', '.join(sorted(allowed))}"
+        )
+    return value
+
+
+def _parse_driver(where: str, raw: Any) -> Driver | None:
+    if raw is None:
+        return None
+    raw = _mapping(where, raw, DRIVER_KEYS)
+    for key in ("version", "cuda_version"):
+        if key not in raw:
+            raise ProfileError(f"{where}: missing required key {key!r}")
+    version = str(raw["version"])
+    if not _VERSION_RE.match(version):
+        raise _err(f"{where}.version", raw["version"], "a driver version like 535.261.03")
+    cuda = str(raw["cuda_version"])
+    if not _CUDA_RE.match(cuda):
+        raise _err(f"{where}.cuda_version", raw["cuda_version"], "MAJOR.MINOR like 12.2")
+    module = raw.get("kernel_module", "proprietary")
+    if module not in ("proprietary", "open"):
+        raise _err(f"{where}.kernel_module", module, "'proprietary' or 'open'")
+    return Driver(version=version, cuda_version=cuda, kernel_module=module)
+
+
+def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
+    for key in ("uuid", "bus_id", "model", "memory_mib", "compute_capability"):
+        if key not in raw:
+            raise ProfileError(f"{where}: missing required key {key!r} (set it here or in defaults)")
+    uuid = str(raw["uuid"])
+    if not _UUID_RE.match(uuid):
+        raise _err(f"{where}.uuid", raw["uuid"], "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
+    try:
+        bus = BusId.parse(str(raw["bus_id"]))
+    except ValueError:
+        raise _err(f"{where}.bus_id", raw["bus_id"], "a PCI address like 0000:07:00.0") from None
+    cc_text = str(raw["compute_capability"])
+    cc = _CC_RE.match(cc_text)
+    if not cc:
+        raise _err(f"{where}.compute_capability", raw["compute_capability"], "MAJOR.MINOR like 8.0")
+    brand = str(raw.get("brand", "tesla")).lower()
+    if brand not in BRANDS:
+        raise _err(f"{where}.brand", raw.get("brand"), f"one of {', '.join(sorted(BRANDS))}")
+    faults_raw = raw.get("faults", [])
+    if not isinstance(faults_raw, list):
+        raise _err(f"{where}.faults", faults_raw, "a list")
+    for fault in faults_raw:
+        if fault not in FAULTS:
+            raise _err(f"{where}.faults", fault, f"one of {', '.join(sorted(FAULTS))}")
+    memory = _int(f"{where}.memory_mib", raw["memory_mib"], 1)
+    reserved = _int(f"{where}.memory_reserved_mib", raw.get("memory_reserved_mib", 0))
+    used = _int(f"{where}.memory_used_mib", raw.get("memory_used_mib", 0))
+    if reserved + used > memory:
+        raise ProfileError(
+            f"{where}: memory_reserved_mib + memory_used_mib ({reserved + used}) exceeds "
+            f"memory_mib ({memory})"
+        )
+    return Gpu(
+        minor=_int(f"{where}.minor", raw.get("minor", position), 0, 253),
+        uuid=uuid,
+        bus_id=bus,
+        model=_str(f"{where}.model", raw["model"]),
+        memory_mib=memory,
+        memory_reserved_mib=reserved,
+        memory_used_mib=used,
+        compute_capability=(int(cc[1]), int(cc[2])),
+        pci_device_id=_int(f"{where}.pci_device_id", raw.get("pci_device_id", 0), 0, 0xFFFF),
+        pci_subsystem_id=_int(
+            f"{where}.pci_subsystem_id", raw.get("pci_subsystem_id", 0), 0, 0xFFFFFFFF
+        ),
+        brand=brand,
+        vbios=_str(f"{where}.vbios", raw.get("vbios", "00.00.00.00.01")),
+        serial=_str(f"{where}.serial", raw.get("serial", f"13240{position:08d}")),
+        power_limit_w=_int(f"{where}.power_limit_w", raw.get("power_limit_w", 300), 1),
+        power_usage_w=_int(f"{where}.power_usage_w", raw.get("power_usage_w", 60)),
+        temperature_c=_int(f"{where}.temperature_c", raw.get("temperature_c", 35), 0, 150),
+        ecc=_bool(f"{where}.ecc", raw.get("ecc", True)),
+        mig=_bool(f"{where}.mig", raw.get("mig", False)),
+        irq=_int(f"{where}.irq", raw.get("irq", 100 + position)),
+        faults=frozenset(faults_raw),
+    )
+
+
+def parse_profile(data: Any, source: str = "<memory>") -> Profile:
+    """Validate a loaded YAML document and return a Profile, or raise ProfileError."""
+    where = source
+    data = _mapping(where, data, TOP_KEYS)
+    if "name" not in data:
+        raise ProfileError(f"{where}: missing required key 'name'")
+    name = str(data["name"])
+    if not _NAME_RE.match(name):
+        raise _err(f"{where}: name", data["name"], "lower-case letters, digits, '.', '_' or '-'")
+    driver = _parse_driver(f"{where}: driver", data.get("driver"))
+    defaults = _mapping(f"{where}: defaults", data.get("defaults") or {}, DEFAULTABLE)
+    gpus_raw = data.get("gpus") or []
+    if not isinstance(gpus_raw, list):
+        raise _err(f"{where}: gpus", gpus_raw, "a list of GPUs")
+    if gpus_raw and driver is None:
+        raise ProfileError(f"{where}: GPUs are listed but 'driver' is missing; GPUs need a driver")
+    gpus: list[Gpu] = []
+    for i, entry in enumerate(gpus_raw):
+        entry = _mapping(f"{where}: gpus[{i}]", entry, GPU_KEYS)
+        gpus.append(_parse_gpu(f"{where}: gpus[{i}]", {**defaults, **entry}, i))
+    for attr, label in (("minor", "minor"), ("uuid", "uuid"), ("bus_id", "bus_id")):
+        seen: dict[Any, int] = {}
+        for i, gpu in enumerate(gpus):
+            key = getattr(gpu, attr)
+            key = key.lower() if isinstance(key, str) else key
+            if key in seen:
+                raise ProfileError(
+                    f"{where}: gpus[{i}].{label} {getattr(gpu, attr)!s} duplicates gpus[{seen[key]}]"
+                )
+            seen[key] = i
+    return Profile(
+        name=name,
+        description=str(data.get("description", "")),
+        driver=driver,
+        gpus=tuple(gpus),
+        source=source,
+    )
+
+
+def builtin_names() -> list[str]:
+    folder = resources.files("gpunode") / "data" / "profiles"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(ref: str | Path) -> Profile:
+    """Load a profile from a file path or by the name of a built-in profile."""
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ProfileError(f"profile file {str(ref)!r} does not exist")
+        text = path.read_text(encoding="utf-8")
+        source = path.name
+    else:
+        name = str(ref)
+        if name not in builtin_names():
+            raise ProfileError(
+                f"unknown profile {name!r}; built-in profiles: {', '.join(builtin_names())} "
+                "(or give a path to a .yaml file)"
+            )
+        text = (resources.files("gpunode") / "data" / "profiles" / f"{name}.yaml").read_text(
+            encoding="utf-8"
+        )
+        source = f"{name}.yaml"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ProfileError(f"{source}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    return parse_profile(data, source)
+
+
+def mock_payload(profile: Profile) -> str:
+    """The text the mock NVML reads from its embedded blob (see sim/mocknvml.c)."""
+    if profile.driver is None:
+        return ""
+    d = profile.driver
+    lines = [
+        f"driver_version\t{d.version}",
+        f"nvml_version\t{d.nvml_version}",
+        f"cuda_driver_version\t{d.cuda_version_int}",
+    ]
+    mib = 1024 * 1024
+    for g in profile.gpus:
+        f = g.faults
+        ecc_unc = 2 if "ecc_uncorrectable" in f else 0
+        fields = {
+            "minor": g.minor,
+            "uuid": g.uuid,
+            "name": g.model,
+            "bus_id": g.bus_id.nvml,
+            "pci_device_id": f"0x{(g.pci_device_id << 16) | 0x10DE:08X}",
+            "pci_subsystem_id": f"0x{g.pci_subsystem_id:08X}",
+            "memory_total": g.memory_mib * mib,
+            "memory_reserved": g.memory_reserved_mib * mib,
+            "memory_used": g.memory_used_mib * mib,
+            "cc_major": g.compute_capability[0],
+            "cc_minor": g.compute_capability[1],
+            "architecture": g.architecture,
+            "brand": BRANDS[g.brand],
+            "persistence": 0 if "persistence_off" in f else 1,
+            "ecc_enabled": int(g.ecc),
+            "mig": int(g.mig),
+            "compute_mode": 0,
+            "temperature": g.temperature_c,
+            "power_usage": g.power_usage_w * 1000,
+            "power_limit": g.power_limit_w * 1000,
+            "lost": int("fallen_off_bus" in f),
+            "ecc_uncorrected_volatile": ecc_unc,
+            "ecc_uncorrected_aggregate": ecc_unc,
+            "ecc_corrected_volatile": 0,
+            "ecc_corrected_aggregate": 0,
+            "retired_sbe": 0,
+            "retired_dbe": 2 if "retired_pages_pending" in f or ecc_unc else 0,
+            "retired_pending": int("retired_pages_pending" in f),
+            "remap_corrected": 0,
+            "remap_uncorrected": 1 if "row_remap_failure" in f else 0,
+            "remap_pending": 0,
+            "remap_failure": int("row_remap_failure" in f),
+            "serial": g.serial,
+            "vbios": g.vbios,
+        }
+        lines.append("gpu\t" + "\t".join(f"{k}={v}" for k, v in fields.items()))
+    return "\n".join(lines) + "\n"

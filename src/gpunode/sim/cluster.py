@@ -1,0 +1,250 @@
+"""The simulated cluster: node containers that look like GPU servers (host side).
+
+A node is a container of a debootstrapped Debian image with systemd as PID 1, a Docker
+engine inside (``/var/lib/docker`` on a volume so overlay2 works), the gpunode wheel in
+``/opt/gpunode`` and a GPU profile applied. The node list is the Ansible inventory
+``inventories/sim/hosts.yml`` itself: each host's ``gpunode_sim_release`` and
+``gpunode_sim_profile`` say what to start, so the inventory and the containers cannot drift.
+
+``--privileged`` fails on our machines (CAP_SYS_RESOURCE is not in the bounding set), so a
+node gets explicit capabilities, seccomp/apparmor unconfined, the host cgroup namespace with
+/sys/fs/cgroup mounted read-write, and device-cgroup rules for the NVIDIA majors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import images, mocknvml
+from .apply import UVM_MAJOR
+from .docker import DockerError, docker, exec_
+
+LABEL = "gpunode.sim"
+NODE_CAPS = [
+    "SYS_ADMIN", "NET_ADMIN", "MKNOD", "SYS_PTRACE", "SYS_MODULE", "SYS_CHROOT", "SETFCAP",
+    "SETPCAP", "DAC_READ_SEARCH", "AUDIT_CONTROL",
+]
+VENV = "/opt/gpunode"
+WHEELS_IN_NODE = "/opt/gpunode-wheels"
+MOCK_IN_NODE = "/usr/lib/gpunode-sim/libnvidia-ml.mock.so"
+
+
+class SimError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    release: str
+    profile: str
+
+
+def read_inventory(path: Path) -> list[NodeSpec]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SimError(f"cannot read inventory {path}: {exc.strerror}") from None
+    nodes: list[NodeSpec] = []
+
+    def walk(group: dict) -> None:
+        for name, hv in (group.get("hosts") or {}).items():
+            hv = hv or {}
+            if "gpunode_sim_profile" in hv:
+                release = hv.get("gpunode_sim_release", "bookworm")
+                if release not in images.RELEASES:
+                    raise SimError(
+                        f"{path}: host {name}: gpunode_sim_release {release!r} is not one of "
+                        f"{', '.join(images.RELEASES)}"
+                    )
+                nodes.append(NodeSpec(name, release, str(hv["gpunode_sim_profile"])))
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    walk((data or {}).get("all", {}))
+    if not nodes:
+        raise SimError(f"{path}: no host has gpunode_sim_profile set; nothing to simulate")
+    return nodes
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """Files built on the host and copied into nodes: the mock NVML and the wheels."""
+
+    mock: Path
+    wheels: Path
+
+    @classmethod
+    def build(cls, out: Path, project: Path, log=print) -> Artifacts:
+        out.mkdir(parents=True, exist_ok=True)
+        mock = out / "libnvidia-ml.mock.so"
+        src = mocknvml.source_path()
+        stamp = out / "libnvidia-ml.mock.so.sha256"
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        if not mock.exists() or not stamp.exists() or stamp.read_text() != digest:
+            mocknvml.build_library(mock)
+            stamp.write_text(digest)
+            log(f"built {mock}")
+        wheels = out / "wheels"
+        wheels.mkdir(exist_ok=True)
+        for old in wheels.glob("gpunode-*.whl"):
+            old.unlink()
+        import sys
+
+        run = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+             "-w", str(wheels), str(project)],
+            capture_output=True, text=True, check=False,
+        )
+        if run.returncode != 0:
+            raise SimError(f"building the gpunode wheel failed: {run.stderr.strip()[-300:]}")
+        if not list(wheels.glob("nvidia_ml_py-*.whl")):
+            run = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
+                 _pinned_nvml(project)],
+                capture_output=True, text=True, check=False,
+            )
+            if run.returncode != 0:
+                raise SimError(f"downloading nvidia-ml-py failed: {run.stderr.strip()[-300:]}")
+        return cls(mock, wheels)
+
+
+def _pinned_nvml(project: Path) -> str:
+    for line in (project / "requirements-dev.txt").read_text().splitlines():
+        if line.startswith("nvidia-ml-py=="):
+            return line.strip()
+    return "nvidia-ml-py"
+
+
+def container_state(name: str) -> dict | None:
+    proc = docker(["inspect", name], check=False)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout)[0]
+
+
+def start_node(spec: NodeSpec, image: str, log=print) -> bool:
+    """Start the node container; True when it was (re)created."""
+    state = container_state(spec.name)
+    if state is not None:
+        if state["Config"]["Image"] == image and state["State"]["Running"]:
+            return False
+        docker(["rm", "-f", spec.name])
+    args = [
+        "run", "-d", "--name", spec.name, "--hostname", spec.name,
+        "--label", f"{LABEL}=1", "--label", f"{LABEL}.profile={spec.profile}",
+        "--cap-add", ",".join(NODE_CAPS),
+        "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+        "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+        "--tmpfs", "/run:exec,mode=755", "--tmpfs", "/run/lock",
+        "-v", f"{spec.name}-docker:/var/lib/docker",
+        "-v", f"{spec.name}-containers:/var/lib/containers",
+        "--device-cgroup-rule", "c 195:* rwm",
+        "--device-cgroup-rule", f"c {UVM_MAJOR}:* rwm",
+        image,
+        # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
+        # "kernel command line" options from its own argv. Harmless on older systemd.
+        "/sbin/init", "systemd.unified_cgroup_hierarchy=0", "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
+    ]
+    docker(args)
+    log(f"{spec.name}: started from {image}")
+    return True
+
+
+def wait_booted(name: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        proc = exec_(name, ["systemctl", "is-system-running"], check=False, timeout=30)
+        last = proc.stdout.decode().strip()
+        if last in ("running", "degraded"):
+            break
+        time.sleep(1)
+    else:
+        raise SimError(f"{name}: systemd did not finish booting in {timeout:.0f}s (state {last!r})")
+    while time.monotonic() < deadline:
+        if exec_(name, ["docker", "info"], check=False, timeout=30).returncode == 0:
+            return last
+        time.sleep(1)
+    raise SimError(f"{name}: the Docker engine inside the node did not come up in {timeout:.0f}s")
+
+
+def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
+    """Install the gpunode wheel into /opt/gpunode on the node (offline, from copied wheels)."""
+    wheels = sorted(art.wheels.glob("*.whl"))
+    digest = hashlib.sha256(b"".join(w.read_bytes() for w in wheels)).hexdigest()
+    have = exec_(name, ["cat", f"{VENV}/.gpunode-wheels.sha256"], check=False).stdout.decode()
+    if have.strip() == digest:
+        return False
+    exec_(name, ["rm", "-rf", WHEELS_IN_NODE])
+    docker(["cp", str(art.wheels), f"{name}:{WHEELS_IN_NODE}"])
+    script = (
+        f"set -e; [ -x {VENV}/bin/python ] || python3 -m venv --system-site-packages {VENV}; "
+        f"{VENV}/bin/pip install -q --no-index --find-links {WHEELS_IN_NODE} --force-reinstall "
+        f"--no-deps {WHEELS_IN_NODE}/*.whl; "
+        f"ln -sf {VENV}/bin/gpunode /usr/local/bin/gpunode; "
+        f"echo {digest} > {VENV}/.gpunode-wheels.sha256"
+    )
+    proc = exec_(name, ["sh", "-c", script], check=False)
+    if proc.returncode != 0:
+        raise SimError(f"{name}: installing gpunode failed: {proc.stderr.decode().strip()[-300:]}")
+    log(f"{name}: installed gpunode into {VENV}")
+    return True
+
+
+def copy_mock(name: str, art: Artifacts) -> None:
+    exec_(name, ["mkdir", "-p", str(Path(MOCK_IN_NODE).parent)])
+    docker(["cp", str(art.mock), f"{name}:{MOCK_IN_NODE}"])
+
+
+def apply(name: str, profile: str, log=print) -> dict:
+    """Apply a profile (built-in name or host path) on a running node."""
+    ref = profile
+    if Path(profile).is_file():
+        ref = f"/var/lib/gpunode-sim/{Path(profile).name}"
+        exec_(name, ["mkdir", "-p", "/var/lib/gpunode-sim"])
+        docker(["cp", profile, f"{name}:{ref}"])
+    proc = exec_(name, ["gpunode", "sim", "apply-local", ref, "--json"], check=False)
+    if proc.returncode != 0:
+        raise SimError(f"{name}: applying {profile} failed: {proc.stderr.decode().strip()}")
+    result = json.loads(proc.stdout)
+    log(f"{name}: profile {profile}: {len(result['changes'])} change(s)")
+    return result
+
+
+def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
+    nodes = read_inventory(inventory)
+    tags = {r: images.build("node", r, log) for r in sorted({n.release for n in nodes})}
+    for spec in nodes:
+        start_node(spec, tags[spec.release], log)
+    for spec in nodes:
+        wait_booted(spec.name)
+        install_gpunode(spec.name, artifacts, log)
+        copy_mock(spec.name, artifacts)
+        apply(spec.name, spec.profile, log)
+    return nodes
+
+
+def down(inventory: Path | None = None, log=print) -> list[str]:
+    if inventory is not None:
+        names = [n.name for n in read_inventory(inventory)]
+    else:
+        out = docker(["ps", "-aq", "--filter", f"label={LABEL}=1", "--format", "{{.Names}}"])
+        names = out.stdout.decode().split()
+    for name in names:
+        if container_state(name) is not None:
+            docker(["rm", "-f", name])
+            log(f"{name}: removed")
+        for vol in (f"{name}-docker", f"{name}-containers"):
+            try:
+                docker(["volume", "rm", "-f", vol])
+            except DockerError:
+                pass
+    return names

@@ -1,0 +1,144 @@
+"""Profile parsing: the shipped profiles and every kind of bad input."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from gpunode.profiles import (
+    FAULTS,
+    BusId,
+    ProfileError,
+    builtin_names,
+    load_profile,
+    mock_payload,
+    parse_profile,
+)
+
+GOOD = {
+    "name": "tiny",
+    "driver": {"version": "535.261.03", "cuda_version": "12.2"},
+    "defaults": {"model": "Tesla T4", "memory_mib": 15360, "compute_capability": "7.5"},
+    "gpus": [
+        {"uuid": "GPU-7c0e4b9a-2f5d-4e18-a3c6-b9d2e1f40511", "bus_id": "0000:3b:00.0"},
+        {"uuid": "GPU-0b5f8d3e-c942-4a7b-8e1d-6f3a9c27e512", "bus_id": "d8:00.0",
+         "faults": ["ecc_uncorrectable"]},
+    ],
+}
+
+
+def test_shipped_profiles_are_the_promised_ones():
+    assert set(builtin_names()) >= {"a100x4", "h100x8", "t4x2-faulty", "nogpu"}
+    a100 = load_profile("a100x4")
+    assert a100.driver.version == "535.261.03"
+    assert [g.model for g in a100.gpus] == ["NVIDIA A100-SXM4-80GB"] * 4
+    assert {g.memory_mib for g in a100.gpus} == {81920}
+    h100 = load_profile("h100x8")
+    assert (len(h100.gpus), h100.driver.version, h100.driver.cuda_version) == (8, "550.163.01", "12.4")
+    t4 = load_profile("t4x2-faulty")
+    assert [bool(g.faults) for g in t4.gpus] == [False, True]
+    nogpu = load_profile("nogpu")
+    assert nogpu.driver is None and nogpu.gpus == ()
+
+
+def test_uuids_and_bus_ids_are_unique_across_shipped_profiles():
+    uuids = [g.uuid for n in builtin_names() for g in load_profile(n).gpus]
+    assert len(uuids) == len(set(uuids))
+
+
+def test_defaults_apply_and_minor_defaults_to_position():
+    p = parse_profile(copy.deepcopy(GOOD))
+    assert [g.minor for g in p.gpus] == [0, 1]
+    assert p.gpus[1].bus_id == BusId(0, 0xD8, 0, 0)
+    assert p.gpus[1].bus_id.nvml == "00000000:D8:00.0"
+    assert p.gpus[1].bus_id.procfs == "0000:d8:00.0"
+    assert p.gpus[1].faults == {"ecc_uncorrectable"}
+    assert p.gpus[0].architecture == 6  # Turing
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expect"),
+    [
+        (lambda d: d["gpus"][0].update(uuid="GPU-1234"), "gpus[0].uuid: 'GPU-1234'"),
+        (lambda d: d["gpus"][0].update(bus_id="07:00"), "gpus[0].bus_id: '07:00'"),
+        (lambda d: d["gpus"][1].update(faults=["on_fire"]), "'on_fire' is not valid; expected one of"),
+        (lambda d: d["gpus"][1].update(minor=0), "gpus[1].minor 0 duplicates gpus[0]"),
+        (lambda d: d["gpus"][1].update(uuid=d["gpus"][0]["uuid"].upper()), "duplicates gpus[0]"),
+        (lambda d: d["driver"].update(version="535"), "driver.version: '535'"),
+        (lambda d: d["driver"].update(cuda_version="12"), "driver.cuda_version: '12'"),
+        (lambda d: d["driver"].update(kernel_module="nouveau"), "'proprietary' or 'open'"),
+        (lambda d: d.update(colour="green"), "unknown key 'colour'"),
+        (lambda d: d["gpus"][0].update(memry_mib=1), "unknown key 'memry_mib'"),
+        (lambda d: d["defaults"].pop("model"), "missing required key 'model'"),
+        (lambda d: d.update(driver=None), "GPUs are listed but 'driver' is missing"),
+        (lambda d: d["defaults"].update(memory_mib="lots"), "memory_mib: 'lots'"),
+        (lambda d: d["defaults"].update(memory_mib=True), "memory_mib: True"),
+        (lambda d: d["defaults"].update(memory_used_mib=20000), "exceeds memory_mib"),
+        (lambda d: d["defaults"].update(model="a\tb"), "single-line string without tabs"),
+        (lambda d: d.update(name="Bad Name"), "name: 'Bad Name'"),
+        (lambda d: d["defaults"].update(brand="acme"), "brand: 'acme'"),
+    ],
+)
+def test_bad_input_is_one_clear_line(mutate, expect):
+    data = copy.deepcopy(GOOD)
+    mutate(data)
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "x.yaml")
+    msg = str(err.value)
+    assert expect in msg
+    assert "\n" not in msg
+    assert msg.startswith("x.yaml")
+
+
+def test_unknown_builtin_lists_the_choices():
+    with pytest.raises(ProfileError, match="unknown profile 'a200x9'.*a100x4"):
+        load_profile("a200x9")
+
+
+def test_invalid_yaml_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ProfileError, match=r"bad.yaml: not valid YAML at line \d"):
+        load_profile(bad)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_profile(tmp_path / "nope.yaml")
+
+
+def test_profile_file_roundtrip(tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text(yaml.safe_dump(GOOD))
+    assert load_profile(f).to_dict() == parse_profile(GOOD).to_dict()
+
+
+def test_payload_carries_faults_as_nvml_counters():
+    text = mock_payload(load_profile("t4x2-faulty"))
+    lines = text.splitlines()
+    assert lines[:3] == ["driver_version\t535.261.03", "nvml_version\t12.535.261.03",
+                         "cuda_driver_version\t12020"]
+    gpus = [dict(kv.split("=", 1) for kv in line.split("\t")[1:]) for line in lines[3:]]
+    assert [g["uuid"] for g in gpus] == [g.uuid for g in load_profile("t4x2-faulty").gpus]
+    assert gpus[0]["ecc_uncorrected_volatile"] == "0"
+    assert gpus[1]["ecc_uncorrected_volatile"] == "2"
+    assert gpus[1]["retired_pending"] == "1"
+    assert gpus[1]["pci_device_id"] == "0x1EB810DE"
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_every_fault_changes_the_payload_or_device_nodes(fault):
+    data = copy.deepcopy(GOOD)
+    data["gpus"][0]["faults"] = [fault]
+    base = mock_payload(parse_profile(GOOD))
+    faulty = parse_profile(data)
+    if fault == "device_node_missing":
+        assert faulty.gpus[0].faults == {"device_node_missing"}  # applied by the simulator
+    else:
+        assert mock_payload(faulty) != base
+
+
+def test_no_driver_profile_has_empty_payload():
+    assert mock_payload(load_profile("nogpu")) == ""

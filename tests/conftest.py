@@ -24,8 +24,12 @@ def _unshare_problem() -> str | None:
         return "not root"
     if shutil.which("unshare") is None:
         return "unshare(1) not found"
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         return f"unshare -m / tmpfs mount not permitted: {proc.stderr.strip()}"
     return None
@@ -48,8 +52,13 @@ def private_dev():
 
     def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         script = 'mount -t tmpfs -o mode=755 none /dev && exec "$@"'
-        return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *cmd],
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
-                              check=False, timeout=120)
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, "sh", *cmd],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+            check=False,
+            timeout=120,
+        )
 
     return run

@@ -181,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, _known_errors()):
             print(f"gpunode: error: {exc}", file=sys.stderr)
             return EXIT_FAIL
-        print(f"gpunode: internal error: {type(exc).__name__}: {exc} "
-              "(set GPUNODE_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(
+            f"gpunode: internal error: {type(exc).__name__}: {exc} "
+            "(set GPUNODE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAIL
 
 

@@ -131,8 +131,13 @@ def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
                 value = opt(pynvml.nvmlDeviceGetTotalEccErrors, err, counter)
                 if value is not None:
                     gpu.ecc_errors[f"{kind}_{scope}"] = int(value)
-    sbe = opt(pynvml.nvmlDeviceGetRetiredPages, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-    dbe = opt(pynvml.nvmlDeviceGetRetiredPages, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    sbe = opt(
+        pynvml.nvmlDeviceGetRetiredPages,
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+    )
+    dbe = opt(
+        pynvml.nvmlDeviceGetRetiredPages, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    )
     pending = opt(pynvml.nvmlDeviceGetRetiredPagesPendingStatus)
     if sbe is not None or dbe is not None or pending is not None:
         gpu.retired_pages = {
@@ -144,7 +149,10 @@ def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
     if rows is not None:
         corr, unc, is_pending, failure = (int(x) for x in rows)
         gpu.remapped_rows = {
-            "correctable": corr, "uncorrectable": unc, "pending": is_pending, "failure": failure,
+            "correctable": corr,
+            "uncorrectable": unc,
+            "pending": is_pending,
+            "failure": failure,
         }
     if gpu.ecc_errors.get("uncorrected_volatile", 0) > 0:
         gpu.health.append("ecc_uncorrectable")
@@ -179,7 +187,9 @@ def from_nvml() -> Inventory:
     return Inventory("nvml", driver, cuda, nvml_version, gpus)
 
 
-def from_procfs(proc_root: Path = procfs.PROC_DRIVER_NVIDIA, dev_root: Path = Path("/dev")) -> Inventory:
+def from_procfs(
+    proc_root: Path = procfs.PROC_DRIVER_NVIDIA, dev_root: Path = Path("/dev")
+) -> Inventory:
     version, proc_gpus = procfs.read_driver(proc_root)
     if version is None:
         raise NoDriver(f"{proc_root}/version is missing: no NVIDIA kernel driver is loaded")
@@ -259,7 +269,9 @@ def format_table(inv: Inventory) -> str:
         f"{inv.hostname}: NVIDIA driver {inv.driver_version}, CUDA {cuda} "
         f"(source: {inv.source}), {len(inv.gpus)} GPU(s)"
     ]
-    header = f"{'IDX':>3}  {'MINOR':>5}  {'PCI BUS ID':<16}  {'UUID':<40}  {'MEMORY':>9}  NAME / HEALTH"
+    header = (
+        f"{'IDX':>3}  {'MINOR':>5}  {'PCI BUS ID':<16}  {'UUID':<40}  {'MEMORY':>9}  NAME / HEALTH"
+    )
     if inv.gpus:
         lines.append(header)
     for g in inv.gpus:

@@ -43,10 +43,23 @@ FAULTS = {
 }
 
 BRANDS = {
-    "unknown": 0, "quadro": 1, "tesla": 2, "nvs": 3, "grid": 4, "geforce": 5, "titan": 6,
-    "nvidiavapps": 7, "nvidiavpc": 8, "nvidiavcs": 9, "nvidiavws": 10,
-    "nvidiacloudgaming": 11, "quadrortx": 12, "nvidiartx": 13, "nvidia": 14,
-    "geforcertx": 15, "titanrtx": 16,
+    "unknown": 0,
+    "quadro": 1,
+    "tesla": 2,
+    "nvs": 3,
+    "grid": 4,
+    "geforce": 5,
+    "titan": 6,
+    "nvidiavapps": 7,
+    "nvidiavpc": 8,
+    "nvidiavcs": 9,
+    "nvidiavws": 10,
+    "nvidiacloudgaming": 11,
+    "quadrortx": 12,
+    "nvidiartx": 13,
+    "nvidia": 14,
+    "geforcertx": 15,
+    "titanrtx": 16,
 }
 
 # nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).
@@ -65,9 +78,26 @@ _CUDA_RE = re.compile(r"^(\d+)\.(\d+)$")
 _CC_RE = re.compile(r"^(\d+)\.(\d+)$")
 
 GPU_KEYS = {
-    "model", "memory_mib", "memory_reserved_mib", "memory_used_mib", "compute_capability",
-    "pci_device_id", "pci_subsystem_id", "brand", "vbios", "serial", "power_limit_w",
-    "power_usage_w", "temperature_c", "ecc", "mig", "irq", "uuid", "bus_id", "minor", "faults",
+    "model",
+    "memory_mib",
+    "memory_reserved_mib",
+    "memory_used_mib",
+    "compute_capability",
+    "pci_device_id",
+    "pci_subsystem_id",
+    "brand",
+    "vbios",
+    "serial",
+    "power_limit_w",
+    "power_usage_w",
+    "temperature_c",
+    "ecc",
+    "mig",
+    "irq",
+    "uuid",
+    "bus_id",
+    "minor",
+    "faults",
 }
 DEFAULTABLE = GPU_KEYS - {"uuid", "bus_id", "minor", "faults"}
 TOP_KEYS = {"name", "description", "driver", "defaults", "gpus"}
@@ -253,7 +283,9 @@ def _parse_driver(where: str, raw: Any) -> Driver | None:
 def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
     for key in ("uuid", "bus_id", "model", "memory_mib", "compute_capability"):
         if key not in raw:
-            raise ProfileError(f"{where}: missing required key {key!r} (set it here or in defaults)")
+            raise ProfileError(
+                f"{where}: missing required key {key!r} (set it here or in defaults)"
+            )
     uuid = str(raw["uuid"])
     if not _UUID_RE.match(uuid):
         raise _err(f"{where}.uuid", raw["uuid"], "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
@@ -376,7 +408,9 @@ def load_profile(ref: str | Path) -> Profile:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise ProfileError(f"{source}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+        raise ProfileError(
+            f"{source}: not valid YAML{at}: {getattr(exc, 'problem', exc)}"
+        ) from None
     return parse_profile(data, source)
 
 

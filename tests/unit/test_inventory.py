@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -40,8 +39,9 @@ def inventory(private_dev, tmp_path, mock_lib, profile, remove="", flags=("--jso
     work.mkdir()
     script = work / "child.py"
     script.write_text(APPLY_THEN_INVENTORY)
-    return private_dev([sys.executable, str(script), str(work), profile, str(mock_lib),
-                        remove, *flags])
+    return private_dev(
+        [sys.executable, str(script), str(work), profile, str(mock_lib), remove, *flags]
+    )
 
 
 def test_nvml_inventory_reports_exactly_the_profile(private_dev, tmp_path, mock_lib):
@@ -81,7 +81,8 @@ def test_faults_show_as_health_flags(private_dev, tmp_path, mock_lib):
 
 def test_every_fault_kind_is_detected(private_dev, tmp_path, mock_lib):
     profile = tmp_path / "allfaults.yaml"
-    profile.write_text(textwrap.dedent("""
+    profile.write_text(
+        textwrap.dedent("""
         name: allfaults
         driver: {version: "550.163.01", cuda_version: "12.4"}
         defaults: {model: NVIDIA H100 80GB HBM3, memory_mib: 81559, compute_capability: "9.0"}
@@ -93,12 +94,17 @@ def test_every_fault_kind_is_detected(private_dev, tmp_path, mock_lib):
           - {uuid: GPU-00000000-0000-4000-8000-000000000004, bus_id: "0000:14:00.0", faults: [device_node_missing]}
           - {uuid: GPU-00000000-0000-4000-8000-000000000005, bus_id: "0000:15:00.0", faults: [ecc_uncorrectable]}
           - {uuid: GPU-00000000-0000-4000-8000-000000000006, bus_id: "0000:16:00.0", faults: [retired_pages_pending]}
-        """))
+        """)
+    )
     inv = json.loads(inventory(private_dev, tmp_path, mock_lib, str(profile)).stdout)
     health = {g["uuid"][-1]: g["health"] for g in inv["gpus"]}
     assert health == {
-        "0": [], "1": ["fallen_off_bus"], "2": ["row_remap_failure"], "3": ["persistence_off"],
-        "5": ["ecc_uncorrectable"], "6": ["retired_pages_pending"],
+        "0": [],
+        "1": ["fallen_off_bus"],
+        "2": ["row_remap_failure"],
+        "3": ["persistence_off"],
+        "5": ["ecc_uncorrectable"],
+        "6": ["retired_pages_pending"],
     }
     # the lost GPU has no NVML handle; the kernel's view fills in who it is
     lost = next(g for g in inv["gpus"] if g["health"] == ["fallen_off_bus"])
@@ -107,8 +113,9 @@ def test_every_fault_kind_is_detected(private_dev, tmp_path, mock_lib):
 
 
 def test_procfs_fallback_when_nvml_is_missing(private_dev, tmp_path, mock_lib):
-    proc = inventory(private_dev, tmp_path, mock_lib, "h100x8", remove="5",
-                     flags=("--json", "--no-nvml"))
+    proc = inventory(
+        private_dev, tmp_path, mock_lib, "h100x8", remove="5", flags=("--json", "--no-nvml")
+    )
     inv = json.loads(proc.stdout)
     p = load_profile("h100x8")
     assert inv["source"] == "procfs"
@@ -144,5 +151,3 @@ def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpunode: error:")
-
-

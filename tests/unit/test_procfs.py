@@ -54,8 +54,11 @@ def test_rendered_information_matches_real_layout():
 
 def test_params_start_like_the_driver_and_can_say_modify_device_files_off():
     params = procfs.parse_params(procfs.render_params())
-    assert params[:3] == [("ResmanDebugLevel", "4294967295"), ("RmLogonRC", "1"),
-                          ("ModifyDeviceFiles", "1")]
+    assert params[:3] == [
+        ("ResmanDebugLevel", "4294967295"),
+        ("RmLogonRC", "1"),
+        ("ModifyDeviceFiles", "1"),
+    ]
     off = dict(procfs.parse_params(procfs.render_params(modify_device_files=False)))
     assert off["ModifyDeviceFiles"] == "0"
     assert params[-1] == ("ExcludedGpus", '""')

@@ -23,8 +23,11 @@ GOOD = {
     "defaults": {"model": "Tesla T4", "memory_mib": 15360, "compute_capability": "7.5"},
     "gpus": [
         {"uuid": "GPU-7c0e4b9a-2f5d-4e18-a3c6-b9d2e1f40511", "bus_id": "0000:3b:00.0"},
-        {"uuid": "GPU-0b5f8d3e-c942-4a7b-8e1d-6f3a9c27e512", "bus_id": "d8:00.0",
-         "faults": ["ecc_uncorrectable"]},
+        {
+            "uuid": "GPU-0b5f8d3e-c942-4a7b-8e1d-6f3a9c27e512",
+            "bus_id": "d8:00.0",
+            "faults": ["ecc_uncorrectable"],
+        },
     ],
 }
 
@@ -36,7 +39,11 @@ def test_shipped_profiles_are_the_promised_ones():
     assert [g.model for g in a100.gpus] == ["NVIDIA A100-SXM4-80GB"] * 4
     assert {g.memory_mib for g in a100.gpus} == {81920}
     h100 = load_profile("h100x8")
-    assert (len(h100.gpus), h100.driver.version, h100.driver.cuda_version) == (8, "550.163.01", "12.4")
+    assert (len(h100.gpus), h100.driver.version, h100.driver.cuda_version) == (
+        8,
+        "550.163.01",
+        "12.4",
+    )
     t4 = load_profile("t4x2-faulty")
     assert [bool(g.faults) for g in t4.gpus] == [False, True]
     nogpu = load_profile("nogpu")
@@ -63,7 +70,10 @@ def test_defaults_apply_and_minor_defaults_to_position():
     [
         (lambda d: d["gpus"][0].update(uuid="GPU-1234"), "gpus[0].uuid: 'GPU-1234'"),
         (lambda d: d["gpus"][0].update(bus_id="07:00"), "gpus[0].bus_id: '07:00'"),
-        (lambda d: d["gpus"][1].update(faults=["on_fire"]), "'on_fire' is not valid; expected one of"),
+        (
+            lambda d: d["gpus"][1].update(faults=["on_fire"]),
+            "'on_fire' is not valid; expected one of",
+        ),
         (lambda d: d["gpus"][1].update(minor=0), "gpus[1].minor 0 duplicates gpus[0]"),
         (lambda d: d["gpus"][1].update(uuid=d["gpus"][0]["uuid"].upper()), "duplicates gpus[0]"),
         (lambda d: d["driver"].update(version="535"), "driver.version: '535'"),
@@ -93,7 +103,7 @@ def test_bad_input_is_one_clear_line(mutate, expect):
 
 
 def test_unknown_builtin_lists_the_choices():
-    with pytest.raises(ProfileError, match="unknown profile 'a200x9'.*a100x4"):
+    with pytest.raises(ProfileError, match=r"unknown profile 'a200x9'.*a100x4"):
         load_profile("a200x9")
 
 
@@ -118,8 +128,11 @@ def test_profile_file_roundtrip(tmp_path):
 def test_payload_carries_faults_as_nvml_counters():
     text = mock_payload(load_profile("t4x2-faulty"))
     lines = text.splitlines()
-    assert lines[:3] == ["driver_version\t535.261.03", "nvml_version\t12.535.261.03",
-                         "cuda_driver_version\t12020"]
+    assert lines[:3] == [
+        "driver_version\t535.261.03",
+        "nvml_version\t12.535.261.03",
+        "cuda_driver_version\t12020",
+    ]
     gpus = [dict(kv.split("=", 1) for kv in line.split("\t")[1:]) for line in lines[3:]]
     assert [g["uuid"] for g in gpus] == [g.uuid for g in load_profile("t4x2-faulty").gpus]
     assert gpus[0]["ecc_uncorrected_volatile"] == "0"

@@ -132,8 +132,15 @@ def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
         if profile.driver is None:
             return  # nothing to show and nothing to clean up
         subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "mode=0555,nosuid,nodev,noexec", "gpunode-sim",
-             str(paths.proc_driver)],
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                "mode=0555,nosuid,nodev,noexec",
+                "gpunode-sim",
+                str(paths.proc_driver),
+            ],
             check=True,
         )
         res.note(f"mounted tmpfs on {paths.proc_driver}")
@@ -142,7 +149,7 @@ def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
         return
     _write_if_changed(nvidia / "version", procfs.render_version(profile), res)
     _write_if_changed(nvidia / "params", procfs.render_params(), res)
-    _write_if_changed(nvidia / "registry", "Binary: \"\"\n", res)
+    _write_if_changed(nvidia / "registry", 'Binary: ""\n', res)
     gpus_dir = nvidia / "gpus"
     gpus_dir.mkdir(parents=True, exist_ok=True)
     wanted = {gpu.bus_id.procfs: gpu for gpu in profile.gpus}
@@ -150,7 +157,9 @@ def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
         if entry.name not in wanted:
             _remove(entry, res)
     for bus, gpu in wanted.items():
-        _write_if_changed(gpus_dir / bus / "information", procfs.render_information(gpu, profile), res)
+        _write_if_changed(
+            gpus_dir / bus / "information", procfs.render_information(gpu, profile), res
+        )
 
 
 def _divert(path: Path, res: Result) -> None:
@@ -163,9 +172,18 @@ def _divert(path: Path, res: Result) -> None:
     if listed.stdout.strip() == "gpunode-sim":
         return
     subprocess.run(
-        ["dpkg-divert", "--package", "gpunode-sim", "--add", "--rename", "--divert",
-         f"{path}{DIVERT_SUFFIX}", str(path)],
-        check=True, capture_output=True,
+        [
+            "dpkg-divert",
+            "--package",
+            "gpunode-sim",
+            "--add",
+            "--rename",
+            "--divert",
+            f"{path}{DIVERT_SUFFIX}",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
     )
     res.note(f"diverted {path}")
 

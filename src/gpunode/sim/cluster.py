@@ -24,12 +24,20 @@ import yaml
 
 from . import images, mocknvml
 from .apply import UVM_MAJOR
-from .docker import DockerError, docker, exec_
+from .docker import docker, exec_
 
 LABEL = "gpunode.sim"
 NODE_CAPS = [
-    "SYS_ADMIN", "NET_ADMIN", "MKNOD", "SYS_PTRACE", "SYS_MODULE", "SYS_CHROOT", "SETFCAP",
-    "SETPCAP", "DAC_READ_SEARCH", "AUDIT_CONTROL",
+    "SYS_ADMIN",
+    "NET_ADMIN",
+    "MKNOD",
+    "SYS_PTRACE",
+    "SYS_MODULE",
+    "SYS_CHROOT",
+    "SETFCAP",
+    "SETPCAP",
+    "DAC_READ_SEARCH",
+    "AUDIT_CONTROL",
 ]
 VENV = "/opt/gpunode"
 WHEELS_IN_NODE = "/opt/gpunode-wheels"
@@ -99,17 +107,40 @@ class Artifacts:
         import sys
 
         run = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-             "-w", str(wheels), str(project)],
-            capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(wheels),
+                str(project),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if run.returncode != 0:
             raise SimError(f"building the gpunode wheel failed: {run.stderr.strip()[-300:]}")
         if not list(wheels.glob("nvidia_ml_py-*.whl")):
             run = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
-                 _pinned_nvml(project)],
-                capture_output=True, text=True, check=False,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "-q",
+                    "-d",
+                    str(wheels),
+                    _pinned_nvml(project),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if run.returncode != 0:
                 raise SimError(f"downloading nvidia-ml-py failed: {run.stderr.strip()[-300:]}")
@@ -138,20 +169,44 @@ def start_node(spec: NodeSpec, image: str, log=print) -> bool:
             return False
         docker(["rm", "-f", spec.name])
     args = [
-        "run", "-d", "--name", spec.name, "--hostname", spec.name,
-        "--label", f"{LABEL}=1", "--label", f"{LABEL}.profile={spec.profile}",
-        "--cap-add", ",".join(NODE_CAPS),
-        "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-        "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-        "--tmpfs", "/run:exec,mode=755", "--tmpfs", "/run/lock",
-        "-v", f"{spec.name}-docker:/var/lib/docker",
-        "-v", f"{spec.name}-containers:/var/lib/containers",
-        "--device-cgroup-rule", "c 195:* rwm",
-        "--device-cgroup-rule", f"c {UVM_MAJOR}:* rwm",
+        "run",
+        "-d",
+        "--name",
+        spec.name,
+        "--hostname",
+        spec.name,
+        "--stop-signal",
+        "SIGRTMIN+3",
+        "--label",
+        f"{LABEL}=1",
+        "--label",
+        f"{LABEL}.profile={spec.profile}",
+        *[arg for cap in NODE_CAPS for arg in ("--cap-add", cap)],
+        "--security-opt",
+        "seccomp=unconfined",
+        "--security-opt",
+        "apparmor=unconfined",
+        "--cgroupns=host",
+        "-v",
+        "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+        "--tmpfs",
+        "/run:exec,mode=755",
+        "--tmpfs",
+        "/run/lock",
+        "-v",
+        f"{spec.name}-docker:/var/lib/docker",
+        "-v",
+        f"{spec.name}-containers:/var/lib/containers",
+        "--device-cgroup-rule",
+        "c 195:* rwm",
+        "--device-cgroup-rule",
+        f"c {UVM_MAJOR}:* rwm",
         image,
         # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
         # "kernel command line" options from its own argv. Harmless on older systemd.
-        "/sbin/init", "systemd.unified_cgroup_hierarchy=0", "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
+        "/sbin/init",
+        "systemd.unified_cgroup_hierarchy=0",
+        "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
     ]
     docker(args)
     log(f"{spec.name}: started from {image}")
@@ -232,19 +287,21 @@ def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
     return nodes
 
 
-def down(inventory: Path | None = None, log=print) -> list[str]:
-    if inventory is not None:
-        names = [n.name for n in read_inventory(inventory)]
-    else:
-        out = docker(["ps", "-aq", "--filter", f"label={LABEL}=1", "--format", "{{.Names}}"])
-        names = out.stdout.decode().split()
+def down_names(names: list[str], log=print) -> None:
     for name in names:
         if container_state(name) is not None:
             docker(["rm", "-f", name])
             log(f"{name}: removed")
         for vol in (f"{name}-docker", f"{name}-containers"):
-            try:
-                docker(["volume", "rm", "-f", vol])
-            except DockerError:
-                pass
+            docker(["volume", "rm", "-f", vol], check=False)
+
+
+def down(inventory: Path | None = None, log=print) -> list[str]:
+    """Remove the inventory's nodes, or every simulated node when no inventory is given."""
+    if inventory is not None:
+        names = [n.name for n in read_inventory(inventory)]
+    else:
+        out = docker(["ps", "-a", "--filter", f"label={LABEL}=1", "--format", "{{.Names}}"])
+        names = out.stdout.decode().split()
+    down_names(names, log)
     return names

@@ -10,16 +10,24 @@ class DockerError(RuntimeError):
     pass
 
 
-def docker(args: list[str], *, input: bytes | None = None, check: bool = True,
-           timeout: float | None = 600) -> subprocess.CompletedProcess[bytes]:
+def docker(
+    args: list[str], *, input: bytes | None = None, check: bool = True, timeout: float | None = 600
+) -> subprocess.CompletedProcess[bytes]:
     exe = shutil.which("docker")
     if exe is None:
-        raise DockerError("the docker CLI is not installed; run scripts/setup (it installs docker.io)")
-    proc = subprocess.run([exe, *args], input=input, capture_output=True, check=False,
-                          timeout=timeout)
+        raise DockerError(
+            "the docker CLI is not installed; run scripts/setup (it installs docker.io)"
+        )
+    proc = subprocess.run(
+        [exe, *args], input=input, capture_output=True, check=False, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise DockerError(f"docker {' '.join(args[:3])}: {err[-1] if err else 'failed'}")
+        err = [
+            ln.strip()
+            for ln in proc.stderr.decode(errors="replace").splitlines()
+            if ln.strip() and "--help" not in ln
+        ]
+        raise DockerError(f"docker {args[0]}: {err[0] if err else 'failed'}")
     return proc
 
 
@@ -34,8 +42,15 @@ def engine_ok() -> bool:
         return False
 
 
-def exec_(container: str, cmd: list[str], *, input: bytes | None = None, check: bool = True,
-          timeout: float | None = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def exec_(
+    container: str,
+    cmd: list[str],
+    *,
+    input: bytes | None = None,
+    check: bool = True,
+    timeout: float | None = 600,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     args = ["exec"]
     if input is not None:
         args.append("-i")

@@ -27,10 +27,27 @@ RELEASES = ("bookworm", "trixie")
 # runtime with (podman needs a network stack named explicitly: debootstrap does not resolve
 # virtual packages).
 NODE_PACKAGES = [
-    "systemd", "systemd-sysv", "dbus", "python3", "python3-yaml", "python3-venv",
-    "python3-apt", "docker.io", "podman", "containernetworking-plugins", "iproute2",
-    "procps", "kmod", "ca-certificates", "sudo", "iptables", "pciutils",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "python3-yaml",
+    "python3-venv",
+    "python3-apt",
+    "docker.io",
+    "podman",
+    "containernetworking-plugins",
+    "iproute2",
+    "procps",
+    "kmod",
+    "ca-certificates",
+    "sudo",
+    "iptables",
+    "pciutils",
 ]
+# Per release: trixie split the Docker CLI out of docker.io into docker-cli (only a
+# Recommends, which debootstrap does not install).
+NODE_PACKAGES_EXTRA = {"bookworm": [], "trixie": ["docker-cli"]}
 # What runs *inside* a node's engine in tests: python3 to drive NVML through pynvml.
 WORKLOAD_PACKAGES = ["python3", "ca-certificates"]
 
@@ -90,8 +107,14 @@ class Recipe:
     @property
     def digest(self) -> str:
         h = hashlib.sha256()
-        for part in (RECIPE_VERSION, self.kind, self.release, MIRROR, *self.packages,
-                     self.postinstall):
+        for part in (
+            RECIPE_VERSION,
+            self.kind,
+            self.release,
+            MIRROR,
+            *self.packages,
+            self.postinstall,
+        ):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:12]
@@ -105,7 +128,8 @@ def recipe(kind: str, release: str) -> Recipe:
     if release not in RELEASES:
         raise ImageError(f"unknown Debian release {release!r}; accepted: {', '.join(RELEASES)}")
     if kind == "node":
-        return Recipe(kind, release, tuple(NODE_PACKAGES), NODE_POSTINSTALL.replace("MIRROR", MIRROR))
+        packages = tuple(NODE_PACKAGES + NODE_PACKAGES_EXTRA[release])
+        return Recipe(kind, release, packages, NODE_POSTINSTALL.replace("MIRROR", MIRROR))
     if kind == "workload":
         return Recipe(kind, release, tuple(WORKLOAD_PACKAGES), WORKLOAD_POSTINSTALL)
     raise ImageError(f"unknown image kind {kind!r}; accepted: node, workload")
@@ -118,10 +142,7 @@ def cache_dir() -> Path:
 def _import(tarball: Path, r: Recipe) -> None:
     changes = ["--change", "ENV container=docker"]
     if r.kind == "node":
-        changes += [
-            "--change", 'CMD ["/sbin/init"]',
-            "--change", "STOPSIGNAL SIGRTMIN+3",
-        ]
+        changes += ["--change", 'CMD ["/sbin/init"]']  # stop signal: set by `docker run`
     else:
         changes += ["--change", 'CMD ["/bin/sh"]']
     docker(["import", *changes, str(tarball), r.tag])
@@ -153,9 +174,13 @@ def _debootstrap(r: Recipe, tarball: Path, log) -> None:
     with tempfile.TemporaryDirectory(dir=tarball.parent, prefix=f".{r.kind}-{r.release}-") as tmp:
         root = Path(tmp) / "rootfs"
         cmd = [
-            "debootstrap", "--variant=minbase",
+            "debootstrap",
+            "--variant=minbase",
             "--components=main,contrib,non-free,non-free-firmware",
-            f"--include={','.join(r.packages)}", r.release, str(root), MIRROR,
+            f"--include={','.join(r.packages)}",
+            r.release,
+            str(root),
+            MIRROR,
         ]
         log(f"{r.tag}: debootstrap {r.release} ({len(r.packages)} packages) ...")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -166,7 +191,9 @@ def _debootstrap(r: Recipe, tarball: Path, log) -> None:
         script.write_text(r.postinstall)
         proc = subprocess.run(
             ["chroot", str(root), "/bin/sh", "/tmp/gpunode-postinstall.sh", r.release],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise ImageError(f"post-install of {r.tag} failed: {proc.stderr.strip()[-300:]}")

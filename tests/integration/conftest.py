@@ -1,0 +1,117 @@
+"""Simulated GPU nodes for integration tests: one Debian 12 and one Debian 13 node.
+
+Nodes are real containers with systemd as PID 1 and a Docker engine inside. They are
+created once per session (images are cached by recipe hash, so only the first run on a
+machine pays for debootstrap) and removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gpunode.sim import cluster, images
+from gpunode.sim.docker import docker, engine_ok, exec_
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASES = ("bookworm", "trixie")
+
+
+def _require_engine() -> None:
+    if not engine_ok():
+        pytest.fail(
+            "no Docker Engine answers `docker info`; run scripts/setup first", pytrace=False
+        )
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> cluster.Artifacts:
+    _require_engine()
+    return cluster.Artifacts.build(ROOT / "build", ROOT, log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def image_tags() -> dict[str, str]:
+    _require_engine()
+    jobs = [("node", r) for r in RELEASES] + [("workload", "bookworm")]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        tags = list(pool.map(lambda j: images.build(*j, log=print), jobs))
+    return dict(zip([f"{k}-{r}" for k, r in jobs], tags, strict=True))
+
+
+class Node:
+    """A running simulated node and helpers to run things on it."""
+
+    def __init__(self, name: str, release: str, workload: str):
+        self.name, self.release, self.workload = name, release, workload
+
+    def sh(
+        self, script: str, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        proc = exec_(self.name, ["sh", "-c", script], check=False, timeout=timeout)
+        proc = subprocess.CompletedProcess(
+            proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{self.name}: `{script}` exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    def json(self, script: str) -> dict:
+        return json.loads(self.sh(script).stdout)
+
+    def apply(self, profile: str) -> dict:
+        return cluster.apply(self.name, profile, log=lambda *_: None)
+
+    def pynvml(self, probe: str) -> dict:
+        """Run a pynvml probe with the node's own Python (the gpunode venv has nvidia-ml-py)."""
+        return self.json(f"/opt/gpunode/bin/python -c {shlex.quote(probe)}")
+
+
+@pytest.fixture(scope="session")
+def nodes(artifacts, image_tags) -> dict[str, Node]:
+    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
+    specs = [cluster.NodeSpec(f"{prefix}-{r}", r, "a100x4") for r in RELEASES]
+    cluster.down_names([s.name for s in specs])
+    for spec in specs:
+        cluster.start_node(spec, image_tags[f"node-{spec.release}"], log=lambda *_: None)
+    out = {}
+    for spec in specs:
+        cluster.wait_booted(spec.name)
+        cluster.install_gpunode(spec.name, artifacts, log=lambda *_: None)
+        cluster.copy_mock(spec.name, artifacts)
+        cluster.apply(spec.name, spec.profile, log=lambda *_: None)
+        # The workload image goes into the node's own engine, as a registry would put it.
+        save = subprocess.Popen(
+            [shutil.which("docker"), "save", image_tags["workload-bookworm"]],
+            stdout=subprocess.PIPE,
+        )
+        load = subprocess.run(
+            [shutil.which("docker"), "exec", "-i", spec.name, "docker", "load"],
+            stdin=save.stdout,
+            capture_output=True,
+            check=False,
+        )
+        save.wait()
+        assert load.returncode == 0, load.stderr.decode()
+        out[spec.release] = Node(spec.name, spec.release, image_tags["workload-bookworm"])
+    yield out
+    if not os.environ.get("GPUNODE_KEEP_NODES"):
+        cluster.down_names([s.name for s in specs], log=lambda *_: None)
+
+
+@pytest.fixture(params=RELEASES)
+def node(request, nodes) -> Node:
+    n = nodes[request.param]
+    yield n
+    # every test leaves the node with the 4xA100 profile and all device nodes in place
+    n.apply("a100x4")
+
+
+__all__ = ["Node", "docker"]

@@ -1,0 +1,191 @@
+"""A simulated GPU node is indistinguishable, for NVML consumers, from a server with a
+loaded NVIDIA driver: pynvml, `gpunode inventory` and containers of the node's own engine."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import textwrap
+
+import pytest
+
+from gpunode.profiles import load_profile
+
+pytestmark = pytest.mark.integration
+
+A100 = load_profile("a100x4")
+
+PROBE = textwrap.dedent(
+    """
+    import json, pynvml as N
+    try:
+        N.nvmlInit()
+    except N.NVMLError as e:
+        print(json.dumps({"error": type(e).__name__})); raise SystemExit
+    out = {"driver": N.nvmlSystemGetDriverVersion(), "cuda": N.nvmlSystemGetCudaDriverVersion(),
+           "count": N.nvmlDeviceGetCount(), "gpus": []}
+    for i in range(out["count"]):
+        try:
+            h = N.nvmlDeviceGetHandleByIndex(i)
+        except N.NVMLError as e:
+            out["gpus"].append({"error": type(e).__name__}); continue
+        ecc = N.nvmlDeviceGetTotalEccErrors(h, N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                            N.NVML_VOLATILE_ECC)
+        out["gpus"].append({
+            "uuid": N.nvmlDeviceGetUUID(h), "bus": N.nvmlDeviceGetPciInfo(h).busId,
+            "name": N.nvmlDeviceGetName(h), "minor": N.nvmlDeviceGetMinorNumber(h),
+            "memory": N.nvmlDeviceGetMemoryInfo(h).total, "ecc_uncorrected": ecc,
+            "pending": N.nvmlDeviceGetRetiredPagesPendingStatus(h),
+        })
+    N.nvmlShutdown()
+    print(json.dumps(out))
+    """
+)
+
+
+def expected(profile, minors=None):
+    return [g for g in profile.gpus if minors is None or g.minor in minors]
+
+
+def test_pynvml_and_inventory_report_exactly_the_profile(node):
+    nv = node.pynvml(PROBE)
+    assert nv["driver"] == "535.261.03"
+    assert nv["cuda"] == 12020
+    assert nv["count"] == 4
+    assert [g["uuid"] for g in nv["gpus"]] == [g.uuid for g in A100.gpus]
+    assert [g["bus"] for g in nv["gpus"]] == [g.bus_id.nvml for g in A100.gpus]
+    assert [g["memory"] for g in nv["gpus"]] == [81920 * 1024 * 1024] * 4
+
+    inv = node.json("gpunode inventory --json")
+    assert inv["source"] == "nvml"
+    assert inv["driver_version"] == "535.261.03"
+    assert inv["gpu_count"] == 4
+    assert [g["uuid"] for g in inv["gpus"]] == [g.uuid for g in A100.gpus]
+    assert [g["pci_bus_id"] for g in inv["gpus"]] == [g.bus_id.nvml for g in A100.gpus]
+    assert [g["memory_total_mib"] for g in inv["gpus"]] == [81920] * 4
+    assert inv["healthy"] is True
+
+
+def test_driver_files_look_like_a_loaded_driver(node):
+    listing = node.sh("stat -c '%n %F %t:%T' /dev/nvidia*").stdout.split("\n")
+    # stat prints majors/minors in hex
+    assert "/dev/nvidiactl character special file c3:ff" in listing
+    assert "/dev/nvidia-modeset character special file c3:fe" in listing
+    assert "/dev/nvidia2 character special file c3:2" in listing
+    uvm = [ln for ln in listing if ln.startswith("/dev/nvidia-uvm ")]
+    assert uvm and not uvm[0].endswith("c3:0")  # dynamic major, not 195
+    assert "535.261.03" in node.sh("cat /proc/driver/nvidia/version").stdout
+    assert node.sh("ls /proc/driver/nvidia/gpus").stdout.split() == [
+        g.bus_id.procfs for g in A100.gpus
+    ]
+    info = node.sh("cat /proc/driver/nvidia/gpus/0000:0f:00.0/information").stdout
+    assert f"GPU UUID: \t {A100.gpus[1].uuid}" in info
+    assert node.sh("findmnt -no FSTYPE /proc/driver").stdout.strip() == "tmpfs"
+    lib = node.sh("readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").stdout.strip()
+    assert lib == "libnvidia-ml.so.535.261.03"
+    assert "libnvidia-ml.so.1 " in node.sh("ldconfig -p").stdout
+
+
+def test_reapplying_is_idempotent(node):
+    assert node.apply("a100x4")["changed"] is False
+
+
+def test_removing_a_device_node_hides_that_gpu(node):
+    node.sh("rm /dev/nvidia2")
+    nv = node.pynvml(PROBE)
+    want = [g.uuid for g in expected(A100, {0, 1, 3})]
+    assert [g["uuid"] for g in nv["gpus"]] == want
+    inv = node.json("gpunode inventory --json")
+    assert [g["uuid"] for g in inv["gpus"]] == want
+    assert [p["uuid"] for p in inv["problems"]] == [A100.gpus[2].uuid]
+    # re-applying the profile recreates it
+    assert node.apply("a100x4")["changed"] is True
+    assert node.pynvml(PROBE)["count"] == 4
+
+
+def test_profile_faults_surface_through_nvml(node):
+    node.apply("t4x2-faulty")
+    nv = node.pynvml(PROBE)
+    assert [g["name"] for g in nv["gpus"]] == ["Tesla T4", "Tesla T4"]
+    assert [g["ecc_uncorrected"] for g in nv["gpus"]] == [0, 2]
+    assert [g["pending"] for g in nv["gpus"]] == [0, 1]
+    inv = node.json("gpunode inventory --json")
+    assert inv["healthy"] is False
+    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending"}
+    # the previous profile's GPUs are gone, not left behind
+    assert node.sh("ls /proc/driver/nvidia/gpus").stdout.split() == ["0000:3b:00.0", "0000:d8:00.0"]
+    assert node.sh("ls /dev | grep -c '^nvidia[0-9]'").stdout.strip() == "2"
+
+
+def test_lost_gpu_is_gpu_is_lost(node, tmp_path):
+    profile = tmp_path / "lost.yaml"
+    profile.write_text(
+        textwrap.dedent(f"""
+        name: lost
+        driver: {{version: "550.163.01", cuda_version: "12.4"}}
+        defaults: {{model: NVIDIA H100 80GB HBM3, memory_mib: 81559, compute_capability: "9.0"}}
+        gpus:
+          - {{uuid: {A100.gpus[0].uuid}, bus_id: "0000:18:00.0"}}
+          - {{uuid: {A100.gpus[1].uuid}, bus_id: "0000:2a:00.0", faults: [fallen_off_bus]}}
+        """)
+    )
+    node.apply(str(profile))
+    nv = node.pynvml(PROBE)
+    assert nv["driver"] == "550.163.01"
+    assert nv["gpus"][1] == {"error": "NVMLError_GpuIsLost"}
+    inv = node.json("gpunode inventory --json")
+    assert inv["gpus"][1]["health"] == ["fallen_off_bus"]
+    assert inv["gpus"][1]["uuid"] == A100.gpus[1].uuid
+    # the library file carries the new driver version in its name
+    assert node.sh("readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").stdout.strip() == (
+        "libnvidia-ml.so.550.163.01"
+    )
+    assert (
+        node.sh("ls /usr/lib/x86_64-linux-gnu/ | grep -c '^libnvidia-ml.so.5'").stdout.strip()
+        == "1"
+    )
+
+
+def test_no_driver_node(node):
+    node.apply("nogpu")
+    proc = node.sh("gpunode inventory", check=False)
+    assert proc.returncode == 3
+    assert proc.stderr.strip().startswith("gpunode: no NVIDIA driver found")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    # no driver installed at all: no libnvidia-ml either
+    assert node.pynvml(PROBE) == {"error": "NVMLError_LibraryNotFound"}
+    assert node.sh("ls /dev | grep -c nvidia", check=False).stdout.strip() == "0"
+
+
+def test_mock_stays_the_nvml_when_debian_packages_install(node):
+    """The paths Debian's libnvidia-ml1 ships are diverted to *.gpunode-real."""
+    listing = node.sh("dpkg-divert --list 'gpunode-sim' || dpkg-divert --list").stdout
+    for path in (
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03",
+        "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03",
+    ):
+        assert f"diversion of {path} to {path}.gpunode-real by gpunode-sim" in listing
+
+
+def test_inner_container_sees_only_the_gpu_it_was_given(node):
+    pynvml_file = node.sh(
+        "/opt/gpunode/bin/python -c 'import pynvml; print(pynvml.__file__)'"
+    ).stdout.strip()
+    lib = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03"
+    run = (
+        "docker run --rm --network none --device /dev/nvidiactl --device /dev/nvidia1 "
+        f"-v {lib}:/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1:ro "
+        f"-v {pynvml_file}:/opt/pynvml/pynvml.py:ro -e PYTHONPATH=/opt/pynvml "
+        f"{node.workload} python3 -c {shlex.quote(PROBE)}"
+    )
+    nv = json.loads(node.sh(run).stdout)
+    assert nv["count"] == 1
+    assert [g["uuid"] for g in nv["gpus"]] == [A100.gpus[1].uuid]
+    assert nv["gpus"][0]["minor"] == 1
+    # and the container has no other GPU device node
+    ls = node.sh(
+        f"docker run --rm --network none --device /dev/nvidia1 {node.workload} "
+        "sh -c 'ls /dev | grep ^nvidia'"
+    ).stdout.split()
+    assert ls == ["nvidia1"]

@@ -108,6 +108,172 @@ def cmd_sim(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown sim action {args.action!r}")
 
 
+def cmd_cdi(args: argparse.Namespace) -> int:
+    from . import cdi, config, discover
+
+    cfg = config.load(args.config)
+    disc = discover.load(cfg.cache_file, cfg.driver_root, refresh=True)
+    spec = cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root)
+    if args.output:
+        changed = cdi.write(spec, args.output)
+        if args.json:
+            _print_json(
+                {
+                    "changed": changed,
+                    "path": args.output,
+                    "devices": len(spec["devices"]),
+                    "cdiVersion": spec["cdiVersion"],
+                }
+            )
+        else:
+            print(
+                f"{args.output}: {'written' if changed else 'unchanged'} "
+                f"({len(spec['devices'])} devices, cdiVersion {spec['cdiVersion']})"
+            )
+    else:
+        sys.stdout.write(cdi.dump(spec, args.format))
+    return EXIT_OK
+
+
+def cmd_runtime(args: argparse.Namespace) -> int:
+    from . import config, discover
+
+    if args.action == "refresh":
+        cfg = config.load(args.config)
+        disc = discover.load(cfg.cache_file, cfg.driver_root, refresh=True)
+        result = {
+            "cache_file": cfg.cache_file,
+            "driver_version": disc.node.driver_version,
+            "gpus": len(disc.node.gpus),
+        }
+        _print_json(result) if args.json else print(
+            f"{cfg.cache_file}: driver {disc.node.driver_version}, {len(disc.node.gpus)} GPU(s)"
+        )
+        return EXIT_OK
+    if args.action == "install-links":
+        from .install import install_links
+
+        result = install_links(Path(args.prefix), Path(sys.executable).parent)
+        _print_json(result) if args.json else print(
+            "\n".join(result["changes"]) if result["changes"] else "unchanged"
+        )
+        return EXIT_OK
+    from . import engines
+
+    kwargs = {
+        "runtime_name": args.name,
+        "runtime_path": args.runtime_path,
+        "set_default": args.set_as_default,
+        "cdi": args.cdi,
+        "dry_run": args.dry_run,
+    }
+    if args.engine == "docker":
+        res = engines.configure_docker(args.config_path or "/etc/docker/daemon.json", **kwargs)
+    else:
+        res = engines.configure_containerd(
+            args.config_path or "/etc/containerd/config.toml", **kwargs
+        )
+    if args.json:
+        _print_json(res.to_dict())
+    elif args.dry_run:
+        sys.stdout.write(res.content)
+    else:
+        print(
+            f"{res.path}: {'changed' if res.changed else 'unchanged'}"
+            + (f" (backup {res.backup})" if res.backup else "")
+        )
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import config, discover, edits, requests
+
+    cfg = config.load(args.config)
+    env = []
+    for item in args.env:
+        if "=" not in item:
+            raise UsageError(f"--env {item!r} is not KEY=VALUE")
+        env.append(item)
+    mounts = []
+    for item in args.mount:
+        src, sep, dst = item.partition(":")
+        if not sep or not dst.startswith("/"):
+            raise UsageError(f"--mount {item!r} is not SRC:/absolute/destination")
+        mounts.append({"source": src, "destination": dst, "type": "bind"})
+    annotations = {}
+    for item in args.annotation:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--annotation {item!r} is not KEY=VALUE")
+        annotations[key] = value
+    out: dict[str, object] = {}
+    try:
+        req = requests.parse_request(
+            env, privileged=args.privileged, mounts=mounts, annotations=annotations, cfg=cfg
+        )
+        out["gpu_container"] = req.is_gpu
+        out["request"] = {
+            "devices": None if req.devices is None else list(req.devices),
+            "cdi_devices": list(req.cdi_devices),
+            "source": req.source,
+            "capabilities": sorted(req.capabilities),
+            "requirements": list(req.requirements),
+            "legacy": req.legacy,
+        }
+        if req.is_gpu:
+            disc = discover.load(cfg.cache_file, cfg.driver_root)
+            selected = requests.select_gpus(req, disc.node.gpus)
+            requests.check_requirements(req, disc.node, selected, cfg)
+            out["selected"] = [
+                {"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in selected
+            ]
+            out["edits"] = edits.build(
+                disc,
+                req.capabilities,
+                selected,
+                hook_path=cfg.hook_path,
+                dev_root=cfg.dev_root,
+                rootfs=args.rootfs,
+            ).to_dict()
+    except (requests.RequestError, edits.EditError, discover.DiscoveryError) as exc:
+        out["error"] = str(exc)
+    if args.json:
+        _print_json(out)
+    else:
+        _print_explain(out)
+    return EXIT_FAIL if "error" in out else EXIT_OK
+
+
+def _print_explain(out: dict) -> None:
+    if "error" in out and "request" not in out:
+        print(f"error: {out['error']}")
+        return
+    req = out["request"]
+    if not out["gpu_container"]:
+        print(f"not a GPU container: the spec is left untouched (source: {req['source']})")
+        return
+    print(
+        f"GPU request from {req['source']}: devices {req['devices']}, capabilities "
+        f"{','.join(req['capabilities'])}"
+    )
+    for r in req["requirements"]:
+        print(f"requirement: {r}")
+    if "error" in out:
+        print(f"error: {out['error']}")
+        return
+    for g in out["selected"]:
+        print(f"gpu {g['index']}: {g['uuid']} {g['pci_bus_id']}")
+    e = out["edits"]
+    for d in e["devices"]:
+        print(f"device {d['path']} (c {d['major']}:{d['minor']}, mode {d['mode']:o})")
+    for m in e["mounts"]:
+        print(f"mount {m['source']} -> {m['destination']} ({','.join(m['options'])})")
+    for h in e["hooks"]:
+        print(f"hook createContainer: {h['path']} {' '.join(h['args'][1:])}")
+    for v in e["env"]:
+        print(f"env {v}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpunode", description="Provision and validate NVIDIA GPU nodes.")
     p.add_argument("--version", action="version", version=f"gpunode {__version__}")
@@ -124,6 +290,46 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("action", choices=["list", "show", "check"])
     prof.add_argument("ref", nargs="?", help="built-in profile name or path to a .yaml file")
     prof.set_defaults(func=cmd_profile)
+
+    cdi = sub.add_parser("cdi", help="Container Device Interface specs")
+    cdisub = cdi.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    gen = cdisub.add_parser("generate", help="generate the nvidia.com/gpu CDI spec")
+    gen.add_argument("--output", help="write here (e.g. /etc/cdi/nvidia.yaml) instead of stdout")
+    gen.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    gen.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
+    gen.add_argument("--json", action="store_true", help="report as JSON (with --output)")
+    gen.set_defaults(func=cmd_cdi)
+
+    rt = sub.add_parser("runtime", help="the container runtime: configure engines, refresh cache")
+    rtsub = rt.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    conf = rtsub.add_parser("configure", help="register gpunode with a container engine")
+    conf.add_argument("engine", choices=["docker", "containerd"])
+    conf.add_argument("--set-as-default", action="store_true")
+    conf.add_argument("--cdi", action="store_true", help="enable CDI in the engine")
+    conf.add_argument("--config", dest="config_path", help="the engine's config file")
+    conf.add_argument("--name", default="gpunode", help="runtime name (default gpunode)")
+    conf.add_argument("--runtime-path", default="/usr/local/bin/gpunode-container-runtime")
+    conf.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
+    conf.add_argument("--json", action="store_true")
+    conf.set_defaults(func=cmd_runtime)
+    ref = rtsub.add_parser("refresh", help="rediscover the driver and rewrite the cache")
+    ref.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
+    ref.add_argument("--json", action="store_true")
+    ref.set_defaults(func=cmd_runtime)
+    links = rtsub.add_parser("install-links", help="link the executables into a bin dir")
+    links.add_argument("--prefix", default="/usr/local/bin")
+    links.add_argument("--json", action="store_true")
+    links.set_defaults(func=cmd_runtime)
+
+    ex = sub.add_parser("explain", help="what a container with this request would get")
+    ex.add_argument("--env", action="append", default=[], metavar="K=V")
+    ex.add_argument("--privileged", action="store_true")
+    ex.add_argument("--mount", action="append", default=[], metavar="SRC:DST")
+    ex.add_argument("--annotation", action="append", default=[], metavar="K=V")
+    ex.add_argument("--rootfs", help="the container's root filesystem (decides the lib dir)")
+    ex.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=cmd_explain)
 
     sim = sub.add_parser("sim", help="the simulated GPU cluster (development and tests)")
     simsub = sim.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -152,13 +358,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
+    from .config import ConfigError
+    from .discover import DiscoveryError
     from .profiles import ProfileError
     from .sim.cluster import SimError
     from .sim.docker import DockerError
     from .sim.images import ImageError
     from .sim.mocknvml import MockBuildError
 
-    return (ProfileError, SimError, DockerError, ImageError, MockBuildError, OSError)
+    return (
+        ConfigError,
+        DiscoveryError,
+        ProfileError,
+        SimError,
+        DockerError,
+        ImageError,
+        MockBuildError,
+        OSError,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

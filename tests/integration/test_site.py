@@ -19,15 +19,23 @@ def test_site_yml_reports_every_node(nodes, tmp_path):
     inventory = {
         "all": {
             "children": {"gpu_nodes": {"hosts": {n.name: {} for n in nodes.values()}}},
-            "vars": {"ansible_connection": "community.docker.docker",
-                     "ansible_python_interpreter": "/usr/bin/python3"},
+            "vars": {
+                "ansible_connection": "community.docker.docker",
+                "ansible_python_interpreter": "/usr/bin/python3",
+            },
         }
     }
     inv_file = tmp_path / "hosts.yml"
     inv_file.write_text(yaml.safe_dump(inventory))
     playbook = Path(sys.executable).parent / "ansible-playbook"
-    proc = subprocess.run([str(playbook), "-i", str(inv_file), "site.yml"], cwd=ROOT,
-                          capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(
+        [str(playbook), "-i", str(inv_file), "site.yml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = proc.stdout
     for gpu in load_profile("a100x4").gpus:

@@ -244,7 +244,7 @@ def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
         f"set -e; [ -x {VENV}/bin/python ] || python3 -m venv --system-site-packages {VENV}; "
         f"{VENV}/bin/pip install -q --no-index --find-links {WHEELS_IN_NODE} --force-reinstall "
         f"--no-deps {WHEELS_IN_NODE}/*.whl; "
-        f"ln -sf {VENV}/bin/gpunode /usr/local/bin/gpunode; "
+        f"{VENV}/bin/gpunode runtime install-links --prefix /usr/local/bin >/dev/null; "
         f"echo {digest} > {VENV}/.gpunode-wheels.sha256"
     )
     proc = exec_(name, ["sh", "-c", script], check=False)

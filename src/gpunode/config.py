@@ -1,0 +1,132 @@
+"""Runtime configuration: /etc/gpunode/runtime.toml (read with tomllib).
+
+Every key is optional; the defaults below are what an absent file means. Unknown keys and
+wrong types are errors (one line naming the key, the value and what is accepted), so a
+typo never silently falls back to a default.
+
+```toml
+# low-level OCI runtimes, first found wins (name on PATH or absolute path)
+runtimes = ["runc", "crun"]
+log-file = "/var/log/gpunode-runtime.log"   # "" disables the file log
+log-level = "info"                          # debug, info, warning, error
+# where the driver's files live (a containerised driver can live under another root)
+driver-root = "/"
+dev-root = "/"
+# where `gpunode cdi generate` writes and CDI names are looked up
+cdi-spec-dirs = ["/etc/cdi", "/var/run/cdi"]
+# request gates (NVIDIA's semantics)
+accept-envvar-unprivileged = true
+accept-volume-mounts = false
+annotation-prefixes = ["cdi.k8s.io/"]
+default-capabilities = ["compute", "utility"]
+supported-capabilities = ["compat32", "compute", "display", "graphics", "ngx", "utility", "video"]
+disable-require = false
+# the hook program the runtime puts into specs, and the inventory cache it reads
+hook-path = "/usr/local/bin/gpunode-hook"
+cache-file = "/var/cache/gpunode/inventory.json"
+ldconfig = "/sbin/ldconfig"
+```
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PATH = Path("/etc/gpunode/runtime.toml")
+ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message is one line."""
+
+
+@dataclass
+class RuntimeConfig:
+    runtimes: list[str] = field(default_factory=lambda: ["runc", "crun"])
+    log_file: str = "/var/log/gpunode-runtime.log"
+    log_level: str = "info"
+    driver_root: str = "/"
+    dev_root: str = "/"
+    cdi_spec_dirs: list[str] = field(default_factory=lambda: ["/etc/cdi", "/var/run/cdi"])
+    accept_envvar_unprivileged: bool = True
+    accept_volume_mounts: bool = False
+    annotation_prefixes: list[str] = field(default_factory=lambda: ["cdi.k8s.io/"])
+    default_capabilities: list[str] = field(default_factory=lambda: ["compute", "utility"])
+    supported_capabilities: list[str] = field(default_factory=lambda: list(ALL_CAPABILITIES))
+    disable_require: bool = False
+    hook_path: str = "/usr/local/bin/gpunode-hook"
+    cache_file: str = "/var/cache/gpunode/inventory.json"
+    ldconfig: str = "/sbin/ldconfig"
+    source: str = "<defaults>"
+
+    def validate(self) -> RuntimeConfig:
+        where = self.source
+        if not self.runtimes:
+            raise ConfigError(f'{where}: runtimes is empty; list at least one (e.g. ["runc"])')
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"{where}: log-level {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}"
+            )
+        for key in ("default_capabilities", "supported_capabilities"):
+            for cap in getattr(self, key):
+                if cap not in ALL_CAPABILITIES:
+                    raise ConfigError(
+                        f"{where}: {key.replace('_', '-')} has {cap!r}; accepted: "
+                        f"{', '.join(ALL_CAPABILITIES)}"
+                    )
+        for key in ("driver_root", "dev_root", "hook_path", "ldconfig"):
+            if not os.path.isabs(getattr(self, key)):
+                raise ConfigError(
+                    f"{where}: {key.replace('_', '-')} {getattr(self, key)!r} must be an absolute path"
+                )
+        return self
+
+
+_TYPES: dict[str, type] = {f.name: f.type for f in fields(RuntimeConfig)}
+
+
+def _check(where: str, key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} = {value!r} is not valid; expected true or false")
+    elif isinstance(default, list):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(
+                f"{where}: {key} = {value!r} is not valid; expected a list of strings"
+            )
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} = {value!r} is not valid; expected a string")
+    return value
+
+
+def load(path: Path | str | None = None) -> RuntimeConfig:
+    """Load the config file; a missing file (at the default path) means defaults."""
+    explicit = path is not None or "GPUNODE_RUNTIME_CONFIG" in os.environ
+    path = Path(path or os.environ.get("GPUNODE_RUNTIME_CONFIG", DEFAULT_PATH))
+    cfg = RuntimeConfig(source=str(path))
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file {path} does not exist") from None
+        cfg.source = "<defaults>"
+        return cfg
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    defaults = RuntimeConfig()
+    accepted = sorted(k.replace("_", "-") for k in _TYPES if k != "source")
+    for key, value in data.items():
+        attr = key.replace("-", "_")
+        if attr not in _TYPES or attr == "source":
+            raise ConfigError(f"{path}: unknown key {key!r}; accepted keys: {', '.join(accepted)}")
+        setattr(cfg, attr, _check(str(path), key, value, getattr(defaults, attr)))
+    return cfg.validate()

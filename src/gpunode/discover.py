@@ -1,0 +1,376 @@
+"""Discovery: which GPUs and which driver files this node has.
+
+Two layers, as in NVIDIA's toolkit (discover → edits):
+
+* ``NodeFacts`` (driver version, CUDA version, GPUs) come from NVML — slow to initialise,
+  so they are kept in the **inventory cache** (``cache-file`` in runtime.toml, default
+  ``/var/cache/gpunode/inventory.json``) together with the driver's file list.
+* The cache is keyed on what changes when the driver changes: the version in
+  ``/proc/driver/nvidia/version`` and the identity (device, inode, mtime) of
+  ``libnvidia-ml.so.1``'s target and of ``/etc/ld.so.cache``. When any differs the runtime
+  rediscovers and rewrites the cache (atomically). ``gpunode cdi generate`` and
+  ``gpunode runtime refresh`` (run at install and at boot by the runtime role) refresh it
+  explicitly. Device nodes are *not* cached: they are stat'ed for every container, so a
+  missing ``/dev/nvidia<minor>`` is noticed at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .facts import GpuFacts, NodeFacts
+
+NVIDIA_MAJOR = 195
+CACHE_SCHEMA = 2
+
+# Libraries per driver capability (file names start with these and end in the driver
+# version). Source: libnvidia-container nvc_info.c, via ../shared/reference.
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"),
+    "compute": (
+        "libcuda",
+        "libcudadebugger",
+        "libnvidia-opencl",
+        "libnvidia-gpucomp",
+        "libnvidia-ptxjitcompiler",
+        "libnvidia-fatbinaryloader",
+        "libnvidia-allocator",
+        "libnvidia-compiler",
+        "libnvidia-pkcs11",
+        "libnvidia-pkcs11-openssl3",
+        "libnvidia-nvvm",
+        "libnvidia-tileiras",
+    ),
+    "video": ("libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"),
+    "graphics": (
+        "libnvidia-eglcore",
+        "libnvidia-glcore",
+        "libnvidia-tls",
+        "libnvidia-glsi",
+        "libnvidia-fbc",
+        "libnvidia-ifr",
+        "libnvidia-rtcore",
+        "libnvoptix",
+        "libGLX_nvidia",
+        "libEGL_nvidia",
+        "libGLESv2_nvidia",
+        "libGLESv1_CM_nvidia",
+        "libnvidia-glvkspirv",
+        "libnvidia-cbl",
+    ),
+    "ngx": ("libnvidia-ngx",),
+}
+BINARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
+    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+}
+IPC: dict[str, tuple[str, ...]] = {
+    "utility": ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"),
+    "compute": ("/tmp/nvidia-mps",),
+}
+BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin")
+# Capabilities that pull in others (nvc_info/options.h).
+IMPLIES = {"video": {"compute"}, "display": {"graphics"}}
+
+_BRANDS = {
+    0: "unknown",
+    1: "quadro",
+    2: "tesla",
+    3: "nvs",
+    4: "grid",
+    5: "geforce",
+    6: "titan",
+    7: "nvidiavapps",
+    8: "nvidiavpc",
+    9: "nvidiavcs",
+    10: "nvidiavws",
+    11: "nvidiacloudgaming",
+    12: "quadrortx",
+    13: "nvidiartx",
+    14: "nvidia",
+    15: "geforcertx",
+    16: "titanrtx",
+}
+
+
+class DiscoveryError(RuntimeError):
+    """The driver cannot be discovered (no NVML, no driver). One-line message."""
+
+
+@dataclass
+class DriverFiles:
+    """Host paths of the driver's userspace files, relative to nothing (absolute)."""
+
+    libraries: dict[str, list[str]] = field(default_factory=dict)  # capability -> paths
+    binaries: dict[str, list[str]] = field(default_factory=dict)
+    firmware: list[str] = field(default_factory=list)
+    ipc: dict[str, list[str]] = field(default_factory=dict)
+    libdirs: list[str] = field(default_factory=list)  # host dirs holding the libraries
+
+    def for_capabilities(self, caps: set[str]) -> tuple[list[str], list[str], list[str]]:
+        caps = expand_capabilities(caps)
+        libs = [p for c in sorted(caps) for p in self.libraries.get(c, [])]
+        bins = [p for c in sorted(caps) for p in self.binaries.get(c, [])]
+        ipc = [p for c in sorted(caps) for p in self.ipc.get(c, [])]
+        return libs, bins, ipc
+
+
+def expand_capabilities(caps: set[str] | frozenset[str]) -> set[str]:
+    out = set(caps)
+    for cap in list(out):
+        out |= IMPLIES.get(cap, set())
+    return out
+
+
+@dataclass
+class Discovery:
+    node: NodeFacts
+    files: DriverFiles
+    key: dict[str, Any]
+    from_cache: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": CACHE_SCHEMA,
+            "key": self.key,
+            "node": self.node.to_dict(),
+            "files": asdict(self.files),
+        }
+
+
+def _root(driver_root: str, path: str) -> str:
+    return path if driver_root in ("", "/") else os.path.join(driver_root, path.lstrip("/"))
+
+
+def ldcache_libraries(driver_root: str = "/") -> list[str]:
+    """Library paths listed in the driver root's ld.so.cache (64-bit entries)."""
+    cache = _root(driver_root, "/etc/ld.so.cache")
+    ldconfig = next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), "ldconfig"
+    )
+    proc = subprocess.run(
+        [ldconfig, "-p", "-C", cache],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+    out = []
+    for line in proc.stdout.splitlines()[1:]:
+        if "=>" not in line or "x86-64" not in line and "64bit" not in line:
+            continue
+        path = line.rsplit("=>", 1)[1].strip()
+        out.append(_root(driver_root, path))
+    return out
+
+
+def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
+    files = DriverFiles()
+    suffix = f".so.{driver_version}"
+    seen: set[str] = set()
+    candidates = []
+    for path in ldcache_libraries(driver_root):
+        real = os.path.realpath(path)
+        if real.endswith(suffix) and real not in seen:
+            seen.add(real)
+            candidates.append(real)
+    for cap, prefixes in LIBRARIES.items():
+        found = sorted(
+            p
+            for p in candidates
+            if any(os.path.basename(p) == f"{pre}{suffix}" for pre in prefixes)
+        )
+        if found:
+            files.libraries[cap] = found
+    files.libdirs = sorted({os.path.dirname(p) for ps in files.libraries.values() for p in ps})
+    for cap, names in BINARIES.items():
+        found = []
+        for name in names:
+            for d in BIN_DIRS:
+                p = _root(driver_root, f"{d}/{name}")
+                if os.path.isfile(p) and os.access(p, os.X_OK):
+                    found.append(os.path.realpath(p) if not os.path.islink(p) else p)
+                    break
+        if found:
+            files.binaries[cap] = found
+    fw = Path(_root(driver_root, f"/lib/firmware/nvidia/{driver_version}"))
+    if fw.is_dir():
+        files.firmware = sorted(str(p) for p in fw.glob("gsp*.bin"))
+    for cap, paths in IPC.items():
+        found = [p for p in paths if os.path.exists(_root(driver_root, p))]
+        if found:
+            files.ipc[cap] = found
+    return files
+
+
+def nvml_facts() -> NodeFacts:
+    try:
+        import pynvml
+    except ImportError:
+        raise DiscoveryError("nvidia-ml-py is not installed") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise DiscoveryError(f"NVML cannot be initialised: {exc}") from None
+
+    def s(v: Any) -> str:
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    try:
+        driver = s(pynvml.nvmlSystemGetDriverVersion())
+        cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            except pynvml.NVMLError:
+                continue  # a lost GPU cannot be given to a container
+            try:
+                brand = _BRANDS.get(pynvml.nvmlDeviceGetBrand(h), "unknown")
+            except pynvml.NVMLError:
+                brand = "unknown"
+            try:
+                cc = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                cc_text = f"{cc[0]}.{cc[1]}"
+            except pynvml.NVMLError:
+                cc_text = ""
+            gpus.append(
+                GpuFacts(
+                    index=i,
+                    minor=pynvml.nvmlDeviceGetMinorNumber(h),
+                    uuid=s(pynvml.nvmlDeviceGetUUID(h)),
+                    pci_bus_id=s(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                    name=s(pynvml.nvmlDeviceGetName(h)),
+                    brand=brand,
+                    compute_capability=cc_text,
+                )
+            )
+    finally:
+        pynvml.nvmlShutdown()
+    cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
+    return NodeFacts(driver_version=driver, cuda_version=cuda, gpus=tuple(gpus))
+
+
+def _ident(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
+
+
+_VERSION_RE = re.compile(r"(?:Kernel Module|x86_64|aarch64)\s+(\d+\.\d+(?:\.\d+)?)\s")
+
+
+def cache_key(driver_root: str = "/") -> dict[str, Any]:
+    try:
+        with open(_root(driver_root, "/proc/driver/nvidia/version")) as fh:
+            m = _VERSION_RE.search(fh.readline() + " ")
+            kernel = m.group(1) if m else None
+    except OSError:
+        kernel = None
+    libdirs = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
+    nvml = next(
+        (
+            _root(driver_root, f"{d}/libnvidia-ml.so.1")
+            for d in libdirs
+            if os.path.exists(_root(driver_root, f"{d}/libnvidia-ml.so.1"))
+        ),
+        None,
+    )
+    return {
+        "kernel_driver": kernel,
+        "nvml": _ident(nvml) if nvml else None,
+        "ldcache": _ident(_root(driver_root, "/etc/ld.so.cache")),
+    }
+
+
+def discover(driver_root: str = "/") -> Discovery:
+    key = cache_key(driver_root)
+    node = nvml_facts()
+    return Discovery(node, discover_files(node.driver_version, driver_root), key)
+
+
+def write_cache(d: Discovery, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(d.to_dict(), fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def read_cache(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == CACHE_SCHEMA else None
+
+
+def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Discovery:
+    """The node's discovery: from the cache when still valid, else fresh (and cached)."""
+    key = cache_key(driver_root)
+    if not refresh:
+        data = read_cache(cache_file)
+        if data is not None and data.get("key") == key:
+            return Discovery(
+                NodeFacts.from_dict(data["node"]),
+                DriverFiles(**data["files"]),
+                key,
+                from_cache=True,
+            )
+    d = discover(driver_root)
+    try:
+        write_cache(d, cache_file)
+    except OSError:
+        pass  # read-only /var/cache: still correct, only slower next time
+    return d
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str  # in the container
+    host_path: str
+    major: int
+    minor: int
+    mode: int
+    uid: int
+    gid: int
+
+
+def device_node(path: str, dev_root: str = "/") -> DeviceNode | None:
+    """Stat a character device on the host; None when missing or not a char device."""
+    host = _root(dev_root, path)
+    try:
+        st = os.stat(host)
+    except OSError:
+        return None
+    if not stat.S_ISCHR(st.st_mode):
+        return None
+    return DeviceNode(
+        path,
+        host,
+        os.major(st.st_rdev),
+        os.minor(st.st_rdev),
+        stat.S_IMODE(st.st_mode),
+        st.st_uid,
+        st.st_gid,
+    )
+
+
+CONTROL_NODES = {
+    "always": ("/dev/nvidiactl",),
+    "compute": ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"),
+    "display": ("/dev/nvidia-modeset",),
+}

@@ -1,0 +1,171 @@
+"""Edits: what a GPU container gets — device nodes, mounts, hooks, environment.
+
+Built from a request (gpunode.requests), the node's discovery (gpunode.discover) and the
+selected GPUs, then applied in one of three places: an OCI spec (gpunode.oci, used by the
+runtime shim), a CDI spec (gpunode.cdi), or shown by `gpunode explain`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .discover import CONTROL_NODES, Discovery, device_node, expand_capabilities
+from .facts import GpuFacts
+
+LIB_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
+IPC_OPTIONS = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
+DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu"
+OTHER_LIBDIR = "/usr/lib64"
+# Hooks get exactly this environment: nothing from the image or the engine reaches them
+# (CVE-2025-23266 was an image LD_PRELOAD reaching a privileged hook).
+HOOK_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GPUNODE_HOOK=1"]
+
+
+class EditError(ValueError):
+    """The request cannot be satisfied on this node. One-line message."""
+
+
+@dataclass(frozen=True)
+class Device:
+    path: str
+    host_path: str
+    major: int
+    minor: int
+    mode: int
+    uid: int = 0
+    gid: int = 0
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    destination: str
+    options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Hook:
+    path: str
+    args: tuple[str, ...]
+    env: tuple[str, ...] = tuple(HOOK_ENV)
+    timeout: int = 30
+
+
+@dataclass
+class Edits:
+    devices: list[Device] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "devices": [asdict(d) for d in self.devices],
+            "mounts": [asdict(m) | {"options": list(m.options)} for m in self.mounts],
+            "hooks": [asdict(h) | {"args": list(h.args), "env": list(h.env)} for h in self.hooks],
+            "env": list(self.env),
+        }
+
+
+def _device(path: str, dev_root: str) -> Device | None:
+    node = device_node(path, dev_root)
+    if node is None:
+        return None
+    return Device(path, node.host_path, node.major, node.minor, node.mode, node.uid, node.gid)
+
+
+def control_devices(caps: set[str], dev_root: str, *, require_ctl: bool = True) -> list[Device]:
+    out = []
+    wanted = list(CONTROL_NODES["always"])
+    if "compute" in caps:
+        wanted += CONTROL_NODES["compute"]
+    if "display" in caps:
+        wanted += CONTROL_NODES["display"]
+    for path in wanted:
+        dev = _device(path, dev_root)
+        if dev is None:
+            if path == "/dev/nvidiactl" and require_ctl:
+                raise EditError(
+                    f"driver device {path} is missing on this node: is the NVIDIA driver loaded?"
+                )
+            continue
+        out.append(dev)
+    return out
+
+
+def gpu_device(gpu: GpuFacts, dev_root: str) -> Device:
+    dev = _device(f"/dev/nvidia{gpu.minor}", dev_root)
+    if dev is None:
+        raise EditError(
+            f"GPU {gpu.index} ({gpu.uuid}, {gpu.pci_bus_id}) has no device node "
+            f"/dev/nvidia{gpu.minor} on this node"
+        )
+    return dev
+
+
+def container_libdir(rootfs: str | None) -> str:
+    """Where libraries go: the multiarch dir on Debian-family images, else /usr/lib64."""
+    if rootfs is None:
+        return DEBIAN_LIBDIR
+    try:
+        os.lstat(os.path.join(rootfs, "etc/debian_version"))
+    except OSError:
+        return OTHER_LIBDIR
+    return DEBIAN_LIBDIR
+
+
+def file_mounts(disc: Discovery, caps: set[str], libdir: str) -> list[Mount]:
+    libs, bins, ipc = disc.files.for_capabilities(caps)
+    mounts = [Mount(p, f"{libdir}/{os.path.basename(p)}", tuple(LIB_OPTIONS)) for p in libs]
+    mounts += [Mount(p, f"/usr/bin/{os.path.basename(p)}", tuple(LIB_OPTIONS)) for p in bins]
+    mounts += [Mount(p, p, tuple(LIB_OPTIONS)) for p in disc.files.firmware]
+    mounts += [Mount(p, p, tuple(IPC_OPTIONS)) for p in ipc]
+    return mounts
+
+
+def hook_args(
+    disc: Discovery, caps: set[str], libdir: str, gpus: list[GpuFacts] | None
+) -> list[str]:
+    """Arguments of the one gpunode-hook invocation a container gets.
+
+    One process does all three jobs (symlinks, ld cache, filtered /proc/driver/nvidia):
+    every extra hook is another Python start on the container's critical path.
+    """
+    libs, _, _ = disc.files.for_capabilities(caps)
+    names = {os.path.basename(p) for p in libs}
+    args: list[str] = []
+    suffix = f".so.{disc.node.driver_version}"
+    if f"libcuda{suffix}" in names:
+        args += ["--link", f"libcuda.so.1::{libdir}/libcuda.so"]
+    if f"libnvidia-opticalflow{suffix}" in names:
+        args += ["--link", f"libnvidia-opticalflow.so.1::{libdir}/libnvidia-opticalflow.so"]
+    if libs:
+        args += ["--folder", libdir]
+    for gpu in gpus or []:
+        args += ["--gpu", gpu.procfs_bus_id]
+    if gpus is not None:
+        args.append("--proc-driver")
+    return args
+
+
+def build(
+    disc: Discovery,
+    caps: frozenset[str] | set[str],
+    selected: list[GpuFacts],
+    *,
+    hook_path: str,
+    dev_root: str = "/",
+    rootfs: str | None = None,
+) -> Edits:
+    """Edits for a container given `selected` GPUs and driver capabilities `caps`."""
+    caps = expand_capabilities(set(caps))
+    libdir = container_libdir(rootfs)
+    edits = Edits()
+    edits.devices = control_devices(caps, dev_root)
+    edits.devices += [gpu_device(g, dev_root) for g in selected]
+    edits.mounts = file_mounts(disc, caps, libdir)
+    args = hook_args(disc, caps, libdir, selected)
+    edits.hooks = [Hook(hook_path, ("gpunode-hook", "configure", *args))]
+    return edits

@@ -1,0 +1,568 @@
+"""`gpunode runtime configure docker|containerd`: register gpunode's OCI runtime with an engine.
+
+Behaves like `nvidia-ctk runtime configure`, with these differences (see
+container-toolkit.md section 5):
+
+* every other setting is kept, including other ``features`` keys in daemon.json, and the
+  operator's key order (new keys are appended; nothing is sorted);
+* files are replaced atomically (temp file in the same directory, fsync, ``os.replace``) with
+  the old mode and owner, and the previous file is kept as ``<path>.gpunode-backup``;
+* nothing is written when the result is semantically unchanged, so Ansible can use
+  ``changed`` from :meth:`ConfigureResult.to_dict`;
+* daemon.json is checked with ``dockerd --validate`` (Docker >= 23) before it is replaced;
+* invalid input raises :class:`EngineConfigError` and leaves every file untouched.
+
+containerd: the runtime goes into the drop-in ``<drop_in_dir>/99-gpunode.toml`` and the main
+config only gains ``<drop_in_dir>/*.toml`` in its top-level ``imports``, edited textually so that
+comments and layout survive. containerd < 2.1 replaces (does not merge) a plugin section that an
+imported file defines, so the drop-in carries a copy of the main config's CRI plugin section, and
+the new runtime copies the options of the default runc runtime (``SystemdCgroup`` and so on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as _dt
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+# The dockerd executable used for validation; tests point this at a fake.
+DOCKERD = "dockerd"
+DOCKERD_VALIDATE_MIN_MAJOR = 23  # `dockerd --validate` appeared in Docker 23.0
+VALIDATE_TIMEOUT = 60
+
+BACKUP_SUFFIX = ".gpunode-backup"
+DROP_IN_NAME = "99-gpunode.toml"
+RUNC_SHIM = "io.containerd.runc.v2"
+CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+class EngineConfigError(ValueError):
+    """An engine config cannot be read or changed safely; the message is one line."""
+
+
+@dataclass
+class ConfigureResult:
+    path: str
+    changed: bool
+    backup: str | None
+    content: str  # the main file's content after the run (what would be written on dry_run)
+    validated: str | None = None  # e.g. "dockerd --validate: ok"; None when not run
+    drop_in: str | None = None  # containerd only
+    drop_in_content: str | None = None  # containerd only
+    dry_run: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- file helpers
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _real_path(path: str) -> str:
+    """Follow a symlinked config to its target, so the link itself is not replaced."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
+def _read(path: str) -> tuple[bytes | None, os.stat_result | None]:
+    try:
+        with open(path, "rb") as f:
+            return f.read(), os.fstat(f.fileno())
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise EngineConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+def _decode(path: str, data: bytes | None) -> str:
+    if data is None:
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EngineConfigError(
+            f"{path}: not valid UTF-8 (byte {exc.start}); left unchanged"
+        ) from exc
+
+
+def _fsync_dir(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write(
+    path: str,
+    data: bytes,
+    like: os.stat_result | None,
+    before_replace: Callable[[str], None] | None = None,
+) -> None:
+    """Write ``data`` to ``path`` atomically with the mode/owner of ``like`` (default 0644).
+
+    ``before_replace(tmp_path)`` runs after the temp file is complete and before it replaces
+    ``path``; if it raises, the temp file is removed and ``path`` is untouched.
+    """
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".gpunode-tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if like is not None and (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(PermissionError):
+                    os.fchown(f.fileno(), like.st_uid, like.st_gid)
+            os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode) if like is not None else 0o644)
+            os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _replace_with_backup(
+    path: str,
+    content: str,
+    old: bytes | None,
+    old_stat: os.stat_result | None,
+    validate: Callable[[str], None] | None = None,
+) -> str | None:
+    """Atomically replace ``path``; keep the previous bytes as ``<path>.gpunode-backup``."""
+    backup = path + BACKUP_SUFFIX if old is not None else None
+
+    def before_replace(tmp: str) -> None:
+        if validate is not None:
+            validate(tmp)
+        if backup is not None:
+            _atomic_write(backup, old, old_stat)
+
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    _atomic_write(path, content.encode("utf-8"), old_stat, before_replace)
+    return backup
+
+
+# --------------------------------------------------------------------------- docker
+
+
+def _load_daemon_json(path: str, text: str) -> dict:
+    if not text.strip():
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EngineConfigError(
+            f"{path}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
+            "left unchanged"
+        ) from exc
+    if not isinstance(config, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(config), "a number"
+        )
+        raise EngineConfigError(
+            f"{path}: not valid JSON for daemon.json (top level is {kind}, not an object); "
+            "left unchanged"
+        )
+    return config
+
+
+def _merge_docker(
+    path: str, config: dict, name: str, runtime_path: str, set_default: bool, cdi: bool
+) -> dict:
+    new = copy.deepcopy(config)
+    runtimes = new.setdefault("runtimes", {})
+    if not isinstance(runtimes, dict):
+        raise EngineConfigError(f"{path}: key 'runtimes' is not an object; left unchanged")
+    entry = runtimes.get(name)
+    if entry is None:
+        runtimes[name] = {"path": runtime_path}
+    elif isinstance(entry, dict):
+        entry["path"] = runtime_path  # keeps runtimeArgs and any other keys
+    else:
+        raise EngineConfigError(f"{path}: key 'runtimes.{name}' is not an object; left unchanged")
+    if set_default:
+        new["default-runtime"] = name
+    if cdi:
+        features = new.setdefault("features", {})
+        if not isinstance(features, dict):
+            raise EngineConfigError(f"{path}: key 'features' is not an object; left unchanged")
+        features["cdi"] = True
+    return new
+
+
+def _canonical(obj: object) -> str:
+    # sort_keys makes key order irrelevant; unlike ==, it tells true from 1.
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
+def _dockerd_major(exe: str) -> int | None:
+    try:
+        proc = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=VALIDATE_TIMEOUT
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"version\s+v?(\d+)\.\d+", proc.stdout + proc.stderr)
+    return int(m.group(1)) if proc.returncode == 0 and m else None
+
+
+def _dockerd_validator(path: str) -> tuple[Callable[[str], None] | None, str | None]:
+    """A ``validate(tmp)`` callable when dockerd >= 23 is available, else (None, reason)."""
+    exe = shutil.which(DOCKERD)
+    if exe is None:
+        return None, None
+    major = _dockerd_major(exe)
+    if major is None or major < DOCKERD_VALIDATE_MIN_MAJOR:
+        return None, None
+
+    def validate(tmp: str) -> None:
+        try:
+            proc = subprocess.run(
+                [exe, "--validate", "--config-file", tmp],
+                capture_output=True,
+                text=True,
+                timeout=VALIDATE_TIMEOUT,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise EngineConfigError(
+                f"{path}: dockerd --validate could not run ({_one_line(str(exc))}); left unchanged"
+            ) from exc
+        if proc.returncode != 0:
+            lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
+            first = next((ln for ln in lines if ln), f"exit status {proc.returncode}")
+            raise EngineConfigError(
+                f"{path}: dockerd --validate rejected the new configuration: {first}; "
+                "left unchanged"
+            )
+
+    return validate, "dockerd --validate: ok"
+
+
+def configure_docker(
+    path: str = "/etc/docker/daemon.json",
+    *,
+    runtime_name: str = "gpunode",
+    runtime_path: str = "/usr/local/bin/gpunode-container-runtime",
+    set_default: bool = False,
+    cdi: bool = False,
+    dry_run: bool = False,
+    validate: bool = True,
+) -> ConfigureResult:
+    """Register ``runtime_name`` in daemon.json, keeping everything else."""
+    if not runtime_name or not runtime_path:
+        raise EngineConfigError(f"{path}: runtime name and path must not be empty")
+    real = _real_path(path)
+    old, old_stat = _read(real)
+    text = _decode(path, old)
+    config = _load_daemon_json(path, text)
+    new = _merge_docker(path, config, runtime_name, runtime_path, set_default, cdi)
+    changed = old is None or _canonical(new) != _canonical(config)
+    if not changed:
+        return ConfigureResult(path, False, None, text, dry_run=dry_run)
+    content = json.dumps(new, indent=4, ensure_ascii=False) + "\n"
+    if dry_run:
+        return ConfigureResult(path, True, None, content, dry_run=True)
+    validator, validated = _dockerd_validator(path) if validate else (None, None)
+    backup = _replace_with_backup(real, content, old, old_stat, validator)
+    return ConfigureResult(path, True, backup, content, validated)
+
+
+# --------------------------------------------------------------------------- TOML writing
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
+_TOML_ESCAPES["\r"] = "\\r"
+
+
+def toml_string(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else toml_string(key)
+
+
+def toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return toml_string(v)
+    if isinstance(v, _dt.datetime | _dt.date | _dt.time):
+        return v.isoformat()
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def toml_dumps(data: dict) -> str:
+    """A small TOML writer for the types tomllib produces (arrays are written inline)."""
+    lines: list[str] = []
+
+    def table(path: list[str], t: dict) -> None:
+        scalars = [(k, v) for k, v in t.items() if not isinstance(v, dict)]
+        subtables = [(k, v) for k, v in t.items() if isinstance(v, dict)]
+        if path and (scalars or not subtables):
+            if lines:
+                lines.append("")
+            lines.append("[" + ".".join(toml_key(p) for p in path) + "]")
+        lines.extend(f"{toml_key(k)} = {toml_value(v)}" for k, v in scalars)
+        for k, v in subtables:
+            table([*path, k], v)
+
+    table([], data)
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- containerd
+
+
+def _containerd_version(path: str, data: dict) -> tuple[int, bool]:
+    """(version, version_missing)."""
+    version = data.get("version")
+    v1 = (
+        f"{path}: containerd config version 1 is not supported; "
+        "migrate with `containerd config migrate`"
+    )
+    if version is None:
+        if data:
+            raise EngineConfigError(v1)
+        return 2, True
+    if type(version) is not int:
+        raise EngineConfigError(f"{path}: 'version' is not an integer; left unchanged")
+    if version == 1:
+        raise EngineConfigError(v1)
+    if version not in CRI_PLUGINS:
+        raise EngineConfigError(f"{path}: containerd config version {version} is not supported")
+    return version, False
+
+
+def _table(path: str, parent: dict, key: str, dotted: str) -> dict:
+    value = parent.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise EngineConfigError(f"{path}: '{dotted}' is not a table; left unchanged")
+    return value
+
+
+def _drop_in_data(
+    path: str,
+    data: dict,
+    version: int,
+    old_drop_in: dict,
+    name: str,
+    runtime_path: str,
+    set_default: bool,
+    cdi: bool,
+) -> dict:
+    plugin = CRI_PLUGINS[version]
+    main = copy.deepcopy(data)
+    plugins = _table(path, main, "plugins", "plugins")
+    cri = _table(path, plugins, plugin, f'plugins."{plugin}"')
+    ctd = _table(path, cri, "containerd", f'plugins."{plugin}".containerd')
+    runtimes = _table(path, ctd, "runtimes", f'plugins."{plugin}".containerd.runtimes')
+
+    entry = runtimes.get(name)
+    if not isinstance(entry, dict):
+        # Start from the default runc-based runtime so options such as SystemdCgroup carry over.
+        base_name = ctd.get("default_runtime_name", "runc")
+        candidates = [base_name, "runc"] if base_name != name else ["runc"]
+        entry = {}
+        for cand in candidates:
+            base = runtimes.get(cand)
+            if isinstance(base, dict) and base.get("runtime_type", RUNC_SHIM) == RUNC_SHIM:
+                entry = copy.deepcopy(base)
+                break
+    entry["runtime_type"] = RUNC_SHIM
+    options = entry.get("options")
+    entry["options"] = options = options if isinstance(options, dict) else {}
+    options["BinaryName"] = runtime_path
+    runtimes[name] = entry
+
+    # Like docker's default-runtime and features.cdi, what an earlier run set is not taken back.
+    old_cri = old_drop_in.get("plugins", {}).get(plugin, {})
+    old_cri = old_cri if isinstance(old_cri, dict) else {}
+    old_ctd = old_cri.get("containerd", {})
+    old_default = old_ctd.get("default_runtime_name") if isinstance(old_ctd, dict) else None
+    if set_default or old_default == name:
+        ctd["default_runtime_name"] = name
+    if cdi or old_cri.get("enable_cdi") is True:
+        cri["enable_cdi"] = True
+    return {"version": version, "plugins": {plugin: cri}}
+
+
+def _scan_array_end(text: str, start: int) -> tuple[int, int]:
+    """For the array opening at ``text[start] == '['``: (index of its closing ']', index just
+    after the last significant character inside it, or start + 1 if it is empty)."""
+    depth, i, last = 0, start, start + 1
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "#":
+            nl = text.find("\n", i)
+            i = n if nl < 0 else nl
+            continue
+        if ch in "\"'":
+            triple = text.startswith(ch * 3, i)
+            quote = ch * 3 if triple else ch
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                j += 2 if ch == '"' and text[j] == "\\" else 1
+            if j >= n:
+                break
+            i = j + len(quote)
+            last = i
+            continue
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return i, last
+        if not ch.isspace() and i != start:
+            last = i + 1
+        i += 1
+    raise ValueError("unterminated array")
+
+
+def _add_import(path: str, text: str, glob: str, version_missing: bool) -> str:
+    header = re.search(r"^[ \t]*\[", text, re.M)
+    top = text[: header.start() if header else len(text)]
+    item = toml_string(glob)
+    m = re.search(r"""^[ \t]*(?:imports|"imports"|'imports')[ \t]*=[ \t]*""", top, re.M)
+    if m is not None:
+        if not text.startswith("[", m.end()):
+            raise EngineConfigError(f"{path}: top-level 'imports' is not an array; left unchanged")
+        try:
+            _end, last = _scan_array_end(text, m.end())
+        except ValueError as exc:
+            raise EngineConfigError(f"{path}: cannot parse the imports array") from exc
+        prev = text[last - 1]
+        sep = "" if prev == "[" else " " if prev == "," else ", "
+        return text[:last] + sep + item + text[last:]
+    line = f"imports = [{item}]"
+    if version_missing:
+        rest = text.lstrip("\n")
+        return f"version = 2\n{line}\n" + ("\n" + rest if rest else "")
+    v = re.search(r"^[ \t]*(?:version|\"version\"|'version')[ \t]*=.*$", top, re.M)
+    if v is None:
+        raise EngineConfigError(f"{path}: cannot find the top-level 'version' line to edit")
+    return text[: v.end()] + "\n" + line + text[v.end() :]
+
+
+def configure_containerd(
+    path: str = "/etc/containerd/config.toml",
+    *,
+    runtime_name: str = "gpunode",
+    runtime_path: str = "/usr/local/bin/gpunode-container-runtime",
+    set_default: bool = False,
+    cdi: bool = False,
+    dry_run: bool = False,
+    drop_in_dir: str = "/etc/containerd/conf.d",
+) -> ConfigureResult:
+    """Write the gpunode runtime drop-in and make the main config import it."""
+    if not runtime_name or not runtime_path:
+        raise EngineConfigError(f"{path}: runtime name and path must not be empty")
+    real = _real_path(path)
+    old, old_stat = _read(real)
+    text = _decode(path, old)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise EngineConfigError(
+            f"{path}: not valid TOML ({_one_line(str(exc))}); left unchanged"
+        ) from exc
+    version, version_missing = _containerd_version(path, data)
+
+    # The drop-in: fully generated, compared byte for byte.
+    drop_in = os.path.join(drop_in_dir, DROP_IN_NAME)
+    drop_real = _real_path(drop_in)
+    old_drop, old_drop_stat = _read(drop_real)
+    try:
+        old_drop_data = tomllib.loads(old_drop.decode("utf-8")) if old_drop else {}
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        old_drop_data = {}  # our own file, regenerated below
+    drop_data = _drop_in_data(
+        path, data, version, old_drop_data, runtime_name, runtime_path, set_default, cdi
+    )
+    drop_content = (
+        "# Written by `gpunode runtime configure containerd`; regenerated on every run.\n"
+        "# Carries a copy of the CRI plugin section of the main config, because containerd\n"
+        "# < 2.1 replaces, rather than merges, a plugin section defined in an imported file.\n"
+        f"# Main config: {_one_line(path)}\n" + toml_dumps(drop_data)
+    )
+    if tomllib.loads(drop_content) != drop_data:  # pragma: no cover - writer self-check
+        raise EngineConfigError(f"{drop_in}: generated TOML does not round-trip; nothing written")
+    drop_changed = old_drop is None or old_drop.decode("utf-8", "replace") != drop_content
+
+    # The main config: only `imports` (and `version` for an empty file), edited as text.
+    glob = os.path.join(drop_in_dir, "*.toml")
+    imports = data.get("imports", [])
+    if not isinstance(imports, list):
+        raise EngineConfigError(f"{path}: top-level 'imports' is not an array; left unchanged")
+    main_changed = old is None or (glob not in imports and drop_in not in imports)
+    content = text
+    if main_changed:
+        content = _add_import(path, text, glob, version_missing)
+        expected = {**data, "imports": [*imports, glob]}
+        if version_missing:
+            expected["version"] = 2
+        try:
+            ok = tomllib.loads(content) == expected
+        except tomllib.TOMLDecodeError:
+            ok = False
+        if not ok:
+            raise EngineConfigError(
+                f"{path}: could not add {glob} to imports without changing other settings; "
+                "left unchanged"
+            )
+
+    changed = main_changed or drop_changed
+    result = ConfigureResult(
+        path, changed, None, content, None, drop_in, drop_content, dry_run=dry_run
+    )
+    if dry_run:
+        return result
+    if drop_changed:  # first, so the import never points at a half-configured runtime
+        os.makedirs(drop_in_dir, mode=0o755, exist_ok=True)
+        _atomic_write(drop_real, drop_content.encode("utf-8"), old_drop_stat)
+    if main_changed:
+        result.backup = _replace_with_backup(real, content, old, old_stat)
+    return result

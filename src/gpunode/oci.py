@@ -1,0 +1,99 @@
+"""Applying edits to an OCI runtime spec (config.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .edits import Edits
+
+# Prestart hooks that NVIDIA's toolkit (or Docker's --gpus) puts in a spec. When gpunode is
+# the runtime it does their job itself, so they are removed.
+NVIDIA_HOOK_NAMES = ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
+
+
+def remove_nvidia_hooks(spec: dict[str, Any]) -> int:
+    hooks = spec.get("hooks") or {}
+    prestart = hooks.get("prestart") or []
+    kept = [h for h in prestart if os.path.basename(h.get("path", "")) not in NVIDIA_HOOK_NAMES]
+    removed = len(prestart) - len(kept)
+    if removed:
+        if kept:
+            hooks["prestart"] = kept
+        else:
+            hooks.pop("prestart", None)
+    return removed
+
+
+def apply(spec: dict[str, Any], edits: Edits) -> None:
+    linux = spec.setdefault("linux", {})
+    devices = linux.get("devices") or []
+    have = {d.get("path") for d in devices}
+    resources = linux.setdefault("resources", {})
+    allow = resources.get("devices") or []
+    for d in edits.devices:
+        if d.path not in have:
+            devices.append(
+                {
+                    "path": d.path,
+                    "type": "c",
+                    "major": d.major,
+                    "minor": d.minor,
+                    "fileMode": d.mode,
+                    "uid": d.uid,
+                    "gid": d.gid,
+                }
+            )
+            have.add(d.path)
+        allow.append(
+            {"allow": True, "type": "c", "major": d.major, "minor": d.minor, "access": "rwm"}
+        )
+    linux["devices"] = devices
+    resources["devices"] = allow
+    mounts = spec.get("mounts") or []
+    taken = {m.get("destination") for m in mounts}
+    for m in edits.mounts:
+        if m.destination in taken:
+            continue  # the operator's own mount wins
+        mounts.append(
+            {
+                "destination": m.destination,
+                "type": "bind",
+                "source": m.source,
+                "options": list(m.options),
+            }
+        )
+        taken.add(m.destination)
+    spec["mounts"] = mounts
+    if edits.hooks:
+        hooks = spec.setdefault("hooks", {})
+        stage = hooks.get("createContainer") or []
+        for h in edits.hooks:
+            stage.append(
+                {"path": h.path, "args": list(h.args), "env": list(h.env), "timeout": h.timeout}
+            )
+        hooks["createContainer"] = stage
+    if edits.env:
+        process = spec.setdefault("process", {})
+        env = process.get("env") or []
+        keys = {e.split("=", 1)[0] for e in edits.env}
+        process["env"] = [e for e in env if e.split("=", 1)[0] not in keys] + list(edits.env)
+
+
+def write_atomic(path: str, spec: dict[str, Any]) -> None:
+    """Rewrite config.json atomically (temp file + rename), keeping its mode."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".config.json.gpunode.{os.getpid()}")
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = 0o600
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(spec, fh, separators=(",", ":"))
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    os.replace(tmp, path)

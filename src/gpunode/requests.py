@@ -1,0 +1,518 @@
+"""How a container's GPU request is read and checked (NVIDIA's image environment semantics).
+
+The spec is section 1 of the container-toolkit reference ("Image environment semantics"):
+`internal/config/image/*` and the hook's `container_config.go` for reading the request, and
+libnvidia-container's `src/cli/dsl.c` / `src/cli/common.c` for the requirement grammar and
+device selection.
+
+Everything here is pure: no NVML, no file system. `parse_request` turns an OCI spec's
+environment, mounts and annotations into a `Request`; `select_gpus` resolves its device ids
+against the node's GPUs and `check_requirements` evaluates its NVIDIA_REQUIRE_* expressions.
+Every user-facing failure is a `RequestError` with a one-line message, because it ends up as
+the error `docker run` prints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpunode.config import ALL_CAPABILITIES, RuntimeConfig
+from gpunode.facts import GpuFacts, NodeFacts
+
+ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+ENV_DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
+ENV_REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+ENV_REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
+ENV_REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
+ENV_CUDA_VERSION = "CUDA_VERSION"
+DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
+
+# Fully-qualified CDI device name: vendor/class=name.
+CDI_NAME_RE = re.compile(r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+=[a-zA-Z0-9._:-]+$")
+NVIDIA_GPU_CDI_PREFIX = "nvidia.com/gpu="
+
+_MIG_INDEX_RE = re.compile(r"^[0-9]+:[0-9]+$")
+_PCI_RE = re.compile(
+    r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})"
+    r"\.(?P<fn>[0-7])$"
+)
+# What Go's golang.org/x/mod/semver accepts (after a "v" is prepended): vMAJOR, vMAJOR.MINOR
+# or vMAJOR.MINOR.PATCH[-pre][+build], no leading zeros.
+_SEMVER_RE = re.compile(
+    r"^v?(?P<major>0|[1-9][0-9]*)(?:\.(?P<minor>0|[1-9][0-9]*)"
+    r"(?:\.(?:0|[1-9][0-9]*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?)?)?$"
+)
+_INDEX_RE = re.compile(r"^[0-9]+$")
+_VERSION_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
+
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})  # Go strconv.ParseBool
+
+PROPERTIES = ("cuda", "driver", "arch", "brand")
+OPERATORS = ("<=", ">=", "!=", "=", "<", ">")  # longest match first
+_OP_CHARS = "=<>!"
+
+
+def _show(value: str) -> str:
+    """A user-supplied value as it goes into a one-line message (control chars escaped)."""
+    if value.isprintable():
+        return value
+    return value.encode("unicode_escape").decode("ascii")
+
+
+class RequestError(ValueError):
+    """The container's GPU request is invalid or cannot be met; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Request:
+    # None: not a GPU container (leave the spec alone); (): driver only ("none");
+    # ("all",); or device ids as given (index, GPU-uuid, PCI bus id).
+    devices: tuple[str, ...] | None
+    # Fully-qualified CDI names (vendor/class=name), from annotations, volume mounts or
+    # NVIDIA_VISIBLE_DEVICES entries.
+    cdi_devices: tuple[str, ...]
+    capabilities: frozenset[str]
+    # Raw NVIDIA_REQUIRE_* expressions (sorted by variable name), then the legacy
+    # cuda>=X.Y one. Empty when requirements are disabled.
+    requirements: tuple[str, ...]
+    source: str  # "env", "volume-mounts", "annotations" or "none"
+    legacy: bool
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.devices is not None or bool(self.cdi_devices)
+
+
+@dataclass(frozen=True)
+class Factor:
+    prop: str  # lower-case: cuda, driver, arch, brand
+    op: str
+    value: str
+    text: str  # the factor as written, for error messages
+
+
+# A parsed requirement: terms OR'ed, factors inside a term AND'ed.
+Requirement = tuple[tuple[Factor, ...], ...]
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def _env_dict(env: list[str] | Mapping[str, str] | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if isinstance(env, Mapping):
+        return dict(env)
+    out: dict[str, str] = {}
+    for entry in env:
+        key, sep, value = entry.partition("=")
+        if sep:  # Go's image builder skips entries without "="; later duplicates win
+            out[key] = value
+    return out
+
+
+def _split(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def _is_legacy(env: Mapping[str, str]) -> bool:
+    return bool(env.get(ENV_CUDA_VERSION)) and not env.get(ENV_REQUIRE_CUDA)
+
+
+def _parse_bool(value: str) -> bool:
+    """Go strconv.ParseBool, where a parse error counts as false (as NVIDIA's code does)."""
+    return value in _TRUE
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def _is_mig(device_id: str) -> bool:
+    return device_id.upper().startswith("MIG-") or bool(_MIG_INDEX_RE.fullmatch(device_id))
+
+
+def _devices_from_tokens(
+    tokens: Sequence[str],
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """NVIDIA's NewVisibleDevices, extended with CDI names: (devices, cdi_devices).
+
+    Tokens are already trimmed and non-empty. Empty or containing "void": not a GPU
+    container. Fully-qualified CDI names go to cdi_devices; the rest are device ids, and the
+    first "all" or "none" among the ids decides.
+
+    gpunode choice: an `nvidia.com/gpu=X` CDI name is ALSO read as the plain device id X, so
+    gpunode's runtime can serve it from its own discovery (like NVIDIA's jit-CDI mode does for
+    `runtime.nvidia.com/gpu=X`) even when no CDI spec file exists on the node. The name stays
+    in cdi_devices too, so a CDI-aware consumer still sees exactly what was asked for.
+    """
+    if not tokens or "void" in tokens:
+        return None, ()
+    cdi: list[str] = []
+    ids: list[str] = []
+    for token in tokens:
+        if CDI_NAME_RE.fullmatch(token):
+            cdi.append(token)
+            if token.startswith(NVIDIA_GPU_CDI_PREFIX):
+                ids.append(token[len(NVIDIA_GPU_CDI_PREFIX) :])
+        else:
+            ids.append(token)
+    devices: tuple[str, ...] | None = tuple(ids) if ids else None
+    for device_id in ids:
+        if device_id == "all":
+            devices = ("all",)
+            break
+        if device_id == "none":
+            devices = ()
+            break
+    for device_id in devices or ():
+        if _is_mig(device_id):
+            raise RequestError(
+                f"MIG device '{_show(device_id)}' requested: MIG is not supported by gpunode yet"
+            )
+    return devices, tuple(cdi)
+
+
+def _tokens_from_annotations(annotations: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
+    tokens: list[str] = []
+    for key in sorted(annotations):
+        if any(key.startswith(p) for p in prefixes):
+            tokens.extend(_split(str(annotations[key])))
+    return tokens
+
+
+def _tokens_from_mounts(mounts: Sequence[Mapping]) -> list[str]:
+    tokens: list[str] = []
+    for mount in mounts:
+        if not isinstance(mount, Mapping) or mount.get("source") != "/dev/null":
+            continue
+        dest = mount.get("destination")
+        if not isinstance(dest, str) or not dest.startswith(DEVICE_MOUNT_ROOT):
+            continue
+        rest = dest[len(DEVICE_MOUNT_ROOT) :].strip("/")
+        if not rest or rest.startswith("imex/"):
+            continue  # imex/<n> are IMEX channels, not GPUs
+        if rest.startswith("cdi/"):
+            parts = rest[len("cdi/") :].split("/")
+            if len(parts) == 3:  # cdi/<vendor>/<class>/<name>
+                tokens.append(f"{parts[0]}/{parts[1]}={parts[2]}")
+            elif len(parts) == 2 and "=" in parts[1]:  # cdi/<vendor>/<class>=<name>
+                tokens.append(f"{parts[0]}/{parts[1]}")
+            continue
+        tokens.append(rest)
+    return tokens
+
+
+# --------------------------------------------------------------------------- capabilities
+
+
+def _capabilities(env: Mapping[str, str], legacy: bool, cfg: RuntimeConfig) -> frozenset[str]:
+    supported = frozenset(cfg.supported_capabilities)
+    raw = env.get(ENV_DRIVER_CAPABILITIES)
+    if raw is None and legacy:
+        return supported
+    requested = _split(raw or "")
+    if not requested:
+        return frozenset(cfg.default_capabilities) & supported
+    if "all" in requested:
+        return supported
+    for cap in requested:
+        if cap not in ALL_CAPABILITIES:
+            raise RequestError(
+                f"unknown driver capability '{_show(cap)}' in {ENV_DRIVER_CAPABILITIES}; accepted: "
+                f"all, {', '.join(ALL_CAPABILITIES)}"
+            )
+        if cap not in supported:
+            raise RequestError(
+                f"unsupported driver capability '{_show(cap)}' in {ENV_DRIVER_CAPABILITIES}; this "
+                f"node supports: {', '.join(sorted(supported)) or 'none'}"
+            )
+    return frozenset(requested)
+
+
+# --------------------------------------------------------------------------- requirements
+
+
+def _legacy_requirement(cuda_version: str) -> str:
+    m = _SEMVER_RE.fullmatch(cuda_version)
+    if not m:
+        raise RequestError(
+            f"invalid {ENV_CUDA_VERSION} '{_show(cuda_version)}': expected MAJOR[.MINOR[.PATCH]]"
+        )
+    return f"cuda>={m['major']}.{m['minor'] or 0}"
+
+
+def _requirements(env: Mapping[str, str], legacy: bool) -> tuple[str, ...]:
+    """Validated raw expressions; raises RequestError on a bad one."""
+    reqs: list[str] = []
+    for name in sorted(env):
+        if not name.startswith(ENV_REQUIRE_PREFIX) or name.startswith(ENV_REQUIRE_JETPACK):
+            continue
+        expr = env[name]
+        if not expr.strip(" "):
+            continue  # an empty expression constrains nothing
+        parse_requirement(expr, varname=name)
+        reqs.append(expr)
+    if legacy:
+        reqs.append(_legacy_requirement(env[ENV_CUDA_VERSION]))
+    return tuple(reqs)
+
+
+def _invalid(factor: str, varname: str, why: str) -> RequestError:
+    return RequestError(f"invalid expression '{_show(factor)}' in {_show(varname)}: {why}")
+
+
+def _parse_factor(text: str, varname: str) -> Factor:
+    accepted = (
+        "expected <property><op><value> with op one of = != < <= > >= and "
+        "accepted properties cuda, driver, arch, brand"
+    )
+    pos = next((i for i, ch in enumerate(text) if ch in _OP_CHARS), -1)
+    if pos <= 0:
+        raise _invalid(text, varname, accepted)
+    prop = text[:pos].lower()
+    if prop not in PROPERTIES:
+        raise _invalid(text, varname, f"unknown property; {accepted}")
+    rest = text[pos:]
+    op = next((o for o in OPERATORS if rest.startswith(o)), None)
+    if op is None:
+        raise _invalid(text, varname, f"bad operator; {accepted}")
+    value = rest[len(op) :]
+    if prop == "brand":
+        if op not in ("=", "!="):
+            raise _invalid(text, varname, "brand accepts only = and !=")
+        if not value or any(ch in _OP_CHARS for ch in value):
+            raise _invalid(text, varname, "expected a brand name such as tesla")
+    elif not _VERSION_RE.fullmatch(value):
+        raise _invalid(text, varname, f"{prop} needs a version of digits and dots, e.g. 12.2")
+    return Factor(prop, op, value, text)
+
+
+def parse_requirement(expr: str, *, varname: str = "requirement") -> Requirement:
+    """Parse one NVIDIA_REQUIRE_* expression (dsl.c grammar).
+
+    Space-separated terms are OR'ed; comma-separated factors inside a term are AND'ed.
+    Raises RequestError("invalid expression '<factor>' in <varname>: ...").
+    """
+    terms: list[tuple[Factor, ...]] = []
+    for term in expr.split(" "):
+        factors = tuple(_parse_factor(f, varname) for f in term.split(",") if f)
+        if factors:
+            terms.append(factors)
+    return tuple(terms)
+
+
+def _version_key(value: str) -> tuple[int, ...]:
+    parts = [int(p) for p in value.split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _compare(op: str, left: tuple | str, right: tuple | str) -> bool:
+    if op == "=":
+        return left == right
+    if op == "!=":
+        return left != right
+    if op == "<":
+        return left < right  # type: ignore[operator]
+    if op == "<=":
+        return left <= right  # type: ignore[operator]
+    if op == ">":
+        return left > right  # type: ignore[operator]
+    return left >= right  # type: ignore[operator]
+
+
+def _node_version(what: str, value: str, factor: Factor) -> tuple[int, ...]:
+    value = value.strip()
+    if not _VERSION_RE.fullmatch(value):
+        raise RequestError(
+            f"cannot check {_show(factor.text)}: {what} is '{_show(value)}', not a version"
+        )
+    return _version_key(value)
+
+
+def _factor_holds(factor: Factor, node: NodeFacts, gpu: GpuFacts | None) -> bool:
+    if factor.prop in ("arch", "brand") and gpu is None:
+        return True  # no devices: arch and brand pass vacuously (dsl.c)
+    if factor.prop == "brand":
+        assert gpu is not None
+        return _compare(factor.op, gpu.brand.lower(), factor.value.lower())
+    if factor.prop == "cuda":
+        have = _node_version("the driver's CUDA version", node.cuda_version, factor)
+    elif factor.prop == "driver":
+        have = _node_version("the driver version", node.driver_version, factor)
+    else:
+        assert gpu is not None
+        have = _node_version(
+            f"GPU {gpu.index}'s compute capability", gpu.compute_capability, factor
+        )
+    return _compare(factor.op, have, _version_key(factor.value))
+
+
+def _evaluate(req: Requirement, node: NodeFacts, gpu: GpuFacts | None) -> Factor | None:
+    """None if satisfied, else the last failing factor (of the last failing term)."""
+    failed: Factor | None = None
+    for term in req:
+        for factor in term:
+            if not _factor_holds(factor, node, gpu):
+                failed = factor
+                break
+        else:
+            return None
+    return failed
+
+
+def check_requirements(
+    request: Request,
+    node: NodeFacts,
+    selected: Sequence[GpuFacts],
+    cfg: RuntimeConfig | None = None,
+) -> None:
+    """Raise RequestError("unsatisfied condition: <factor>") unless every requirement holds.
+
+    Evaluated once per selected GPU; with none selected, once with arch/brand passing.
+    """
+    if cfg is not None and cfg.disable_require:
+        return
+    parsed = [parse_requirement(r) for r in request.requirements]
+    targets: Sequence[GpuFacts | None] = list(selected) or [None]
+    for gpu in targets:
+        for req in parsed:
+            failed = _evaluate(req, node, gpu)
+            if failed is not None:
+                raise RequestError(f"unsatisfied condition: {_show(failed.text)}")
+
+
+# --------------------------------------------------------------------------- request
+
+
+def parse_request(
+    env: list[str] | dict[str, str],
+    *,
+    privileged: bool = False,
+    mounts: list[dict] | None = None,
+    annotations: dict[str, str] | None = None,
+    cfg: RuntimeConfig | None = None,
+) -> Request:
+    """Read a container's GPU request from its OCI process env, mounts and annotations.
+
+    Device sources, first non-empty wins: CDI annotations, volume mounts (only with
+    accept-volume-mounts), then NVIDIA_VISIBLE_DEVICES (only if privileged or
+    accept-envvar-unprivileged). Capabilities and requirements always come from the env.
+    For a GPU container they are validated here (so errors surface even on a node without
+    GPUs); for a non-GPU container they are resolved best-effort and never raise, because
+    such a container must run exactly as with runc.
+    """
+    cfg = cfg or RuntimeConfig()
+    envd = _env_dict(env)
+    legacy = _is_legacy(envd)
+
+    devices: tuple[str, ...] | None = None
+    cdi: tuple[str, ...] = ()
+    source = "none"
+    ann_tokens = _tokens_from_annotations(annotations or {}, cfg.annotation_prefixes)
+    mount_tokens = _tokens_from_mounts(mounts or []) if cfg.accept_volume_mounts else []
+    if ann_tokens:
+        devices, cdi = _devices_from_tokens(ann_tokens)
+        source = "annotations"
+    elif mount_tokens:
+        devices, cdi = _devices_from_tokens(mount_tokens)
+        source = "volume-mounts"
+    elif privileged or cfg.accept_envvar_unprivileged:
+        raw = envd.get(ENV_VISIBLE_DEVICES)
+        if raw is None:
+            if legacy:
+                devices = ("all",)
+        else:
+            devices, cdi = _devices_from_tokens(_split(raw))
+        source = "env"
+    if devices is None and not cdi:
+        source = "none"
+
+    disabled = cfg.disable_require or _parse_bool(envd.get(ENV_DISABLE_REQUIRE, ""))
+    if devices is not None or cdi:
+        capabilities = _capabilities(envd, legacy, cfg)
+        requirements = () if disabled else _requirements(envd, legacy)
+    else:
+        try:
+            capabilities = _capabilities(envd, legacy, cfg)
+        except RequestError:
+            capabilities = frozenset()
+        try:
+            requirements = () if disabled else _requirements(envd, legacy)
+        except RequestError:
+            requirements = ()
+    return Request(
+        devices=devices,
+        cdi_devices=cdi,
+        capabilities=capabilities,
+        requirements=requirements,
+        source=source,
+        legacy=legacy,
+    )
+
+
+def is_privileged(spec: dict) -> bool:
+    """CAP_SYS_ADMIN in the OCI spec's bounding set (a flat list in pre-1.0 specs)."""
+    process = spec.get("process") if isinstance(spec, Mapping) else None
+    caps = process.get("capabilities") if isinstance(process, Mapping) else None
+    if isinstance(caps, Mapping):
+        caps = caps.get("bounding")
+    return isinstance(caps, list) and "CAP_SYS_ADMIN" in caps
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _pci_key(bus_id: str) -> tuple[int, int, int, int] | None:
+    m = _PCI_RE.fullmatch(bus_id.strip())
+    if not m:
+        return None
+    return (int(m["dom"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"]))
+
+
+def _describe(gpus: Sequence[GpuFacts]) -> str:
+    if not gpus:
+        return "this node has no GPUs"
+    listed = ", ".join(f"{g.index} ({g.uuid}, {g.pci_bus_id})" for g in gpus)
+    return f"this node has: {listed}"
+
+
+def select_gpus(request: Request, gpus: Sequence[GpuFacts]) -> list[GpuFacts]:
+    """Resolve the request's device ids to GPUs (index order for "all", else as requested).
+
+    Ids: decimal index, GPU UUID (case-insensitive), PCI bus id (0000:07:00.0,
+    00000000:07:00.0 or 07:00.0; case-insensitive, compared numerically). Duplicates are
+    dropped, first-seen order kept. An unknown id raises RequestError listing the node's GPUs.
+    """
+    ordered = sorted(gpus, key=lambda g: g.index)
+    if not request.devices:
+        return []
+    chosen: list[GpuFacts] = []
+    for device_id in request.devices:
+        if device_id.lower() == "all":  # nvidia-container-cli: "all" is case-insensitive
+            chosen.extend(g for g in ordered if g not in chosen)
+            continue
+        if _is_mig(device_id):
+            raise RequestError(
+                f"MIG device '{_show(device_id)}' requested: MIG is not supported by gpunode yet"
+            )
+        elif _INDEX_RE.fullmatch(device_id):
+            matches = [g for g in ordered if g.index == int(device_id)]
+        elif device_id.upper().startswith("GPU-"):
+            matches = [g for g in ordered if g.uuid.lower() == device_id.lower()]
+        elif (key := _pci_key(device_id)) is not None:
+            matches = [g for g in ordered if _pci_key(g.pci_bus_id) == key]
+        else:
+            matches = []
+        if not matches:
+            raise RequestError(
+                f"unknown device '{_show(device_id)}' requested; {_describe(ordered)}"
+            )
+        for gpu in matches:
+            if gpu not in chosen:
+                chosen.append(gpu)
+    return chosen

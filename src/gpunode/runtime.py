@@ -1,0 +1,230 @@
+"""gpunode-container-runtime: a runc-compatible OCI runtime shim.
+
+Every invocation is forwarded with execve to the low-level runtime (first found of
+``runtimes`` in runtime.toml; default runc, then crun) with the same arguments and
+environment. Only ``create`` is intercepted: the bundle's config.json is read, the GPU
+request worked out, the spec edited and written back atomically, then the low-level
+runtime is exec'd. A container that asks for no GPU gets its spec untouched, byte for byte,
+even when discovery is broken or the driver is gone.
+
+This module imports only ``os`` and ``sys`` at load time: ``start``, ``state``, ``delete``
+and the rest go straight to execve.
+"""
+
+import os
+import sys
+
+PROG = "gpunode-container-runtime"
+DEFAULT_RUNTIMES = ("runc", "crun")
+# Options (runc's global ones and create's) that take a value, without leading dashes:
+# their values are never mistaken for the `create` subcommand. runc accepts -x and --x.
+_VALUE_OPTS = {
+    "root",
+    "log",
+    "log-format",
+    "criu",
+    "rootless",
+    "bundle",
+    "b",
+    "console-socket",
+    "pid-file",
+    "preserve-fds",
+}
+
+
+def _find_runtime(names):
+    path = os.environ.get("PATH") or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    for name in names:
+        if os.path.isabs(name):
+            if os.access(name, os.X_OK):
+                return name
+            continue
+        for d in path.split(os.pathsep):
+            cand = os.path.join(d, name)
+            if os.access(cand, os.X_OK) and not os.path.isdir(cand):
+                return cand
+    return None
+
+
+def parse_args(argv):
+    """Return (is_create, bundle, log_file, log_format) from a runc argument vector."""
+    is_create = False
+    bundle = None
+    log_file = None
+    log_format = "text"
+    command = None
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-") and arg not in ("-", "--"):
+            name, eq, value = arg.lstrip("-").partition("=")
+            if name in _VALUE_OPTS:
+                if not eq:
+                    i += 1
+                    value = argv[i] if i < len(argv) else ""
+                if name in ("bundle", "b"):
+                    bundle = value  # the last one wins, as in runc
+                elif name == "log":
+                    log_file = value
+                elif name == "log-format":
+                    log_format = value
+        elif command is None:
+            # The first positional token is the subcommand; later ones (a container id that
+            # happens to be "create") are not.
+            command = arg
+            is_create = arg == "create"
+        i += 1
+    return is_create, bundle, log_file, log_format
+
+
+def _runtimes_from_config():
+    try:
+        from .config import load
+
+        return load().runtimes
+    except Exception:
+        return list(DEFAULT_RUNTIMES)
+
+
+def _exec_runtime(argv, names):
+    runtime = _find_runtime(names)
+    if runtime is None:
+        _fail(f"no low-level OCI runtime found (looked for {', '.join(names)})", None, "text")
+    os.execve(runtime, [runtime, *argv[1:]], os.environ)
+
+
+def _fail(message, log_file, log_format):
+    line = f"{PROG}: error: {message}"
+    sys.stderr.write(line + "\n")
+    if log_file:
+        _log_to_runc_file(log_file, log_format, "error", message)
+    sys.exit(1)
+
+
+def _log_to_runc_file(log_file, log_format, level, message):
+    """Write in runc's --log format: containerd reads errors from this file."""
+    import json
+    import time
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if log_format == "json":
+        line = json.dumps({"level": level, "msg": message, "time": stamp})
+    else:
+        line = f'time="{stamp}" level={level} msg="{message}"'
+    try:
+        with open(log_file, "a") as fh:
+            fh.write(line + "\n")
+    except OSError:
+        pass
+
+
+def _log(cfg, level, message):
+    if not cfg.log_file:
+        return
+    order = ("debug", "info", "warning", "error")
+    if order.index(level) < order.index(cfg.log_level):
+        return
+    import time
+
+    try:
+        with open(cfg.log_file, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {level} {message}\n")
+    except OSError:
+        pass
+
+
+def modify_bundle(bundle, cfg, log=lambda level, msg: None):
+    """Edit <bundle>/config.json for its GPU request. Returns a summary, or None when the
+    container asks for no GPU (the file is then not touched)."""
+    import json
+
+    from . import discover, edits, oci, requests
+
+    path = os.path.join(bundle, "config.json")
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    spec = json.loads(raw)
+    process = spec.get("process") or {}
+    request = requests.parse_request(
+        process.get("env") or [],
+        privileged=requests.is_privileged(spec),
+        mounts=spec.get("mounts") or [],
+        annotations=spec.get("annotations") or {},
+        cfg=cfg,
+    )
+    removed_hooks = oci.remove_nvidia_hooks(spec)
+    if not request.is_gpu:
+        if removed_hooks:
+            # Docker's --gpus hook with no GPU request: drop the hook, nothing else.
+            oci.write_atomic(path, spec)
+        return None
+    try:
+        disc = discover.load(cfg.cache_file, cfg.driver_root)
+    except discover.DiscoveryError as exc:
+        raise edits.EditError(
+            f"GPUs requested but the NVIDIA driver is not usable: {exc}"
+        ) from None
+    selected = requests.select_gpus(request, disc.node.gpus)
+    requests.check_requirements(request, disc.node, selected, cfg)
+    root = (spec.get("root") or {}).get("path", "rootfs")
+    rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
+    e = edits.build(
+        disc,
+        request.capabilities,
+        selected,
+        hook_path=cfg.hook_path,
+        dev_root=cfg.dev_root,
+        rootfs=rootfs,
+    )
+    oci.apply(spec, e)
+    oci.write_atomic(path, spec)
+    summary = (
+        f"GPUs {[g.index for g in selected]} "
+        f"({', '.join(g.uuid for g in selected) or 'none'}), "
+        f"capabilities {','.join(sorted(request.capabilities))}, "
+        f"{len(e.devices)} devices, {len(e.mounts)} mounts, discovery "
+        f"{'cached' if disc.from_cache else 'fresh'}"
+    )
+    log("info", f"{bundle}: {summary}")
+    return summary
+
+
+def main(argv=None):
+    argv = list(sys.argv if argv is None else argv)
+    is_create, bundle, log_file, log_format = parse_args(argv)
+    if not is_create:
+        _exec_runtime(argv, _runtimes_fast())
+    try:
+        from .config import ConfigError, load
+
+        cfg = load()
+    except ConfigError as exc:
+        _fail(str(exc), log_file, log_format)
+    try:
+        modify_bundle(bundle or os.getcwd(), cfg, lambda lvl, msg: _log(cfg, lvl, msg))
+    except Exception as exc:  # every failure becomes one line for `docker run` to show
+        from .edits import EditError
+        from .requests import RequestError
+
+        message = (
+            str(exc)
+            if isinstance(exc, RequestError | EditError)
+            else (f"{type(exc).__name__}: {exc}")
+        )
+        _log(cfg, "error", message)
+        if os.environ.get("GPUNODE_DEBUG"):
+            raise
+        _fail(message, log_file, log_format)
+    _exec_runtime(argv, cfg.runtimes)
+
+
+def _runtimes_fast():
+    """Low-level runtimes without importing tomllib unless a config file exists."""
+    path = os.environ.get("GPUNODE_RUNTIME_CONFIG", "/etc/gpunode/runtime.toml")
+    if not os.path.exists(path):
+        return list(DEFAULT_RUNTIMES)
+    return _runtimes_from_config()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""What a container sees of the GPUs: device nodes, NVML, /proc/driver/nvidia.
+
+Runs inside test containers (workload image, pynvml on PYTHONPATH); prints JSON.
+"""
+
+import json
+import os
+
+out = {"dev": sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))}
+try:
+    out["proc_gpus"] = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+except OSError as exc:
+    out["proc_gpus"] = f"error: {exc.strerror}"
+try:
+    with open("/proc/driver/nvidia/params") as fh:
+        out["modify_device_files"] = [ln for ln in fh if ln.startswith("ModifyDeviceFiles")]
+except OSError:
+    out["modify_device_files"] = None
+try:
+    import pynvml as N
+
+    N.nvmlInit()
+    out["nvml"] = [
+        N.nvmlDeviceGetUUID(N.nvmlDeviceGetHandleByIndex(i)) for i in range(N.nvmlDeviceGetCount())
+    ]
+    out["driver"] = N.nvmlSystemGetDriverVersion()
+    N.nvmlShutdown()
+except Exception as exc:  # noqa: BLE001 - report whatever NVML says
+    out["nvml"] = f"error: {type(exc).__name__}"
+out["libcuda_link"] = os.path.islink("/usr/lib/x86_64-linux-gnu/libcuda.so")
+out["env_ld_preload"] = os.environ.get("LD_PRELOAD")
+print(json.dumps(out))

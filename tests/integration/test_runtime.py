@@ -1,0 +1,190 @@
+"""gpunode's container runtime on simulated nodes, with real engines: runc bundles, Docker
+(`--runtime gpunode`, `--gpus`), CDI with podman and Docker 26, errors and hostile images."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gpunode.profiles import load_profile
+from gpunode.sim.docker import docker
+
+pytestmark = pytest.mark.integration
+
+A100 = load_profile("a100x4")
+UUID = [g.uuid for g in A100.gpus]
+BUS = [g.bus_id.procfs for g in A100.gpus]
+HERE = Path(__file__).parent / "node"
+WORK = "/var/lib/gpunode-test"
+ROOTFS = f"{WORK}/rootfs"
+
+
+@pytest.fixture(scope="session")
+def runtime_nodes(nodes):
+    """Nodes with gpunode as Docker's default runtime, a fresh cache and a CDI spec."""
+    for node in nodes.values():
+        for f in ("make_bundle.py", "run_bundle.sh", "probe.py"):
+            node.sh(f"mkdir -p {WORK}")
+            docker(["cp", str(HERE / f), f"{node.name}:{WORK}/{f}"])
+        pynvml = node.sh("/opt/gpunode/bin/python -c 'import pynvml; print(pynvml.__file__)'")
+        node.sh(
+            f"set -e; rm -rf {ROOTFS}; mkdir -p {ROOTFS}; "
+            f"cid=$(docker create {node.workload}); docker export $cid | tar -x -C {ROOTFS}; "
+            f"docker rm $cid >/dev/null; mkdir -p {ROOTFS}/opt/pynvml; "
+            f"cp {pynvml.stdout.strip()} {ROOTFS}/opt/pynvml/; cp {WORK}/probe.py {ROOTFS}/opt/"
+        )
+        cdi = "--cdi" if node.release == "trixie" else ""  # Docker 20.10 has no CDI
+        node.sh(f"gpunode runtime configure docker --set-as-default {cdi} --json")
+        node.sh(
+            "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 "
+            "&& break; sleep 0.5; done"
+        )
+        node.sh("gpunode runtime refresh && gpunode cdi generate --output /etc/cdi/nvidia.yaml")
+        # the workload image for podman too (its own storage)
+        node.sh(f"docker save {node.workload} | podman --cgroup-manager cgroupfs load -q")
+    return nodes
+
+
+def run_bundle(node, name: str, env: list[str], runtime: str = "gpunode-container-runtime"):
+    bundle = f"{WORK}/bundles/{name}"
+    node.sh(f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} {shlex.quote(json.dumps(env))}")
+    proc = node.sh(f"sh {WORK}/run_bundle.sh {runtime} {bundle} t-{name}", check=False)
+    return proc
+
+
+def probe_bundle(node, name, env):
+    proc = run_bundle(node, name, env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CASES = {
+    # name: (NVIDIA_VISIBLE_DEVICES value or None for unset, selected GPU indices or None)
+    "all": ("all", [0, 1, 2, 3]),
+    "none": ("none", []),
+    "void": ("void", None),
+    "unset": (None, None),
+    "one-index": ("1", [1]),
+    "indices": ("0,2", [0, 2]),
+    "uuid": (UUID[3], [3]),
+    "pci-bus-id": ("0000:47:00.0", [2]),
+    "mix": (f" 3, {UUID[0]} ,0000:0f:00.0", [3, 0, 1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_runc_bundle_sees_exactly_the_selected_gpus(runtime_nodes, case):
+    value, selected = CASES[case]
+    for node in runtime_nodes.values():
+        env = [] if value is None else [f"NVIDIA_VISIBLE_DEVICES={value}"]
+        out = probe_bundle(node, case, env)
+        if selected is None:  # not a GPU container: nothing injected at all
+            assert out["dev"] == [], (node.release, out)
+            assert out["nvml"] == "error: NVMLError_LibraryNotFound"
+            continue
+        want = sorted(selected)
+        assert out["dev"] == sorted(
+            ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] + [f"nvidia{i}" for i in want]
+        ), (node.release, out)
+        assert sorted(out["nvml"]) == sorted(UUID[i] for i in want), (node.release, out)
+        assert out["proc_gpus"] == sorted(BUS[i] for i in want), (node.release, out)
+        assert out["modify_device_files"] == ["ModifyDeviceFiles: 0\n"]
+        assert out["driver"] == "535.261.03"
+        assert out["libcuda_link"] is False  # the mock ships no libcuda
+
+
+def test_non_gpu_spec_is_untouched_byte_for_byte(runtime_nodes):
+    node = runtime_nodes["bookworm"]
+    bundle = f"{WORK}/bundles/untouched"
+    node.sh(f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} '[]' '[\"true\"]'")
+    before = node.sh(f"sha256sum {bundle}/config.json").stdout.split()[0]
+    # even with discovery broken (the cache unreadable and NVML gone)
+    node.sh("mv /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 /root/nvml.bak")
+    try:
+        proc = node.sh(
+            f"sh {WORK}/run_bundle.sh gpunode-container-runtime {bundle} t-untouched", check=False
+        )
+    finally:
+        node.sh("mv /root/nvml.bak /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    assert proc.returncode == 0, proc.stderr
+    assert node.sh(f"sha256sum {bundle}/config.json").stdout.split()[0] == before
+
+
+def docker_probe(node, args: str, check=True):
+    pynvml = f"{ROOTFS}/opt/pynvml/pynvml.py"
+    cmd = (
+        f"docker run --rm --network none -v {pynvml}:/opt/pynvml/pynvml.py:ro "
+        f"-v {WORK}/probe.py:/opt/probe.py:ro -e PYTHONPATH=/opt/pynvml {args} "
+        f"{node.workload} python3 /opt/probe.py"
+    )
+    proc = node.sh(cmd, check=False)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc
+
+
+def test_docker_runtime_flag_with_env(runtime_nodes):
+    for node in runtime_nodes.values():
+        out = docker_probe(node, "--runtime gpunode -e NVIDIA_VISIBLE_DEVICES=2")
+        assert out["nvml"] == [UUID[2]], (node.release, out)
+        assert out["proc_gpus"] == [BUS[2]]
+
+
+def test_docker_gpus_all_and_device_list(runtime_nodes):
+    for node in runtime_nodes.values():
+        out = docker_probe(node, "--gpus all")
+        assert sorted(out["nvml"]) == sorted(UUID), (node.release, out)
+        out = docker_probe(node, "--gpus '\"device=1,2\"'")
+        assert sorted(out["nvml"]) == sorted([UUID[1], UUID[2]]), (node.release, out)
+        assert [d for d in out["dev"] if d[6:].isdigit()] == ["nvidia1", "nvidia2"]
+
+
+def test_docker_non_gpu_container(runtime_nodes):
+    for node in runtime_nodes.values():
+        out = docker_probe(node, "")
+        assert out["dev"] == [] and out["nvml"] == "error: NVMLError_LibraryNotFound"
+
+
+def test_docker_errors_reach_the_user(runtime_nodes):
+    for node in runtime_nodes.values():
+        proc = docker_probe(node, "-e NVIDIA_VISIBLE_DEVICES=7", check=False)
+        assert proc.returncode != 0
+        assert "unknown device '7'" in proc.stderr, proc.stderr
+        assert UUID[0] in proc.stderr  # the message lists the node's GPUs
+        proc = docker_probe(
+            node, "-e NVIDIA_VISIBLE_DEVICES=all -e 'NVIDIA_REQUIRE_CUDA=cuda>=12.4'", check=False
+        )
+        assert proc.returncode != 0
+        assert "unsatisfied condition: cuda>=12.4" in proc.stderr, proc.stderr
+        proc = docker_probe(
+            node, "-e NVIDIA_VISIBLE_DEVICES=0 -e NVIDIA_DRIVER_CAPABILITIES=warp", check=False
+        )
+        assert proc.returncode != 0 and "warp" in proc.stderr
+
+
+def test_podman_cdi_device(runtime_nodes):
+    for node in runtime_nodes.values():
+        pynvml = f"{ROOTFS}/opt/pynvml/pynvml.py"
+        proc = node.sh(
+            "podman --cgroup-manager cgroupfs run --rm --network none "
+            f"--device nvidia.com/gpu=1 -v {pynvml}:/opt/pynvml/pynvml.py:ro "
+            f"-v {WORK}/probe.py:/opt/probe.py:ro -e PYTHONPATH=/opt/pynvml "
+            f"{node.workload} python3 /opt/probe.py",
+            check=False,
+        )
+        assert proc.returncode == 0, (node.release, proc.stderr)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["nvml"] == [UUID[1]], (node.release, out)
+        assert [d for d in out["dev"] if d[6:].isdigit()] == ["nvidia1"]
+        assert out["proc_gpus"] == [BUS[1]]
+
+
+def test_docker26_cdi_device(runtime_nodes):
+    node = runtime_nodes["trixie"]
+    out = docker_probe(node, "--runtime runc --device nvidia.com/gpu=1")
+    assert out["nvml"] == [UUID[1]], out
+    assert [d for d in out["dev"] if d[6:].isdigit()] == ["nvidia1"]

@@ -1,0 +1,311 @@
+"""Spec edits, the runtime shim's create path and CDI generation, on a fake node: device
+nodes made with mknod under a temporary dev root, discovery given directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import yaml
+
+from gpunode import cdi, config, discover, edits, oci, runtime
+from gpunode.discover import Discovery, DriverFiles
+from gpunode.facts import GpuFacts, NodeFacts
+
+GPUS = tuple(
+    GpuFacts(
+        index=i,
+        minor=i,
+        uuid=f"GPU-00000000-0000-4000-8000-00000000000{i}",
+        pci_bus_id=f"00000000:{0x10 + i:02X}:00.0",
+        name="NVIDIA A100-SXM4-80GB",
+        brand="tesla",
+        compute_capability="8.0",
+    )
+    for i in range(3)
+)
+VERSION = "535.261.03"
+
+
+@pytest.fixture
+def devroot(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name, major, minor in [
+        ("nvidiactl", 195, 255),
+        ("nvidia-modeset", 195, 254),
+        ("nvidia-uvm", 510, 0),
+        ("nvidia-uvm-tools", 510, 1),
+        ("nvidia0", 195, 0),
+        ("nvidia1", 195, 1),
+        ("nvidia2", 195, 2),
+    ]:
+        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+    return tmp_path
+
+
+@pytest.fixture
+def disc(tmp_path):
+    lib = "/usr/lib/x86_64-linux-gnu"
+    files = DriverFiles(
+        libraries={
+            "utility": [f"{lib}/libnvidia-ml.so.{VERSION}"],
+            "compute": [
+                f"{lib}/libcuda.so.{VERSION}",
+                f"{lib}/libnvidia-ptxjitcompiler.so.{VERSION}",
+            ],
+            "graphics": [f"{lib}/libnvidia-glcore.so.{VERSION}"],
+        },
+        binaries={"utility": ["/usr/bin/nvidia-smi"]},
+        firmware=[f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"],
+        ipc={"utility": ["/run/nvidia-persistenced/socket"]},
+        libdirs=[lib],
+    )
+    return Discovery(NodeFacts(VERSION, "12.2", GPUS), files, key={})
+
+
+def test_build_for_compute_utility(disc, devroot):
+    e = edits.build(
+        disc,
+        {"compute", "utility"},
+        [GPUS[1]],
+        hook_path="/usr/local/bin/gpunode-hook",
+        dev_root=str(devroot),
+    )
+    assert [d.path for d in e.devices] == [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia1",
+    ]
+    assert e.devices[1].major == 510
+    dests = [m.destination for m in e.mounts]
+    assert f"/usr/lib/x86_64-linux-gnu/libcuda.so.{VERSION}" in dests
+    assert f"/usr/lib/x86_64-linux-gnu/libnvidia-glcore.so.{VERSION}" not in dests  # graphics
+    assert "/usr/bin/nvidia-smi" in dests
+    assert all(
+        m.options == ("ro", "nosuid", "nodev", "rbind", "rprivate")
+        for m in e.mounts
+        if "socket" not in m.source
+    )
+    ipc = next(m for m in e.mounts if m.source.endswith("socket"))
+    assert "noexec" in ipc.options and "ro" not in ipc.options
+    (hook,) = e.hooks
+    assert hook.args[:2] == ("gpunode-hook", "configure")
+    assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in hook.args
+    assert hook.args[hook.args.index("--gpu") + 1] == "0000:11:00.0"
+    assert hook.env == ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GPUNODE_HOOK=1")
+
+
+def test_display_adds_modeset_and_graphics(disc, devroot):
+    e = edits.build(disc, {"display"}, [], hook_path="/h", dev_root=str(devroot))
+    assert "/dev/nvidia-modeset" in [d.path for d in e.devices]
+    assert any("glcore" in m.source for m in e.mounts)
+
+
+def test_missing_gpu_node_is_a_clear_error(disc, devroot):
+    os.unlink(devroot / "dev" / "nvidia2")
+    with pytest.raises(
+        edits.EditError,
+        match=r"GPU 2 \(GPU-.*02, 00000000:12:00.0\) has no device node /dev/nvidia2",
+    ):
+        edits.build(disc, {"utility"}, [GPUS[2]], hook_path="/h", dev_root=str(devroot))
+
+
+def test_non_debian_image_gets_usr_lib64(disc, devroot, tmp_path):
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    e = edits.build(
+        disc, {"utility"}, [], hook_path="/h", dev_root=str(devroot), rootfs=str(rootfs)
+    )
+    assert e.mounts[0].destination == f"/usr/lib64/libnvidia-ml.so.{VERSION}"
+    (rootfs / "etc" / "debian_version").write_text("12.8\n")
+    e = edits.build(
+        disc, {"utility"}, [], hook_path="/h", dev_root=str(devroot), rootfs=str(rootfs)
+    )
+    assert e.mounts[0].destination.startswith("/usr/lib/x86_64-linux-gnu/")
+
+
+def test_oci_apply_and_docker_gpus_hook_removed(disc, devroot):
+    spec = {
+        "process": {"env": ["A=1"]},
+        "mounts": [{"destination": "/usr/bin/nvidia-smi", "source": "/mine", "type": "bind"}],
+        "hooks": {
+            "prestart": [
+                {
+                    "path": "/usr/bin/nvidia-container-runtime-hook",
+                    "args": ["nvidia-container-runtime-hook", "prestart"],
+                },
+                {"path": "/usr/bin/other"},
+            ]
+        },
+        "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]}},
+    }
+    assert oci.remove_nvidia_hooks(spec) == 1
+    assert spec["hooks"]["prestart"] == [{"path": "/usr/bin/other"}]
+    e = edits.build(disc, {"compute", "utility"}, [GPUS[0]], hook_path="/h", dev_root=str(devroot))
+    oci.apply(spec, e)
+    assert [d["path"] for d in spec["linux"]["devices"]] == [d.path for d in e.devices]
+    allow = spec["linux"]["resources"]["devices"]
+    assert allow[0] == {"allow": False, "access": "rwm"}  # the engine's deny-all stays first
+    assert {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"} in allow
+    smi = [m for m in spec["mounts"] if m["destination"] == "/usr/bin/nvidia-smi"]
+    assert smi == [{"destination": "/usr/bin/nvidia-smi", "source": "/mine", "type": "bind"}]
+    (hook,) = spec["hooks"]["createContainer"]
+    assert hook["env"] == ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GPUNODE_HOOK=1"]
+
+
+def test_write_atomic_leaves_no_temp(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+    os.chmod(path, 0o640)
+    oci.write_atomic(str(path), {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def _bundle(tmp_path, env, extra=None):
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs" / "etc").mkdir(parents=True, exist_ok=True)
+    (bundle / "rootfs" / "etc" / "debian_version").write_text("12\n")
+    spec = {
+        "ociVersion": "1.0.2",
+        "process": {"env": env, "args": ["true"]},
+        "root": {"path": "rootfs"},
+        "mounts": [],
+        **(extra or {}),
+    }
+    raw = json.dumps(spec, indent=3).encode()
+    (bundle / "config.json").write_bytes(raw)
+    return bundle, raw
+
+
+def test_shim_leaves_non_gpu_spec_untouched_even_without_driver(tmp_path, monkeypatch):
+    def broken(*a, **k):
+        raise AssertionError("discovery must not run for a non-GPU container")
+
+    monkeypatch.setattr(discover, "load", broken)
+    cfg = config.RuntimeConfig(cache_file=str(tmp_path / "nope.json"))
+    for env in ([], ["NVIDIA_VISIBLE_DEVICES=void"], ["NVIDIA_VISIBLE_DEVICES="]):
+        bundle, raw = _bundle(tmp_path, ["PATH=/bin", *env])
+        assert runtime.modify_bundle(str(bundle), cfg) is None
+        assert (bundle / "config.json").read_bytes() == raw
+
+
+def test_shim_edits_gpu_spec(tmp_path, monkeypatch, disc, devroot):
+    monkeypatch.setattr(discover, "load", lambda *a, **k: disc)
+    cfg = config.RuntimeConfig(dev_root=str(devroot), hook_path="/usr/local/bin/gpunode-hook")
+    bundle, _ = _bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-4000-8000-000000000002"]
+    )
+    summary = runtime.modify_bundle(str(bundle), cfg)
+    assert "GPUs [2]" in summary
+    spec = json.loads((bundle / "config.json").read_text())
+    assert [d["path"] for d in spec["linux"]["devices"]][-1] == "/dev/nvidia2"
+    assert spec["hooks"]["createContainer"][0]["path"] == "/usr/local/bin/gpunode-hook"
+
+
+def test_shim_unknown_device_error_lists_gpus(tmp_path, monkeypatch, disc, devroot):
+    monkeypatch.setattr(discover, "load", lambda *a, **k: disc)
+    cfg = config.RuntimeConfig(dev_root=str(devroot))
+    bundle, raw = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=9"])
+    with pytest.raises(ValueError, match="unknown device '9'") as err:
+        runtime.modify_bundle(str(bundle), cfg)
+    assert GPUS[0].uuid in str(err.value) and "\n" not in str(err.value)
+    assert (bundle / "config.json").read_bytes() == raw
+
+
+@pytest.mark.parametrize(
+    ("argv", "expect"),
+    [
+        (
+            [
+                "r",
+                "--root",
+                "/run/runc",
+                "--log",
+                "/l",
+                "--log-format",
+                "json",
+                "create",
+                "--bundle",
+                "/b",
+                "--pid-file",
+                "/p",
+                "id",
+            ],
+            (True, "/b", "/l", "json"),
+        ),
+        (["r", "create", "-b=create", "x"], (True, "create", None, "text")),
+        (["r", "start", "create"], (False, None, None, "text")),
+        (["r", "--log=create", "state", "--bundle", "create"], (False, "create", "create", "text")),
+        (["r", "create", "--bundle", "/a", "--bundle=/b", "id"], (True, "/b", None, "text")),
+        (["r", "run", "--bundle", "/b", "id"], (False, "/b", None, "text")),
+    ],
+)
+def test_runtime_argument_parsing(argv, expect):
+    assert runtime.parse_args(argv) == expect
+
+
+def test_cdi_spec(disc, devroot):
+    spec = cdi.generate(disc, hook_path="/usr/local/bin/gpunode-hook", dev_root=str(devroot))
+    assert spec["kind"] == "nvidia.com/gpu"
+    names = [d["name"] for d in spec["devices"]]
+    assert names == ["0", GPUS[0].uuid, "1", GPUS[1].uuid, "2", GPUS[2].uuid, "all"]
+    one = spec["devices"][2]["containerEdits"]["deviceNodes"]
+    assert [n["path"] for n in one] == ["/dev/nvidia1"]
+    # with a dev root other than / the host path differs, which needs CDI 0.5.0
+    assert one[0]["hostPath"] == f"{devroot}/dev/nvidia1"
+    assert spec["cdiVersion"] == "0.5.0"
+    edits_ = spec["containerEdits"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in edits_["env"]
+    assert [n["path"] for n in edits_["deviceNodes"]] == [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+    ]
+    (hook,) = edits_["hooks"]
+    assert hook["hookName"] == "createContainer" and hook["env"]
+    assert "--proc-driver" in hook["args"] and "--gpu" not in hook["args"]
+    assert yaml.safe_load(cdi.dump(spec, "yaml")) == spec
+
+
+def test_cdi_minimum_version_without_host_path(disc):
+    spec = {
+        "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}],
+        "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]},
+    }
+    assert cdi.minimum_version(spec) == "0.3.0"
+
+
+def test_cdi_write_is_atomic_and_idempotent(tmp_path):
+    spec = {"cdiVersion": "0.3.0", "kind": "nvidia.com/gpu", "devices": [], "containerEdits": {}}
+    out = tmp_path / "cdi" / "nvidia.yaml"
+    assert cdi.write(spec, str(out)) is True
+    assert cdi.write(spec, str(out)) is False
+    assert sorted(p.name for p in out.parent.iterdir()) == ["nvidia.yaml"]
+
+
+def test_discovery_cache_roundtrip_and_invalidation(tmp_path, monkeypatch, disc):
+    calls = []
+    keys = iter([{"k": 1}, {"k": 1}, {"k": 2}, {"k": 2}])
+    monkeypatch.setattr(discover, "cache_key", lambda root="/": next(keys))
+
+    def fresh(root="/"):
+        calls.append(1)
+        return Discovery(disc.node, disc.files, key={"k": len(calls)})
+
+    monkeypatch.setattr(discover, "discover", fresh)
+    cache = str(tmp_path / "c" / "inventory.json")
+    first = discover.load(cache)
+    assert not first.from_cache and len(calls) == 1
+    second = discover.load(cache)
+    assert second.from_cache and second.node == disc.node and len(calls) == 1
+    third = discover.load(cache)  # the key changed: the driver changed
+    assert not third.from_cache and len(calls) == 2

@@ -21,7 +21,7 @@ KIND = "nvidia.com/gpu"
 ALL_CAPS = {"compute", "utility", "video", "graphics", "display", "ngx", "compat32"}
 
 
-def _node(dev, dev_root: str) -> dict[str, Any]:  # noqa: ARG001
+def _node(dev, dev_root: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"path": dev.path}
     if dev.host_path != dev.path:
         entry["hostPath"] = dev.host_path
@@ -80,6 +80,8 @@ def minimum_version(spec: dict[str, Any]) -> str:
         return "0.6.0"
     if any("hostPath" in n for n in nodes):
         return "0.5.0"  # deviceNodes[].hostPath arrived in CDI 0.5.0
+    if any(d["name"][:1].isdigit() for d in spec["devices"]):
+        return "0.5.0"  # so did device names starting with a digit ("0", "1", ...)
     return "0.3.0"
 
 

@@ -164,7 +164,7 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
     )
     out = []
     for line in proc.stdout.splitlines()[1:]:
-        if "=>" not in line or "x86-64" not in line and "64bit" not in line:
+        if "=>" not in line or ("x86-64" not in line and "64bit" not in line):
             continue
         path = line.rsplit("=>", 1)[1].strip()
         out.append(_root(driver_root, path))

@@ -84,6 +84,7 @@ def nodes(artifacts, image_tags) -> dict[str, Node]:
     out = {}
     for spec in specs:
         cluster.wait_booted(spec.name)
+        cluster.tune_node(spec.name)
         cluster.install_gpunode(spec.name, artifacts, log=lambda *_: None)
         cluster.copy_mock(spec.name, artifacts)
         cluster.apply(spec.name, spec.profile, log=lambda *_: None)

@@ -276,12 +276,17 @@ def test_cdi_spec(disc, devroot):
     assert yaml.safe_load(cdi.dump(spec, "yaml")) == spec
 
 
-def test_cdi_minimum_version_without_host_path(disc):
-    spec = {
-        "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}],
-        "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]},
-    }
-    assert cdi.minimum_version(spec) == "0.3.0"
+def test_cdi_minimum_version():
+    def spec(name, node):
+        return {
+            "devices": [{"name": name, "containerEdits": {"deviceNodes": [node]}}],
+            "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]},
+        }
+
+    assert cdi.minimum_version(spec("all", {"path": "/dev/nvidia0"})) == "0.3.0"
+    # podman 5 rejects a 0.3.0 spec with a device named "0": digits need 0.5.0
+    assert cdi.minimum_version(spec("0", {"path": "/dev/nvidia0"})) == "0.5.0"
+    assert cdi.minimum_version(spec("all", {"path": "/dev/nvidia0", "hostPath": "/x"})) == "0.5.0"
 
 
 def test_cdi_write_is_atomic_and_idempotent(tmp_path):

@@ -231,6 +231,25 @@ def wait_booted(name: str, timeout: float = 120) -> str:
     raise SimError(f"{name}: the Docker engine inside the node did not come up in {timeout:.0f}s")
 
 
+# /proc/sys is read-only inside a node container, so podman must not try to set its
+# default sysctl (net.ipv4.ping_group_range) in the containers it starts.
+PODMAN_CONF = "[containers]\ndefault_sysctls = []\n"
+
+
+def tune_node(name: str) -> None:
+    """Adapt engines inside the node to running in a container."""
+    exec_(
+        name,
+        [
+            "sh",
+            "-c",
+            "mkdir -p /etc/containers/containers.conf.d && cat > "
+            "/etc/containers/containers.conf.d/gpunode-sim.conf",
+        ],
+        input=PODMAN_CONF.encode(),
+    )
+
+
 def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
     """Install the gpunode wheel into /opt/gpunode on the node (offline, from copied wheels)."""
     wheels = sorted(art.wheels.glob("*.whl"))
@@ -281,6 +300,7 @@ def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
         start_node(spec, tags[spec.release], log)
     for spec in nodes:
         wait_booted(spec.name)
+        tune_node(spec.name)
         install_gpunode(spec.name, artifacts, log)
         copy_mock(spec.name, artifacts)
         apply(spec.name, spec.profile, log)

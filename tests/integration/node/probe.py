@@ -25,7 +25,7 @@ try:
     ]
     out["driver"] = N.nvmlSystemGetDriverVersion()
     N.nvmlShutdown()
-except Exception as exc:  # noqa: BLE001 - report whatever NVML says
+except Exception as exc:
     out["nvml"] = f"error: {type(exc).__name__}"
 out["libcuda_link"] = os.path.islink("/usr/lib/x86_64-linux-gnu/libcuda.so")
 out["env_ld_preload"] = os.environ.get("LD_PRELOAD")

@@ -1,0 +1,972 @@
+"""gpunode-hook: the OCI ``createContainer`` hook.
+
+runc runs it inside the container's mount namespace after the rootfs and the spec's
+mounts are in place but before pivot_root, so "/" is still the host's view and the
+container root is just a directory. Everything under that directory belongs to the
+image and may be hostile, hence (see docs, section 7 of the toolkit reference):
+
+* every container path is resolved with ``safepath`` and used as an fd, never as a
+  string; mounts go onto ``/proc/self/fd/N``;
+* files are written to a temporary name and ``renameat``-ed, relative to a directory fd;
+* ldconfig runs in new mount/PID/IPC/UTS/net namespaces, pivot_root-ed into the rootfs,
+  with an empty environment, rlimits and a reduced capability set, from a sealed memfd
+  copy of the host binary executed with ``execveat(AT_EMPTY_PATH)``;
+* the hook never consults its own environment (PATH, LD_*); binaries by absolute path.
+
+Subcommands: ``update-ldcache``, ``create-symlinks``, ``mount-proc-driver``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import platform
+import re
+import resource
+import secrets
+import select
+import signal
+import stat
+import struct
+import sys
+import time
+
+from . import __version__
+from .safepath import (
+    UnsafePath,
+    mkdir_p_in_root,
+    open_beneath_no_symlinks,
+    proc_fd_path,
+)
+
+PROG = "gpunode-hook"
+SUBCOMMANDS = ("configure", "update-ldcache", "create-symlinks", "mount-proc-driver")
+LDSO_CONF_DROPIN = "00-gpunode.conf"
+LDCONFIG_CANDIDATES = ("/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig")
+LDCONFIG_TIMEOUT = 30.0
+MAX_STATE_BYTES = 1 << 20
+MAX_PROC_FILE = 1 << 20
+
+# mount(2) flags
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+AT_EMPTY_PATH = 0x1000
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# ldconfig keeps only what it needs to read libraries and write the cache in an image
+# whose files belong to another uid: CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER.
+LDCONFIG_CAPS = (0, 1, 2, 3)
+
+_SYSCALLS = {
+    "x86_64": {"execveat": 322, "pivot_root": 155},
+    "aarch64": {"execveat": 281, "pivot_root": 41},
+}.get(platform.machine(), {})
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+]
+
+
+class HookError(Exception):
+    """A failure reported as one line on stderr (exit 1)."""
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message: str):  # never print usage + exit 2 from deep inside
+        raise HookError(message)
+
+
+# --------------------------------------------------------------------------- syscalls
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _b(s: str | None) -> bytes | None:
+    return None if s is None else os.fsencode(s)
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None):
+    _check(
+        _libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
+        f"mount {fstype or source or ''} on {target}",
+    )
+
+
+def umount2(target: str, flags: int) -> None:
+    _check(_libc.umount2(_b(target), flags), f"umount {target}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def _syscall(name: str, *args) -> int:
+    nr = _SYSCALLS.get(name)
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"{name}: unsupported architecture {platform.machine()}")
+    return _check(_libc.syscall(nr, *args), name)
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    _syscall("pivot_root", _b(new_root), _b(put_old))
+
+
+def execveat_empty(fd: int, argv: list[str], envp: list[str]) -> None:
+    """execveat(fd, "", argv, envp, AT_EMPTY_PATH): exec an fd without needing /proc."""
+    c_argv = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
+    c_envp = (ctypes.c_char_p * (len(envp) + 1))(*[os.fsencode(e) for e in envp], None)
+    _syscall("execveat", ctypes.c_int(fd), b"", c_argv, c_envp, ctypes.c_int(AT_EMPTY_PATH))
+
+
+def prctl(option: int, arg2: int = 0) -> None:
+    _check(
+        _libc.prctl(
+            ctypes.c_int(option),
+            ctypes.c_ulong(arg2),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        ),
+        f"prctl({option})",
+    )
+
+
+def _limit_capabilities(keep: tuple[int, ...]) -> None:
+    """Drop every capability not in ``keep`` from the bounding, permitted and effective
+    sets (so an execve as uid 0 cannot regain them), and set no_new_privs."""
+    for cap in range(64):
+        if cap in keep:
+            continue
+        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) < 0:
+            if ctypes.get_errno() == errno.EINVAL:  # beyond CAP_LAST_CAP
+                break
+            _check(-1, f"drop capability {cap}")
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        ]
+
+    mask = 0
+    for cap in keep:
+        mask |= 1 << cap
+    hdr = Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (Data * 2)(
+        Data(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0), Data(mask >> 32, mask >> 32, 0)
+    )
+    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+# ------------------------------------------------------------------------ root lookup
+
+
+def _read_state() -> dict:
+    raw = b""
+    try:
+        while len(raw) <= MAX_STATE_BYTES:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                break
+            raw += chunk
+    except OSError as exc:
+        raise HookError(f"cannot read OCI state from stdin: {exc.strerror}") from None
+    if len(raw) > MAX_STATE_BYTES:
+        raise HookError("OCI state on stdin is too large")
+    if not raw.strip():
+        raise HookError("no OCI state on stdin (and no --root given)")
+    try:
+        state = json.loads(raw)
+    except ValueError as exc:
+        raise HookError(f"invalid OCI state JSON on stdin: {exc}") from None
+    if not isinstance(state, dict):
+        raise HookError("OCI state on stdin is not a JSON object")
+    return state
+
+
+def resolve_rootfs(state: dict) -> str:
+    """The container rootfs from the OCI state: ``<bundle>/config.json`` root.path."""
+    bundle = state.get("bundle")
+    if isinstance(bundle, str) and bundle:
+        if not bundle.startswith("/"):
+            raise HookError(f"bundle path is not absolute: {bundle!r}")
+        try:
+            with open(os.path.join(bundle, "config.json"), "rb") as fh:
+                config = json.loads(fh.read(16 << 20))
+        except (OSError, ValueError) as exc:
+            raise HookError(f"cannot read {bundle}/config.json: {exc}") from None
+        root = config.get("root") if isinstance(config, dict) else None
+        path = root.get("path") if isinstance(root, dict) else None
+        if isinstance(path, str) and path:
+            return path if path.startswith("/") else os.path.join(bundle, path)
+        raise HookError(f"{bundle}/config.json has no root.path")
+    # Some runtimes put the rootfs in the state as "root" (crun); use it only as a fallback.
+    root = state.get("root")
+    if isinstance(root, str) and root.startswith("/"):
+        return root
+    raise HookError("OCI state has no bundle")
+
+
+def open_root(path: str) -> int:
+    if "\0" in path or not path.startswith("/"):
+        raise HookError(f"container root must be an absolute path: {path!r}")
+    try:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HookError(f"cannot open container root {path}: {exc.strerror}") from None
+
+
+# -------------------------------------------------------------------- file primitives
+
+
+def write_file_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Atomically (temp name + renameat) write ``name`` in ``dir_fd``; never follows links."""
+    tmp = f".{name}.gpunode-{secrets.token_hex(6)}"
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        mode,
+        dir_fd=dir_fd,
+    )
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def _split_container_path(path: str) -> tuple[str, str]:
+    if "\0" in path or not path.startswith("/"):
+        raise HookError(f"path must be absolute: {path!r}")
+    parent, _, name = path.rstrip("/").rpartition("/")
+    if name in ("", ".", ".."):
+        raise HookError(f"invalid path: {path!r}")
+    return parent or "/", name
+
+
+# ------------------------------------------------------------------- create-symlinks
+
+
+def create_symlink(root_fd: int, target: str, link: str) -> str:
+    """Make ``link`` (container path) a symlink with text ``target``. Returns what it did."""
+    if not target or "\0" in target:
+        raise HookError(f"invalid symlink target {target!r}")
+    parent_path, name = _split_container_path(link)
+    try:
+        dir_fd = mkdir_p_in_root(root_fd, parent_path)
+    except OSError as exc:
+        raise HookError(f"{link}: cannot open parent directory: {_err(exc)}") from None
+    try:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if stat.S_ISLNK(st.st_mode) and os.readlink(name, dir_fd=dir_fd) == target:
+                return "exists"
+            if stat.S_ISDIR(st.st_mode):
+                raise HookError(f"{link}: exists and is a directory")
+        tmp = f".{name}.gpunode-{secrets.token_hex(6)}"
+        os.symlink(target, tmp, dir_fd=dir_fd)
+        try:
+            # rename(2) replaces a non-directory LINK itself; it never follows it.
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        return "replaced" if st is not None else "created"
+    except OSError as exc:
+        raise HookError(f"{link}: {_err(exc)}") from None
+    finally:
+        os.close(dir_fd)
+
+
+def cmd_create_symlinks(args, root_path: str) -> int:
+    links = []
+    for spec in args.link or []:
+        parts = spec.split("::")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise HookError(f"invalid --link {spec!r} (want TARGET::LINK)")
+        _split_container_path(parts[1])
+        links.append((parts[0], parts[1]))
+    root_fd = open_root(root_path)
+    try:
+        for target, link in links:
+            create_symlink(root_fd, target, link)
+    finally:
+        os.close(root_fd)
+    return 0
+
+
+# -------------------------------------------------------------------- update-ldcache
+
+
+def _is_static_elf(fd: int) -> None:
+    """Refuse anything but an ELF without PT_INTERP: a script or dynamic binary would
+    run the container's interpreter / loader / libc inside the confined child."""
+    head = os.pread(fd, 64, 0)
+    if len(head) < 64 or head[:4] != b"\x7fELF":
+        raise HookError("host ldconfig is not an ELF executable (a wrapper script?)")
+    is64 = head[4] == 2
+    endian = "<" if head[5] == 1 else ">"
+    if is64:
+        (phoff,) = struct.unpack_from(endian + "Q", head, 32)
+        phentsize, phnum = struct.unpack_from(endian + "HH", head, 54)
+    else:
+        (phoff,) = struct.unpack_from(endian + "I", head, 28)
+        phentsize, phnum = struct.unpack_from(endian + "HH", head, 42)
+    table = os.pread(fd, phentsize * phnum, phoff)
+    for i in range(phnum):
+        (p_type,) = struct.unpack_from(endian + "I", table, i * phentsize)
+        if p_type == 3:  # PT_INTERP
+            raise HookError(
+                "host ldconfig is dynamically linked; refusing to run it inside the container root"
+            )
+
+
+def _sealed_copy(path: str) -> int:
+    """Copy the host binary at ``path`` into a sealed memfd; return the memfd."""
+    try:
+        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HookError(f"cannot open host ldconfig {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
+            raise HookError(f"host ldconfig {path} is not a regular file")
+        _is_static_elf(src)
+        mfd = os.memfd_create("gpunode-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        offset = 0
+        while offset < st.st_size:
+            n = os.sendfile(mfd, src, offset, st.st_size - offset)
+            if n == 0:
+                break
+            offset += n
+        os.fchmod(mfd, 0o555)
+        fcntl.fcntl(
+            mfd,
+            fcntl.F_ADD_SEALS,
+            fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL,
+        )
+        return mfd
+    finally:
+        os.close(src)
+
+
+def _find_ldconfig(explicit: str | None) -> str:
+    if explicit:
+        if not explicit.startswith("/"):
+            raise HookError(f"--ldconfig-path must be absolute: {explicit!r}")
+        return explicit
+    for cand in LDCONFIG_CANDIDATES:
+        if os.path.isfile(cand):
+            return cand
+    raise HookError("no host ldconfig found in " + ", ".join(LDCONFIG_CANDIDATES))
+
+
+def _mask_dir(root_fd: int, name: str) -> None:
+    """Cover <root>/<name> with an empty read-only tmpfs (child's private mount ns)."""
+    try:
+        fd = open_beneath_no_symlinks(root_fd, name, os.O_PATH | os.O_DIRECTORY)
+    except OSError:
+        return  # missing, a symlink or not a directory: nothing of the host to hide there
+    try:
+        mount(
+            "tmpfs",
+            proc_fd_path(fd),
+            "tmpfs",
+            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            "mode=0555,size=4k",
+        )
+    finally:
+        os.close(fd)
+
+
+def _ldconfig_child(
+    root_path: str, root_ino: tuple[int, int], mfd: int, devnull: int, wfd: int, argv: list[str]
+) -> None:
+    """Runs in the forked child; never returns."""
+    try:
+        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
+        mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        # fds opened before unshare point into the old mount namespace: reopen the root
+        # (a trusted, runtime-supplied host path) and check it is the same directory.
+        fd = os.open(root_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != root_ino:
+            raise OSError(errno.ESTALE, "container root changed under the hook")
+        mount(proc_fd_path(fd), proc_fd_path(fd), None, MS_BIND | MS_REC, None)
+        os.close(fd)
+        root_fd = os.open(root_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the bind
+        for name in ("proc", "sys", "dev"):
+            _mask_dir(root_fd, name)
+        os.fchdir(root_fd)
+        os.close(root_fd)
+        try:
+            pivot_root(".", ".")
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # e.g. rootfs on initramfs: chroot instead
+                raise
+            os.chroot(".")
+        else:
+            umount2(".", MNT_DETACH)  # the old root, stacked under the new one
+        os.chdir("/")
+        os.umask(0o022)
+        for res, val in (
+            (resource.RLIMIT_CPU, 10),
+            (resource.RLIMIT_AS, 2 << 30),
+            (resource.RLIMIT_NOFILE, 64),
+            (resource.RLIMIT_FSIZE, 64 << 20),
+            (resource.RLIMIT_NPROC, 64),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(res, (val, val))
+        _limit_capabilities(LDCONFIG_CAPS)
+        pid = os.fork()
+        if pid == 0:  # PID 1 of the new PID namespace
+            try:
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                os.dup2(devnull, 0)
+                os.dup2(wfd, 1)
+                os.dup2(wfd, 2)
+                keep = sorted({0, 1, 2, mfd})
+                for lo, hi in zip(keep, [*keep[1:], 1 << 20], strict=True):
+                    os.closerange(lo + 1, hi)
+                execveat_empty(mfd, argv, [])
+            except BaseException as exc:
+                os.write(2, f"cannot exec ldconfig: {exc}\n".encode(errors="replace"))
+            os._exit(127)
+        os.close(wfd)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + 9)
+    except BaseException as exc:
+        try:
+            os.write(wfd, f"confinement setup failed: {exc}\n".encode(errors="replace"))
+        finally:
+            os._exit(126)
+
+
+def run_ldconfig_confined(root_path: str, root_fd: int, ldconfig: str, argv: list[str]) -> str:
+    """Run the host ldconfig inside the container root; returns its output."""
+    mfd = _sealed_copy(ldconfig)
+    st = os.fstat(root_fd)
+    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    rfd, wfd = os.pipe()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            _ldconfig_child(root_path, (st.st_dev, st.st_ino), mfd, devnull, wfd, argv)
+            os._exit(126)  # not reached
+        os.close(wfd)
+        wfd = -1
+        out = bytearray()
+        deadline = time.monotonic() + LDCONFIG_TIMEOUT
+        timed_out = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)  # PDEATHSIG takes the namespace's PID 1 along
+                break
+            ready, _, _ = select.select([rfd], [], [], left)
+            if ready:
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                if len(out) < 65536:
+                    out += chunk
+        _, status = os.waitpid(pid, 0)
+    finally:
+        for fd in (mfd, devnull, rfd, wfd):
+            if fd >= 0:
+                os.close(fd)
+    text = out.decode(errors="replace").strip()
+    if timed_out:
+        raise HookError(f"ldconfig timed out after {LDCONFIG_TIMEOUT:.0f}s")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        last = text.splitlines()[-1] if text else ""
+        raise HookError(f"ldconfig failed (exit {code}){': ' + last if last else ''}")
+    return text
+
+
+def cmd_update_ldcache(args, root_path: str) -> int:
+    folders = []
+    for folder in args.folder or []:
+        if not folder.startswith("/") or any(c in folder for c in "\0\n\r"):
+            raise HookError(f"invalid --folder {folder!r} (must be an absolute path)")
+        folder = os.path.normpath(folder)
+        if folder not in folders:
+            folders.append(folder)
+    ldconfig = _find_ldconfig(args.ldconfig_path)
+    root_fd = open_root(root_path)
+    try:
+        try:
+            etc_fd = mkdir_p_in_root(root_fd, "/etc")
+        except OSError as exc:
+            raise HookError(f"/etc: {_err(exc)}") from None
+        try:
+            if folders:
+                try:
+                    conf_fd = mkdir_p_in_root(root_fd, "/etc/ld.so.conf.d")
+                except OSError as exc:
+                    raise HookError(f"/etc/ld.so.conf.d: {_err(exc)}") from None
+                try:
+                    body = "# Generated by gpunode-hook\n" + "".join(f"{f}\n" for f in folders)
+                    write_file_at(conf_fd, LDSO_CONF_DROPIN, body.encode())
+                except OSError as exc:
+                    raise HookError(f"/etc/ld.so.conf.d/{LDSO_CONF_DROPIN}: {_err(exc)}") from None
+                finally:
+                    os.close(conf_fd)
+                # An image without /etc/ld.so.conf would never read the drop-in.
+                try:
+                    os.stat("ld.so.conf", dir_fd=etc_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    try:
+                        write_file_at(etc_fd, "ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n")
+                    except OSError as exc:
+                        raise HookError(f"/etc/ld.so.conf: {_err(exc)}") from None
+        finally:
+            os.close(etc_fd)
+        output = run_ldconfig_confined(root_path, root_fd, ldconfig, ["ldconfig", *folders])
+    finally:
+        os.close(root_fd)
+    if output and _debug():
+        print(output, file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ mount-proc-driver
+
+_BUSID_RE = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+
+
+def busid_candidates(busid: str) -> list[str]:
+    """procfs names to try for a PCI bus id (32-bit domain first, then 16-bit)."""
+    m = _BUSID_RE.match(busid.strip().lower())
+    if not m:
+        raise HookError(f"invalid PCI bus id {busid!r}")
+    domain = int(m.group(1), 16)
+    rest = f"{m.group(2)}:{m.group(3)}.{m.group(4)}"
+    names = [f"{domain:08x}:{rest}"]
+    if domain <= 0xFFFF:
+        names.append(f"{domain:04x}:{rest}")
+    return names
+
+
+def _read_at(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HookError(f"host /proc/driver/nvidia/{name} is not a regular file")
+        data = b""
+        while len(data) < MAX_PROC_FILE:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
+
+
+def disable_modify_device_files(params: bytes) -> bytes:
+    lines = params.decode(errors="replace").splitlines()
+    found = False
+    for i, line in enumerate(lines):
+        if re.match(r"^\s*ModifyDeviceFiles\s*:", line):
+            lines[i] = "ModifyDeviceFiles: 0"
+            found = True
+    if not found:
+        lines.append("ModifyDeviceFiles: 0")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _create_file_at(dir_fd: int, name: str, data: bytes) -> None:
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o444,
+        dir_fd=dir_fd,
+    )
+    try:
+        os.fchmod(fd, 0o444)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _open_dir_nofollow(dir_fd: int, name: str, flags: int = os.O_PATH) -> int:
+    return os.open(name, flags | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def cmd_mount_proc_driver(args, root_path: str) -> int:
+    driver_root = args.driver_root
+    if not driver_root.startswith("/"):
+        raise HookError(f"--driver-root must be absolute: {driver_root!r}")
+    wanted = [busid_candidates(b) for b in args.gpu or []]
+
+    host_dir = os.path.join(driver_root, "proc/driver/nvidia")
+    try:
+        host_fd = os.open(host_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HookError(f"no NVIDIA driver procfs at {host_dir}: {exc.strerror}") from None
+    fds: list[int] = [host_fd]
+    try:
+        # Host sources first, so that nothing is mounted if one is missing.
+        try:
+            host_gpus = _open_dir_nofollow(host_fd, "gpus")
+            fds.append(host_gpus)
+        except FileNotFoundError:
+            host_gpus = -1
+        sources: list[tuple[str, int]] = []
+        for cands in wanted:
+            for name in cands:
+                try:
+                    src = _open_dir_nofollow(host_gpus, name) if host_gpus >= 0 else -1
+                except FileNotFoundError:
+                    continue
+                if src >= 0:
+                    fds.append(src)
+                    sources.append((name, src))
+                    break
+            else:
+                raise HookError(f"GPU {cands[-1]} not found in {host_dir}/gpus")
+        files = {n: _read_at(host_fd, n) for n in ("version", "registry", "params")}
+        if files["params"] is not None:
+            files["params"] = disable_modify_device_files(files["params"])
+
+        root_fd = open_root(root_path)
+        fds.append(root_fd)
+        try:
+            proc_fd = open_beneath_no_symlinks(root_fd, "proc", os.O_PATH | os.O_DIRECTORY)
+            fds.append(proc_fd)
+            driver_fd = open_beneath_no_symlinks(proc_fd, "driver", os.O_PATH | os.O_DIRECTORY)
+            fds.append(driver_fd)
+        except FileNotFoundError:
+            print(
+                f"{PROG}: mount-proc-driver: no /proc/driver in the container; skipping",
+                file=sys.stderr,
+            )
+            return 0
+        except UnsafePath as exc:
+            raise HookError(f"refusing /proc/driver in the container: {exc.strerror}") from None
+        except NotADirectoryError:
+            raise HookError("refusing /proc/driver in the container: not a directory") from None
+        proc_st = os.fstat(proc_fd)
+        if os.fstat(driver_fd).st_dev != proc_st.st_dev:
+            raise HookError(
+                "/proc/driver is not on the container's /proc filesystem (already mounted over?)"
+            )
+        try:
+            nv_fd = open_beneath_no_symlinks(driver_fd, "nvidia", os.O_PATH | os.O_DIRECTORY)
+            fds.append(nv_fd)
+        except FileNotFoundError:
+            # The host has a driver tree (checked above) that the container's own procfs
+            # does not show: a driver whose procfs is not the kernel's (the simulated node
+            # keeps it on a tmpfs). Give the container the same: a tmpfs on /proc/driver
+            # holding an empty `nvidia` directory, then filter into it as usual.
+            mount(
+                "tmpfs",
+                proc_fd_path(driver_fd),
+                "tmpfs",
+                MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=0555,size=64k,nr_inodes=16",
+            )
+            new_driver = _open_dir_nofollow(proc_fd, "driver")
+            fds.append(new_driver)
+            if os.fstat(new_driver).st_dev == proc_st.st_dev:
+                raise HookError("/proc/driver changed while mounting the tmpfs") from None
+            os.mkdir("nvidia", 0o555, dir_fd=new_driver)
+            driver_fd = new_driver
+            nv_fd = _open_dir_nofollow(driver_fd, "nvidia")
+            fds.append(nv_fd)
+        except UnsafePath as exc:
+            raise HookError(
+                f"refusing /proc/driver/nvidia in the container: {exc.strerror}"
+            ) from None
+        except NotADirectoryError:
+            raise HookError(
+                "refusing /proc/driver/nvidia in the container: not a directory"
+            ) from None
+        nv_st = os.fstat(nv_fd)
+        if nv_st.st_dev != os.fstat(driver_fd).st_dev:
+            raise HookError("/proc/driver/nvidia is already mounted over in the container")
+
+        mount(
+            "tmpfs",
+            proc_fd_path(nv_fd),
+            "tmpfs",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            "mode=0555,size=1m,nr_inodes=256",
+        )
+        try:
+            # Look the name up again from its parent: this crosses onto the new mount.
+            tmp_fd = _open_dir_nofollow(driver_fd, "nvidia")
+            fds.append(tmp_fd)
+            tst = os.fstat(tmp_fd)
+            if tst.st_dev == nv_st.st_dev or os.listdir(proc_fd_path(tmp_fd)):
+                raise HookError("/proc/driver/nvidia changed while mounting the tmpfs")
+            for name in ("version", "registry", "params"):
+                if files[name] is not None:
+                    _create_file_at(tmp_fd, name, files[name])
+            os.mkdir("gpus", 0o555, dir_fd=tmp_fd)
+            gpus_fd = _open_dir_nofollow(tmp_fd, "gpus")
+            fds.append(gpus_fd)
+            for name, src in sources:
+                os.mkdir(name, 0o555, dir_fd=gpus_fd)
+                dst = _open_dir_nofollow(gpus_fd, name)
+                fds.append(dst)
+                mount(proc_fd_path(src), proc_fd_path(dst), None, MS_BIND, None)
+                bound = _open_dir_nofollow(gpus_fd, name)  # the bind mount's root
+                fds.append(bound)
+                mount(
+                    None,
+                    proc_fd_path(bound),
+                    None,
+                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    None,
+                )
+            mount(
+                None,
+                proc_fd_path(tmp_fd),
+                None,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                None,
+            )
+        except BaseException:
+            # Undo: lazily unmount whatever now covers the original directory (our
+            # tmpfs, and with it the GPU bind mounts below it).
+            with contextlib.suppress(OSError):
+                fd = _open_dir_nofollow(driver_fd, "nvidia")
+                fds.append(fd)
+                if os.fstat(fd).st_dev != nv_st.st_dev:
+                    umount2(proc_fd_path(fd), MNT_DETACH)
+            raise
+    except OSError as exc:
+        raise HookError(_err(exc)) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return 0
+
+
+# ------------------------------------------------------------------------- configure
+
+_NVIDIA_DEV_RE = re.compile(r"^nvidia(\d+)$")
+
+
+def gpus_from_container_devices(root_path: str, driver_root: str) -> list[str]:
+    """Bus ids of the GPUs whose /dev/nvidia<minor> the container was given.
+
+    Used when the hook comes from a CDI spec, which cannot know which of its devices a
+    container will get: the device nodes the engine created in the rootfs say so.
+    """
+    root_fd = open_root(root_path)
+    try:
+        try:
+            dev_fd = open_beneath_no_symlinks(root_fd, "dev", os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return []
+        try:
+            minors = set()
+            for name in os.listdir(dev_fd):
+                m = _NVIDIA_DEV_RE.match(name)
+                if not m:
+                    continue
+                st = os.stat(name, dir_fd=dev_fd, follow_symlinks=False)
+                if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195:
+                    minors.add(os.minor(st.st_rdev))
+        finally:
+            os.close(dev_fd)
+    finally:
+        os.close(root_fd)
+    gpus_dir = os.path.join(driver_root, "proc/driver/nvidia/gpus")
+    out = []
+    for bus in sorted(os.listdir(gpus_dir)) if os.path.isdir(gpus_dir) else []:
+        try:
+            with open(os.path.join(gpus_dir, bus, "information")) as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    if key.strip() == "Device Minor" and int(value.strip()) in minors:
+                        out.append(bus)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def cmd_configure(args, root_path: str) -> int:
+    """All of a container's setup in one process: symlinks, ld cache, /proc/driver/nvidia.
+
+    One invocation instead of three keeps the hook's cost on container start to one
+    Python start-up.
+    """
+    if args.link:
+        cmd_create_symlinks(args, root_path)
+    if args.folder:
+        cmd_update_ldcache(args, root_path)
+    if args.proc_driver:
+        host = os.path.join(args.driver_root, "proc/driver/nvidia")
+        if not os.path.isdir(host):
+            print(
+                f"{PROG}: configure: {host} not found; /proc/driver/nvidia left as is",
+                file=sys.stderr,
+            )
+            return 0
+        if not args.gpu:
+            args.gpu = gpus_from_container_devices(root_path, args.driver_root)
+        cmd_mount_proc_driver(args, root_path)
+    return 0
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def _err(exc: OSError) -> str:
+    msg = exc.strerror or str(exc)
+    if exc.filename:
+        msg = f"{msg}: {exc.filename}"
+    return msg
+
+
+def _debug() -> bool:
+    # Only switches on tracebacks; nothing security-relevant depends on it.
+    return os.environ.get("GPUNODE_DEBUG") == "1"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _ArgParser(add_help=False)
+    common.add_argument(
+        "--root",
+        default=argparse.SUPPRESS,
+        help="container rootfs (instead of the OCI state on stdin)",
+    )
+    p = _ArgParser(
+        prog=PROG,
+        parents=[common],
+        description="OCI createContainer hook injecting the NVIDIA driver",
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", parser_class=_ArgParser)
+
+    s = sub.add_parser("configure", parents=[common], help="all of the below in one run")
+    s.add_argument("--link", action="append", metavar="TARGET::LINK")
+    s.add_argument("--folder", action="append", metavar="DIR", help="library directory")
+    s.add_argument("--ldconfig-path", metavar="PATH", help="host ldconfig (static ELF)")
+    s.add_argument("--gpu", action="append", metavar="BUSID")
+    s.add_argument(
+        "--proc-driver",
+        action="store_true",
+        help="filter /proc/driver/nvidia (to --gpu, else to the container's devices)",
+    )
+    s.add_argument("--driver-root", default="/", metavar="DIR")
+    s.set_defaults(func=cmd_configure)
+
+    s = sub.add_parser("update-ldcache", parents=[common], help="refresh the container ldcache")
+    s.add_argument("--folder", action="append", metavar="DIR", help="library directory")
+    s.add_argument("--ldconfig-path", metavar="PATH", help="host ldconfig (static ELF)")
+    s.set_defaults(func=cmd_update_ldcache)
+
+    s = sub.add_parser("create-symlinks", parents=[common], help="create symlinks")
+    s.add_argument("--link", action="append", metavar="TARGET::LINK")
+    s.set_defaults(func=cmd_create_symlinks)
+
+    s = sub.add_parser(
+        "mount-proc-driver",
+        parents=[common],
+        help="filter /proc/driver/nvidia to the selected GPUs",
+    )
+    s.add_argument("--gpu", action="append", metavar="BUSID")
+    s.add_argument("--driver-root", default="/", metavar="DIR")
+    s.set_defaults(func=cmd_mount_proc_driver)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if a in SUBCOMMANDS), "hook")
+    try:
+        os.chdir("/")  # runc starts hooks in the (container-controlled) rootfs
+        os.umask(0o022)
+        args = build_parser().parse_args(argv)
+        if args.version:
+            print(f"{PROG} {__version__}")
+            return 0
+        if not args.command:
+            raise HookError(
+                "missing subcommand (configure, update-ldcache, create-symlinks, mount-proc-driver)"
+            )
+        command = args.command
+        root = getattr(args, "root", None)
+        if root is None:
+            root = resolve_rootfs(_read_state())
+        return args.func(args, root)
+    except HookError as exc:
+        print(f"{PROG}: {command}: {exc}", file=sys.stderr)
+    except SystemExit as exc:  # argparse --help
+        return exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:
+        if _debug():
+            raise
+        msg = _err(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        print(f"{PROG}: {command}: {' '.join(msg.split())}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,718 @@
+"""gpunode-hook and gpunode.safepath against hostile container images.
+
+The hook runs as a subprocess (as runc would run it). Everything mount-related runs in a
+private mount namespace (``unshare -m``), with a shell snippet after the hook inspecting
+the result in the same namespace. Every hostile case also checks that nothing appeared
+in, or changed in, the host directory the image tried to point the hook at.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpunode import hook, safepath
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(SRC), "LC_ALL": "C"}
+HOOK = [sys.executable, "-m", "gpunode.hook"]
+LIBZ = Path("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13")
+
+
+def _unshare_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("unshare") is None:
+        return "unshare(1) not found"
+    proc = subprocess.run(
+        ["unshare", "-m", "-p", "-f", "sh", "-c", "mount -t tmpfs none /mnt"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return f"unshare not permitted: {proc.stderr.strip()}"
+    return None
+
+
+UNSHARE_PROBLEM = _unshare_problem()
+
+
+@pytest.fixture
+def needs_unshare():
+    if UNSHARE_PROBLEM:
+        print(f"SKIP reason: {UNSHARE_PROBLEM}", file=sys.stderr)
+        pytest.skip(f"needs unshare as root: {UNSHARE_PROBLEM}")
+
+
+def run_hook(*args: str, env: dict | None = None, stdin: str | None = None, after: str = ""):
+    """Run the hook; with ``after``, inside ``unshare -m`` followed by that shell snippet.
+
+    Returns (returncode of the hook, stdout, stderr).
+    """
+    cmd = [*HOOK, *args]
+    full_env = {**CLEAN_ENV, **(env or {})}
+    if after:
+        script = '"$@"; rc=$?; echo "--- after"; ' + after + '\nexit "$rc"'
+        cmd = ["unshare", "-m", "sh", "-c", script, "sh", *cmd]
+    proc = subprocess.run(
+        cmd, input=stdin, capture_output=True, text=True, env=full_env, timeout=120, check=False
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def snapshot(path: Path) -> dict[str, tuple]:
+    """Everything under ``path`` (without following links) with type, size, mtime, link."""
+    out = {}
+    for p in [path, *sorted(path.rglob("*"))]:
+        st = p.lstat()
+        out[str(p)] = (
+            stat.S_IFMT(st.st_mode),
+            st.st_size,
+            st.st_mtime_ns,
+            os.readlink(p) if p.is_symlink() else None,
+        )
+    return out
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A host directory the hostile images aim at, with a victim file in it."""
+    d = tmp_path / "hostdir"
+    d.mkdir()
+    (d / "victim").write_text("host data\n")
+    return d
+
+
+@pytest.fixture
+def rootfs(tmp_path):
+    r = tmp_path / "rootfs"
+    (r / "etc").mkdir(parents=True)
+    (r / "usr/lib").mkdir(parents=True)
+    return r
+
+
+def _cc(out: Path, source: str, *flags: str) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not available")
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["gcc", "-O1", "-o", str(out), str(src), *flags], check=True)
+    return out
+
+
+# ----------------------------------------------------------------------- safepath
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request, monkeypatch):
+    if request.param == "walk":
+        monkeypatch.setattr(safepath, "_HAVE_OPENAT2", False)
+    elif not safepath.have_openat2():
+        pytest.skip("openat2 not available on this kernel")
+    return request.param
+
+
+def _target(fd: int) -> str:
+    return os.readlink(safepath.proc_fd_path(fd))
+
+
+def test_safepath_absolute_symlink_stays_in_root(resolver, rootfs, host):
+    (rootfs / "usr/lib/x86_64-linux-gnu").symlink_to(host)
+    (rootfs / str(host).lstrip("/")).mkdir(parents=True)
+    root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        fd = safepath.open_in_root(root_fd, "/usr/lib/x86_64-linux-gnu", follow_last=True)
+        assert _target(fd) == str(rootfs) + str(host)
+        os.close(fd)
+        with pytest.raises(FileNotFoundError):
+            safepath.open_in_root(root_fd, "/usr/lib/x86_64-linux-gnu/victim")
+    finally:
+        os.close(root_fd)
+
+
+def test_safepath_dotdot_clamped_at_root(resolver, rootfs, host):
+    depth = len(rootfs.parts) + 3
+    (rootfs / "usr/lib/evil").symlink_to("../" * depth + str(host).lstrip("/"))
+    root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for path in ("/usr/lib/evil/victim", "/../../../" + str(host) + "/victim"):
+            with pytest.raises(FileNotFoundError):
+                safepath.open_in_root(root_fd, path)
+        fd = safepath.open_in_root(root_fd, "/../../etc/../..", os.O_PATH | os.O_DIRECTORY)
+        assert _target(fd) == str(rootfs)
+        os.close(fd)
+    finally:
+        os.close(root_fd)
+
+
+def test_safepath_last_component_and_loops(resolver, rootfs, host):
+    (rootfs / "etc/link").symlink_to(host / "victim")
+    (rootfs / "etc/loop").symlink_to("loop")
+    root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        fd = safepath.open_in_root(root_fd, "/etc/link")  # the symlink itself
+        assert stat.S_ISLNK(os.fstat(fd).st_mode)
+        os.close(fd)
+        with pytest.raises(OSError) as exc:
+            safepath.open_in_root(root_fd, "/etc/link", os.O_RDONLY)
+        assert exc.value.errno == errno.ELOOP
+        with pytest.raises(FileNotFoundError):  # followed, but inside the root
+            safepath.open_in_root(root_fd, "/etc/link", os.O_RDONLY, follow_last=True)
+        with pytest.raises(OSError) as exc:
+            safepath.open_in_root(root_fd, "/etc/loop/x")
+        assert exc.value.errno == errno.ELOOP
+    finally:
+        os.close(root_fd)
+
+
+def test_safepath_mkdir_p(resolver, rootfs, host):
+    (rootfs / "lib").symlink_to("usr/lib")
+    (rootfs / "dangling").symlink_to(host / "newdir")
+    before = snapshot(host)
+    root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        fd = safepath.mkdir_p_in_root(root_fd, "/lib/a/b")
+        assert _target(fd) == str(rootfs / "usr/lib/a/b")
+        os.close(fd)
+        with pytest.raises(OSError):
+            safepath.mkdir_p_in_root(root_fd, "/dangling/sub")
+    finally:
+        os.close(root_fd)
+    assert snapshot(host) == before
+
+
+def test_safepath_no_symlinks(resolver, rootfs, host):
+    (rootfs / "proc/driver").mkdir(parents=True)
+    (rootfs / "proc/driver/nvidia").symlink_to(host)
+    root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        fd = safepath.open_beneath_no_symlinks(root_fd, "proc/driver", os.O_PATH | os.O_DIRECTORY)
+        os.close(fd)
+        for path in ("proc/driver/nvidia", "proc/driver/nvidia/victim", "proc/../etc"):
+            with pytest.raises(safepath.UnsafePath):
+                safepath.open_beneath_no_symlinks(root_fd, path)
+    finally:
+        os.close(root_fd)
+
+
+# ------------------------------------------------------------------ create-symlinks
+
+
+def test_create_symlinks_normal_and_idempotent(rootfs):
+    link = "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"
+    rc, _, err = run_hook("create-symlinks", "--root", str(rootfs), "--link", link)
+    assert rc == 0, err
+    made = rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so"
+    assert os.readlink(made) == "libcuda.so.1"
+    ino = made.lstat().st_ino
+    rc, _, err = run_hook("create-symlinks", "--root", str(rootfs), "--link", link)
+    assert rc == 0, err
+    assert made.lstat().st_ino == ino  # same symlink: left alone
+    # A regular file in the way is replaced; a directory is an error.
+    (rootfs / "usr/lib/libfoo.so").write_text("x")
+    (rootfs / "usr/lib/adir").mkdir()
+    rc, _, err = run_hook(
+        "create-symlinks", "--root", str(rootfs), "--link", "libfoo.so.1::/usr/lib/libfoo.so"
+    )
+    assert rc == 0, err
+    assert os.readlink(rootfs / "usr/lib/libfoo.so") == "libfoo.so.1"
+    rc, _, err = run_hook("create-symlinks", "--root", str(rootfs), "--link", "x::/usr/lib/adir")
+    assert rc == 1
+    assert err.startswith("gpunode-hook: create-symlinks: ") and err.count("\n") == 1
+    assert [p.name for p in (rootfs / "usr/lib").iterdir() if p.name.startswith(".")] == []
+
+
+def test_create_symlinks_absolute_parent_symlink_to_host(rootfs, host):
+    (rootfs / "usr/lib/x86_64-linux-gnu").symlink_to(host)
+    before = snapshot(host)
+    link = "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"
+    rc, _, err = run_hook("create-symlinks", "--root", str(rootfs), "--link", link)
+    assert rc == 1  # the in-root target does not exist: refused
+    assert "gpunode-hook: create-symlinks:" in err
+    assert snapshot(host) == before
+    # Once the target exists inside the rootfs, the link lands there, not on the host.
+    inside = rootfs / str(host).lstrip("/")
+    inside.mkdir(parents=True)
+    rc, _, err = run_hook("create-symlinks", "--root", str(rootfs), "--link", link)
+    assert rc == 0, err
+    assert os.readlink(inside / "libcuda.so") == "libcuda.so.1"
+    assert snapshot(host) == before
+
+
+def test_create_symlinks_relative_dotdot_escape(rootfs, host):
+    depth = len(rootfs.parts) + 2
+    (rootfs / "usr/lib/x86_64-linux-gnu").symlink_to("../" * depth + str(host).lstrip("/"))
+    (rootfs / str(host).lstrip("/")).mkdir(parents=True)
+    before = snapshot(host)
+    rc, _, err = run_hook(
+        "create-symlinks",
+        "--root",
+        str(rootfs),
+        "--link",
+        "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+        "--link",
+        "x::/../../../../" + str(host).lstrip("/") + "/evil",
+    )
+    assert rc == 0, err
+    assert snapshot(host) == before
+    assert os.readlink(rootfs / str(host).lstrip("/") / "libcuda.so") == "libcuda.so.1"
+    assert os.readlink(rootfs / str(host).lstrip("/") / "evil") == "x"
+
+
+def test_create_symlinks_never_writes_through_existing_link(rootfs, host):
+    (rootfs / "usr/lib/libcuda.so").symlink_to(host / "victim")
+    (rootfs / "usr/lib/libnvidia-ml.so").symlink_to(host / "victim")  # same text: kept
+    before = snapshot(host)
+    rc, _, err = run_hook(
+        "create-symlinks",
+        "--root",
+        str(rootfs),
+        "--link",
+        "libcuda.so.1::/usr/lib/libcuda.so",
+        "--link",
+        f"{host / 'victim'}::/usr/lib/libnvidia-ml.so",
+    )
+    assert rc == 0, err
+    assert os.readlink(rootfs / "usr/lib/libcuda.so") == "libcuda.so.1"
+    assert (host / "victim").read_text() == "host data\n"
+    assert snapshot(host) == before
+
+
+def test_create_symlink_in_process_both_resolvers(resolver, rootfs, host):
+    depth = len(rootfs.parts) + 2
+    (rootfs / "usr/lib/x86_64-linux-gnu").symlink_to(host)
+    (rootfs / "usr/lib/rel").symlink_to("../" * depth + str(host).lstrip("/"))
+    (rootfs / str(host).lstrip("/")).mkdir(parents=True)
+    before = snapshot(host)
+    root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert hook.create_symlink(root_fd, "t1", "/usr/lib/x86_64-linux-gnu/l1") == "created"
+        assert hook.create_symlink(root_fd, "t2", "/usr/lib/rel/l2") == "created"
+        assert hook.create_symlink(root_fd, "t2", "/usr/lib/rel/l2") == "exists"
+        assert hook.create_symlink(root_fd, "t3", "/usr/lib/rel/l2") == "replaced"
+    finally:
+        os.close(root_fd)
+    assert snapshot(host) == before
+    inside = rootfs / str(host).lstrip("/")
+    assert os.readlink(inside / "l1") == "t1" and os.readlink(inside / "l2") == "t3"
+
+
+def test_bundle_state_on_stdin(tmp_path, rootfs):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    os.symlink("../rootfs", bundle / "rootfs")
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    state = {
+        "ociVersion": "1.0.2",
+        "id": "c1",
+        "status": "creating",
+        "pid": 1,
+        "bundle": str(bundle),
+        "annotations": {},
+    }
+    rc, _, err = run_hook("create-symlinks", "--link", "b::/a/l", stdin=json.dumps(state))
+    assert rc == 0, err
+    assert os.readlink(rootfs / "a/l") == "b"
+    rc, _, err = run_hook("create-symlinks", "--link", "b::/a/l", stdin="not json")
+    assert rc == 1 and err.startswith("gpunode-hook: create-symlinks: invalid OCI state")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["create-symlinks", "--link", "nocolons"],
+        ["create-symlinks", "--link", "a::relative/link"],
+        ["create-symlinks", "--link", "a::/"],
+        ["update-ldcache", "--folder", "relative"],
+        ["update-ldcache", "--folder", "/ok\n/evil"],
+        ["mount-proc-driver", "--gpu", "../../etc"],
+        ["bogus"],
+        [],
+    ],
+)
+def test_bad_arguments_are_one_line_errors(rootfs, args):
+    rc, _out, err = run_hook(*args, "--root", str(rootfs))
+    assert rc == 1
+    assert err.startswith("gpunode-hook: ") and err.count("\n") == 1, err
+
+
+def test_version():
+    rc, out, _ = run_hook("--version")
+    assert rc == 0 and out.startswith("gpunode-hook ")
+
+
+# ------------------------------------------------------------------- update-ldcache
+
+
+@pytest.fixture
+def ld_rootfs(rootfs):
+    if not LIBZ.exists():
+        pytest.skip(f"{LIBZ} not on this host")
+    shutil.copy("/etc/ld.so.conf", rootfs / "etc/ld.so.conf")
+    (rootfs / "etc/ld.so.conf.d").mkdir()
+    for d in ("opt/fake", "usr/lib/x86_64-linux-gnu", "proc", "sys", "dev", "tmp"):
+        (rootfs / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy(LIBZ, rootfs / "opt/fake" / LIBZ.name)
+    return rootfs
+
+
+def test_update_ldcache(needs_unshare, ld_rootfs):
+    rc, _, err = run_hook("update-ldcache", "--root", str(ld_rootfs), "--folder", "/opt/fake")
+    assert rc == 0, err
+    conf = ld_rootfs / "etc/ld.so.conf.d/00-gpunode.conf"
+    assert "/opt/fake\n" in conf.read_text()
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o644
+    cache = (ld_rootfs / "etc/ld.so.cache").read_bytes()
+    assert b"/opt/fake/libz.so.1" in cache
+    assert os.readlink(ld_rootfs / "opt/fake/libz.so.1") == LIBZ.name  # SONAME link
+
+
+def test_update_ldcache_creates_missing_ld_so_conf(needs_unshare, ld_rootfs):
+    (ld_rootfs / "etc/ld.so.conf").unlink()
+    shutil.rmtree(ld_rootfs / "etc/ld.so.conf.d")
+    rc, _, err = run_hook("update-ldcache", "--root", str(ld_rootfs), "--folder", "/opt/fake")
+    assert rc == 0, err
+    assert "ld.so.conf.d" in (ld_rootfs / "etc/ld.so.conf").read_text()
+    assert b"/opt/fake/libz.so.1" in (ld_rootfs / "etc/ld.so.cache").read_bytes()
+
+
+def test_update_ldcache_hostile_confdir_and_cache_symlinks(needs_unshare, ld_rootfs, host):
+    shutil.rmtree(ld_rootfs / "etc/ld.so.conf.d")
+    (ld_rootfs / "etc/ld.so.conf.d").symlink_to(host)
+    (ld_rootfs / "etc/ld.so.cache").symlink_to(host / "victim")
+    before = snapshot(host)
+    rc, _, err = run_hook("update-ldcache", "--root", str(ld_rootfs), "--folder", "/opt/fake")
+    assert rc == 1  # rootfs/<host> does not exist: the drop-in cannot be placed
+    assert err.startswith("gpunode-hook: update-ldcache: ")
+    assert snapshot(host) == before
+    # With the symlinked directory existing inside the rootfs, everything stays inside.
+    (ld_rootfs / str(host).lstrip("/")).mkdir(parents=True)
+    rc, _, err = run_hook("update-ldcache", "--root", str(ld_rootfs), "--folder", "/opt/fake")
+    assert rc == 0, err
+    assert (ld_rootfs / str(host).lstrip("/") / "00-gpunode.conf").is_file()
+    assert snapshot(host) == before
+    assert (host / "victim").read_text() == "host data\n"
+
+
+def test_update_ldcache_image_preload_does_not_reach_ldconfig(needs_unshare, ld_rootfs, tmp_path):
+    marker = tmp_path / "preload-ran"
+    lib = _cc(
+        tmp_path / "preload.so",
+        "#include <fcntl.h>\n#include <string.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void init(int argc, char **argv) {\n"
+        '  if (argc > 0 && argv && argv[0] && strstr(argv[0], "ldconfig")) {\n'
+        f'    int fd = open("{marker}", O_CREAT | O_WRONLY, 0644);\n'
+        "    if (fd >= 0) close(fd);\n  }\n}\n",
+        "-shared",
+        "-fPIC",
+    )
+    # Sanity: the preload does fire for a dynamic program called ldconfig.
+    fake = tmp_path / "fake-ldconfig"
+    shutil.copy("/bin/true", fake)
+    subprocess.run([str(fake)], env={"LD_PRELOAD": str(lib)}, check=True)
+    assert marker.exists()
+    marker.unlink()
+    rc, _, err = run_hook(
+        "update-ldcache",
+        "--root",
+        str(ld_rootfs),
+        "--folder",
+        "/opt/fake",
+        env={"LD_PRELOAD": str(lib), "LD_LIBRARY_PATH": str(tmp_path), "PATH": str(tmp_path)},
+    )
+    assert rc == 0, err
+    assert not marker.exists()
+    assert not (ld_rootfs / str(marker).lstrip("/")).exists()
+
+
+PROBE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/resource.h>
+#include <linux/capability.h>
+extern char **environ;
+int main(int argc, char **argv) {
+  struct stat st;
+  if (stat("/fail", &st) == 0) {
+    fprintf(stderr, "ldconfig: warning: something\nldconfig: boom\n");
+    return 3;
+  }
+  FILE *f = fopen("/probe.out", "w");
+  if (!f) return 9;
+  int n = 0;
+  for (char **e = environ; *e; e++) n++;
+  char cwd[256] = "";
+  if (!getcwd(cwd, sizeof cwd)) cwd[0] = '?';
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2] = {{0}};
+  syscall(SYS_capget, &h, d);
+  struct rlimit nofile;
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  fprintf(f, "env=%d\npid=%d\ncwd=%s\n", n, getpid(), cwd);
+  for (int i = 0; i < argc; i++) fprintf(f, "arg=%s\n", argv[i]);
+  fprintf(f, "capeff=%x,%x\n", d[0].effective, d[1].effective);
+  fprintf(f, "nofile=%ld\n", (long)nofile.rlim_cur);
+  fprintf(f, "host=%d\n", stat(HOSTPATH, &st) == 0);
+  fprintf(f, "proc_self=%d\n", stat("/proc/self", &st) == 0);
+  fprintf(f, "sys_empty=%d\n", stat("/sys/kernel", &st) != 0);
+  fclose(f);
+  return 0;
+}
+"""
+
+
+@pytest.fixture
+def probe(tmp_path, host):
+    out = tmp_path / "probe"
+    try:
+        return _cc(out, PROBE_C, "-static", f'-DHOSTPATH="{host / "victim"}"')
+    except subprocess.CalledProcessError:
+        pytest.skip("cannot link a static test binary")
+
+
+def test_update_ldcache_confinement(needs_unshare, ld_rootfs, probe, host):
+    (ld_rootfs / "sys/kernel").mkdir()
+    rc, _, err = run_hook(
+        "update-ldcache",
+        "--root",
+        str(ld_rootfs),
+        "--folder",
+        "/opt/fake",
+        "--folder",
+        "/usr/local/nvidia/lib64",
+        "--ldconfig-path",
+        str(probe),
+        env={"SECRET": "1", "LD_PRELOAD": ""},
+    )
+    assert rc == 0, err
+    info = dict(
+        line.split("=", 1)
+        for line in (ld_rootfs / "probe.out").read_text().splitlines()
+        if not line.startswith("arg=")
+    )
+    args = [
+        ln[4:] for ln in (ld_rootfs / "probe.out").read_text().splitlines() if ln.startswith("arg=")
+    ]
+    assert info["env"] == "0"
+    assert info["pid"] == "1"  # own PID namespace
+    assert info["cwd"] == "/"
+    assert args == ["ldconfig", "/opt/fake", "/usr/local/nvidia/lib64"]
+    assert info["host"] == "0"  # host files invisible: pivot_root'ed
+    assert info["proc_self"] == "0" and info["sys_empty"] == "1"
+    assert info["nofile"] == "64"
+    assert int(info["capeff"].split(",")[0], 16) == 0xF  # CHOWN, DAC_*, FOWNER only
+
+
+def test_update_ldcache_failure_is_one_line(needs_unshare, ld_rootfs, probe):
+    (ld_rootfs / "fail").touch()
+    rc, _, err = run_hook(
+        "update-ldcache",
+        "--root",
+        str(ld_rootfs),
+        "--folder",
+        "/opt/fake",
+        "--ldconfig-path",
+        str(probe),
+    )
+    assert rc == 1
+    assert err == "gpunode-hook: update-ldcache: ldconfig failed (exit 3): ldconfig: boom\n"
+
+
+def test_update_ldcache_refuses_dynamic_or_script_ldconfig(ld_rootfs, tmp_path):
+    script = tmp_path / "ldconfig.sh"
+    script.write_text("#!/bin/sh\ntouch /pwned\n")
+    script.chmod(0o755)
+    for exe in ("/bin/true", str(script)):
+        rc, _, err = run_hook(
+            "update-ldcache",
+            "--root",
+            str(ld_rootfs),
+            "--folder",
+            "/opt/fake",
+            "--ldconfig-path",
+            exe,
+        )
+        assert rc == 1
+        assert "refusing" in err or "not an ELF" in err
+    assert not (ld_rootfs / "pwned").exists()
+
+
+# ---------------------------------------------------------------- mount-proc-driver
+
+GPUS = ("0000:07:00.0", "0000:0f:00.0", "0000:41:00.0")
+PARAMS = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
+
+
+@pytest.fixture
+def driver_root(tmp_path):
+    d = tmp_path / "driver-root"
+    nv = d / "proc/driver/nvidia"
+    for bus in GPUS:
+        (nv / "gpus" / bus).mkdir(parents=True)
+        (nv / "gpus" / bus / "information").write_text(f"Bus Location: {bus}\n")
+    (nv / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n")
+    (nv / "params").write_text(PARAMS)
+    (nv / "registry").write_text('Binary: ""\n')
+    return d
+
+
+@pytest.fixture
+def proc_rootfs(rootfs):
+    (rootfs / "proc/driver/nvidia/gpus").mkdir(parents=True)
+    for bus in GPUS:  # the container's procfs view shows every host GPU
+        (rootfs / "proc/driver/nvidia/gpus" / bus).mkdir()
+    return rootfs
+
+
+def test_mount_proc_driver(needs_unshare, proc_rootfs, driver_root):
+    nv = proc_rootfs / "proc/driver/nvidia"
+    q = shlex.quote(str(nv))
+    after = (
+        f"ls {q}/gpus; cat {q}/params; cat {q}/gpus/*/information; "
+        f"(echo x > {q}/params) 2>/dev/null && echo WRITE-OK; "
+        f"touch {q}/new 2>/dev/null && echo CREATE-OK; "
+        f"(echo x > {q}/gpus/0000:07:00.0/information) 2>/dev/null && echo GPU-WRITE-OK; "
+        f"stat -c '%a' {q}; findmnt -no OPTIONS {q}; findmnt -no OPTIONS {q}/gpus/0000:07:00.0"
+    )
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--gpu",
+        "00000000:07:00.0",
+        "--gpu",
+        "0000:41:00.0",
+        after=after,
+    )
+    assert rc == 0, err
+    lines = out.split("--- after\n", 1)[1].splitlines()
+    assert lines[:2] == ["0000:07:00.0", "0000:41:00.0"]
+    assert "ModifyDeviceFiles: 0" in lines and "ModifyDeviceFiles: 1" not in lines
+    assert "ResmanDebugLevel: 4294967295" in lines
+    assert "Bus Location: 0000:07:00.0" in lines and "Bus Location: 0000:41:00.0" in lines
+    assert not {"WRITE-OK", "CREATE-OK", "GPU-WRITE-OK"} & set(lines)
+    assert "555" in lines
+    opts = [ln for ln in lines if ln.startswith("ro,")]
+    assert len(opts) == 2 and all({"nosuid", "nodev", "noexec"} <= set(o.split(",")) for o in opts)
+    # Outside the namespace nothing changed.
+    assert sorted(p.name for p in (nv / "gpus").iterdir()) == sorted(GPUS)
+    assert not (nv / "params").exists()
+    assert (driver_root / "proc/driver/nvidia/params").read_text() == PARAMS
+
+
+def test_mount_proc_driver_32bit_domain_dir(needs_unshare, proc_rootfs, driver_root):
+    gpus = driver_root / "proc/driver/nvidia/gpus"
+    (gpus / "0000:0f:00.0").rename(gpus / "00000000:0f:00.0")
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--gpu",
+        "0000:0f:00.0",
+        after=f"ls {shlex.quote(str(proc_rootfs))}/proc/driver/nvidia/gpus",
+    )
+    assert rc == 0, err
+    assert out.split("--- after\n", 1)[1].split() == ["00000000:0f:00.0"]
+
+
+@pytest.mark.parametrize("evil", ["proc", "proc/driver", "proc/driver/nvidia"])
+def test_mount_proc_driver_refuses_symlinks(needs_unshare, rootfs, driver_root, host, evil):
+    # The image replaces a component of /proc/driver/nvidia with a symlink to the host.
+    parent = (rootfs / evil).parent
+    parent.mkdir(parents=True, exist_ok=True)
+    (host / "driver/nvidia/gpus").mkdir(parents=True)
+    (rootfs / evil).symlink_to(
+        host
+        if evil == "proc"
+        else host / "driver"
+        if evil == "proc/driver"
+        else host / "driver/nvidia"
+    )
+    # Also plant the same tree inside the rootfs so in-root resolution would succeed.
+    (rootfs / str(host).lstrip("/") / "driver/nvidia/gpus").mkdir(parents=True)
+    before = snapshot(host)
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--gpu",
+        GPUS[0],
+        after=f"findmnt -rn -o TARGET | grep -F {shlex.quote(str(host))} || true",
+    )
+    assert rc == 1
+    assert err.startswith("gpunode-hook: mount-proc-driver: refusing"), err
+    assert out.split("--- after\n", 1)[1].strip() == ""  # nothing mounted
+    assert snapshot(host) == before
+
+
+def test_mount_proc_driver_skips_without_driver_dir(needs_unshare, rootfs, driver_root):
+    (rootfs / "proc").mkdir()
+    rc, _, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--gpu",
+        GPUS[0],
+        after="true",
+    )
+    assert rc == 0
+    assert "skipping" in err
+
+
+def test_mount_proc_driver_unknown_gpu_mounts_nothing(needs_unshare, proc_rootfs, driver_root):
+    nv = shlex.quote(str(proc_rootfs / "proc/driver/nvidia"))
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--gpu",
+        GPUS[0],
+        "--gpu",
+        "0000:99:00.0",
+        after=f"findmnt -n {nv} || echo NOMOUNT",
+    )
+    assert rc == 1 and "0000:99:00.0" in err
+    assert "NOMOUNT" in out
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def test_busid_candidates():
+    assert hook.busid_candidates("00000000:07:00.0") == ["00000000:07:00.0", "0000:07:00.0"]
+    assert hook.busid_candidates("0000:0F:00.0") == ["00000000:0f:00.0", "0000:0f:00.0"]
+    assert hook.busid_candidates("00010000:07:00.1") == ["00010000:07:00.1"]
+    for bad in ("0000:07:00", "../0000:07:00.0", "0000:07:00.0/..", ""):
+        with pytest.raises(hook.HookError):
+            hook.busid_candidates(bad)
+
+
+def test_disable_modify_device_files():
+    assert hook.disable_modify_device_files(PARAMS.encode()).decode() == PARAMS.replace(
+        "ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"
+    )
+    assert hook.disable_modify_device_files(b"A: 1\n") == b"A: 1\nModifyDeviceFiles: 0\n"

@@ -16,6 +16,7 @@ Two layers, as in NVIDIA's toolkit (discover → edits):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -331,10 +332,8 @@ def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Disc
                 from_cache=True,
             )
     d = discover(driver_root)
-    try:
+    with contextlib.suppress(OSError):  # read-only /var/cache: correct, only slower next time
         write_cache(d, cache_file)
-    except OSError:
-        pass  # read-only /var/cache: still correct, only slower next time
     return d
 
 

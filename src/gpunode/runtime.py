@@ -189,10 +189,44 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None):
     return summary
 
 
+# Byte strings whose absence proves a spec makes no GPU request (see surely_not_gpu).
+_REQUEST_MARKERS = (
+    b"NVIDIA_VISIBLE_DEVICES",
+    b"CUDA_VERSION",
+    b"nvidia-container-devices",
+    b"nvidia-container-runtime-hook",
+    b"nvidia-container-toolkit",
+    b"cdi.k8s.io/",
+)
+
+
+def surely_not_gpu(raw, config_exists):
+    """A cheap, conservative pre-check on the raw config.json bytes.
+
+    True only when no request source can be present: none of the marker strings occurs
+    anywhere in the file, and there are no annotations at all when a config file (which
+    could name other annotation prefixes) exists. It does not even import json, whose
+    import alone (via re) costs more than the 3% budget for containers without GPUs.
+    Any occurrence anywhere, even in an argument, sends the spec down the full path.
+    """
+    if any(m in raw for m in _REQUEST_MARKERS):
+        return False
+    return not (config_exists and b'"annotations"' in raw)
+
+
 def main(argv=None):
     argv = list(sys.argv if argv is None else argv)
     is_create, bundle, log_file, log_format = parse_args(argv)
     if not is_create:
+        _exec_runtime(argv, _runtimes_fast())
+    config_path = os.environ.get("GPUNODE_RUNTIME_CONFIG", "/etc/gpunode/runtime.toml")
+    config_exists = os.path.exists(config_path)
+    try:
+        with open(os.path.join(bundle or os.getcwd(), "config.json"), "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        raw = b""
+    if raw and surely_not_gpu(raw, config_exists):
         _exec_runtime(argv, _runtimes_fast())
     try:
         from .config import ConfigError, load

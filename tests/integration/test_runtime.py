@@ -188,3 +188,109 @@ def test_docker26_cdi_device(runtime_nodes):
     out = docker_probe(node, "--runtime runc --device nvidia.com/gpu=1")
     assert out["nvml"] == [UUID[1]], out
     assert [d for d in out["dev"] if d[6:].isdigit()] == ["nvidia1"]
+
+
+# ----------------------------------------------------------------------------- hostile images
+
+EVIL_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+#include <string.h>
+__attribute__((constructor)) static void evil(void) {
+    char exe[256] = {0}, path[512];
+    readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *base = strrchr(exe, '/');
+    snprintf(path, sizeof path, "/gpunode-preload-marker-%s-%d", base ? base + 1 : "x", getpid());
+    FILE *f = fopen(path, "w");
+    if (f) { fputs(exe, f); fclose(f); }
+}
+"""
+
+
+def hostile_bundle(node, name, env, prepare: str, args=None):
+    bundle = f"{WORK}/bundles/{name}"
+    extra = f" {shlex.quote(json.dumps(args))}" if args else ""
+    node.sh(
+        f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} {shlex.quote(json.dumps(env))}{extra}"
+    )
+    node.sh(f"cd {bundle}/rootfs && {prepare}")
+    proc = node.sh(
+        f"sh {WORK}/run_bundle.sh gpunode-container-runtime {bundle} t-{name}", check=False
+    )
+    return bundle, proc
+
+
+def test_hostile_library_dir_symlinked_to_host_path(runtime_nodes):
+    node = runtime_nodes["bookworm"]
+    host = f"{WORK}/hostlib"
+    node.sh(f"rm -rf {host} && mkdir -p {host}")
+    # The image's multiarch dir is an absolute symlink to a path that also exists on the
+    # host: anything resolving it outside the rootfs would write into the host's dir.
+    prepare = (
+        f"mkdir -p .{WORK} && mv usr/lib/x86_64-linux-gnu .{host} && "
+        f"ln -s {host} usr/lib/x86_64-linux-gnu"
+    )
+    bundle, proc = hostile_bundle(node, "hostile-libdir", ["NVIDIA_VISIBLE_DEVICES=0"], prepare)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["nvml"] == [UUID[0]]  # it works, inside the container's own tree
+    assert node.sh(f"ls -A {host}").stdout == ""  # and the host dir is untouched
+    inside = node.sh(f"ls {bundle}/rootfs{host}").stdout.split()
+    assert "libnvidia-ml.so.535.261.03" in inside
+
+
+def test_hostile_proc_symlink_is_refused_and_host_untouched(runtime_nodes):
+    node = runtime_nodes["bookworm"]
+    fake = f"{WORK}/fakeproc"
+    node.sh(f"rm -rf {fake} && mkdir -p {fake}/driver")
+    prepare = f"rmdir proc && ln -s {fake} proc"
+    _, proc = hostile_bundle(node, "hostile-proc", ["NVIDIA_VISIBLE_DEVICES=0"], prepare)
+    assert proc.returncode != 0  # runc or the hook refuses such a rootfs
+    assert node.sh(f"find {fake} -mindepth 1 | grep -v '^{fake}/driver$'", check=False).stdout == ""
+    assert "nvidia" not in node.sh(f"ls -A {fake}/driver").stdout
+    assert node.sh(f"findmnt -rn -o TARGET | grep -c '^{fake}'", check=False).stdout.strip() == "0"
+
+
+def test_hostile_ld_preload_never_runs_on_the_host(runtime_nodes, tmp_path):
+    node = runtime_nodes["bookworm"]
+    src = tmp_path / "evil.c"
+    src.write_text(EVIL_C)
+    import subprocess
+
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(tmp_path / "evil.so"), str(src)], check=True
+    )
+    docker(["cp", str(tmp_path / "evil.so"), f"{node.name}:{WORK}/evil.so"])
+    node.sh("rm -f /gpunode-preload-marker-*")
+    bundle, proc = hostile_bundle(
+        node,
+        "hostile-preload",
+        ["NVIDIA_VISIBLE_DEVICES=0", "LD_PRELOAD=/evil.so"],
+        f"cp {WORK}/evil.so evil.so",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["env_ld_preload"] == "/evil.so" and out["nvml"] == [UUID[0]]
+    # the image's own process loaded it, inside its own root ...
+    assert node.sh(f"ls {bundle}/rootfs/ | grep -c gpunode-preload-marker").stdout.strip() != "0"
+    # ... but nothing ran with it on the host side (hooks, ldconfig)
+    assert node.sh("ls / | grep -c gpunode-preload-marker", check=False).stdout.strip() == "0"
+
+
+def test_hostile_nvidia_smi_symlink_target(runtime_nodes):
+    node = runtime_nodes["bookworm"]
+    target = f"{WORK}/smi-target"
+    node.sh(
+        f"echo precious > {target} && printf '#!/bin/sh\\necho fake-nvidia-smi\\n' "
+        "> /usr/bin/nvidia-smi && chmod +x /usr/bin/nvidia-smi && gpunode runtime refresh"
+    )
+    try:
+        prepare = f"ln -sf {target} usr/bin/nvidia-smi"
+        _, proc = hostile_bundle(
+            node, "hostile-smi", ["NVIDIA_VISIBLE_DEVICES=0"], prepare, args=["/usr/bin/nvidia-smi"]
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "fake-nvidia-smi"  # the host binary, mounted inside
+        assert node.sh(f"cat {target}").stdout == "precious\n"  # host file untouched
+    finally:
+        node.sh("rm -f /usr/bin/nvidia-smi && gpunode runtime refresh")

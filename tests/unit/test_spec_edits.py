@@ -314,3 +314,26 @@ def test_discovery_cache_roundtrip_and_invalidation(tmp_path, monkeypatch, disc)
     assert second.from_cache and second.node == disc.node and len(calls) == 1
     third = discover.load(cache)  # the key changed: the driver changed
     assert not third.from_cache and len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "config_exists", "expect"),
+    [
+        ({"process": {"env": ["PATH=/bin", "HOME=/root"]}}, False, True),
+        ({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}, False, False),
+        ({"process": {"env": ["CUDA_VERSION=12.2"]}}, False, False),
+        ({"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}}, False, False),
+        ({"annotations": {"org.opencontainers.image.title": "x"}}, False, True),
+        ({"annotations": {"org.opencontainers.image.title": "x"}}, True, False),
+        ({"mounts": [{"destination": "/var/run/nvidia-container-devices/0"}]}, False, False),
+        (
+            {"hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}]}},
+            False,
+            False,
+        ),
+    ],
+)
+def test_quick_non_gpu_check_is_conservative(spec, config_exists, expect):
+    assert runtime.surely_not_gpu(json.dumps(spec).encode(), config_exists) is expect
+    args = {"process": {"args": ["echo", "NVIDIA_VISIBLE_DEVICES"]}}
+    assert runtime.surely_not_gpu(json.dumps(args).encode(), False) is False  # conservative

@@ -25,10 +25,8 @@ import errno
 import fcntl
 import json
 import os
-import platform
 import re
 import resource
-import secrets
 import select
 import signal
 import stat
@@ -81,7 +79,7 @@ LDCONFIG_CAPS = (0, 1, 2, 3)
 _SYSCALLS = {
     "x86_64": {"execveat": 322, "pivot_root": 155},
     "aarch64": {"execveat": 281, "pivot_root": 41},
-}.get(platform.machine(), {})
+}.get(os.uname().machine, {})
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -135,7 +133,7 @@ def unshare(flags: int) -> None:
 def _syscall(name: str, *args) -> int:
     nr = _SYSCALLS.get(name)
     if nr is None:
-        raise OSError(errno.ENOSYS, f"{name}: unsupported architecture {platform.machine()}")
+        raise OSError(errno.ENOSYS, f"{name}: unsupported architecture {os.uname().machine}")
     return _check(_libc.syscall(nr, *args), name)
 
 
@@ -258,7 +256,7 @@ def open_root(path: str) -> int:
 
 def write_file_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
     """Atomically (temp name + renameat) write ``name`` in ``dir_fd``; never follows links."""
-    tmp = f".{name}.gpunode-{secrets.token_hex(6)}"
+    tmp = f".{name}.gpunode-{os.urandom(6).hex()}"
     fd = os.open(
         tmp,
         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -312,7 +310,7 @@ def create_symlink(root_fd: int, target: str, link: str) -> str:
                 return "exists"
             if stat.S_ISDIR(st.st_mode):
                 raise HookError(f"{link}: exists and is a directory")
-        tmp = f".{name}.gpunode-{secrets.token_hex(6)}"
+        tmp = f".{name}.gpunode-{os.urandom(6).hex()}"
         os.symlink(target, tmp, dir_fd=dir_fd)
         try:
             # rename(2) replaces a non-directory LINK itself; it never follows it.

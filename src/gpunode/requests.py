@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from gpunode.config import ALL_CAPABILITIES, RuntimeConfig
 from gpunode.facts import GpuFacts, NodeFacts
+
+from ._record import record
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
@@ -66,7 +67,7 @@ class RequestError(ValueError):
     """The container's GPU request is invalid or cannot be met; the message is one line."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     # None: not a GPU container (leave the spec alone); (): driver only ("none");
     # ("all",); or device ids as given (index, GPU-uuid, PCI bus id).
@@ -86,7 +87,7 @@ class Request:
         return self.devices is not None or bool(self.cdi_devices)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Factor:
     prop: str  # lower-case: cuda, driver, arch, brand
     op: str

@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import platform
 import stat
 
 __all__ = [
@@ -41,7 +40,7 @@ RESOLVE_BENEATH = 0x08
 RESOLVE_IN_ROOT = 0x10
 
 # openat2 is 437 on every architecture using the generic syscall table.
-_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "ppc64le": 437, "s390x": 437}.get(platform.machine())
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "ppc64le": 437, "s390x": 437}.get(os.uname().machine)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long

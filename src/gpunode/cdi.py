@@ -11,11 +11,11 @@ nodes the container was given). ``cdiVersion`` is the smallest version the conte
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from .discover import Discovery
 from .edits import HOOK_ENV, control_devices, file_mounts, gpu_device, hook_args
+from .fsutil import write_atomic
 
 KIND = "nvidia.com/gpu"
 ALL_CAPS = {"compute", "utility", "video", "graphics", "display", "ngx", "compat32"}
@@ -96,19 +96,4 @@ def dump(spec: dict[str, Any], fmt: str) -> str:
 def write(spec: dict[str, Any], path: str) -> bool:
     """Write atomically; True when the content changed."""
     fmt = "json" if path.endswith(".json") else "yaml"
-    text = dump(spec, fmt)
-    try:
-        with open(path) as fh:
-            if fh.read() == text:
-                return False
-    except OSError:
-        pass
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return True
+    return write_atomic(path, dump(spec, fmt).encode(), 0o644)

@@ -305,14 +305,9 @@ def discover(driver_root: str = "/") -> Discovery:
 
 
 def write_cache(d: Discovery, path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(d.to_dict(), fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    from .fsutil import write_atomic
+
+    write_atomic(path, json.dumps(d.to_dict(), indent=1, sort_keys=True).encode(), 0o644)
 
 
 def read_cache(path: str) -> dict[str, Any] | None:

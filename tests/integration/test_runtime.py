@@ -294,3 +294,14 @@ def test_hostile_nvidia_smi_symlink_target(runtime_nodes):
         assert node.sh(f"cat {target}").stdout == "precious\n"  # host file untouched
     finally:
         node.sh("rm -f /usr/bin/nvidia-smi && gpunode runtime refresh")
+
+
+def test_gpus_flag_without_gpunode_runtime_fails_clearly(runtime_nodes):
+    """Docker's --gpus runs nvidia-container-runtime-hook; ours says what to do."""
+    for node in runtime_nodes.values():
+        assert node.sh("readlink /usr/local/bin/nvidia-container-runtime-hook").stdout.strip() == (
+            "/opt/gpunode/bin/nvidia-container-runtime-hook"
+        )
+        proc = docker_probe(node, "--runtime runc --gpus all", check=False)
+        assert proc.returncode != 0
+        assert "runtime is not gpunode" in proc.stderr, (node.release, proc.stderr)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import procfs
+from ..fsutil import write_atomic
 from ..profiles import Profile, mock_payload
 from . import mocknvml
 
@@ -73,17 +74,8 @@ def _is_mountpoint_tmpfs(path: Path) -> bool:
 
 
 def _write_if_changed(path: Path, text: str, res: Result, mode: int = 0o444) -> None:
-    try:
-        if path.read_text() == text:
-            return
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-    res.note(f"wrote {path}")
+    if write_atomic(path, text.encode(), mode):
+        res.note(f"wrote {path}")
 
 
 def _ensure_chr(path: Path, major: int, minor: int, res: Result, mode: int = 0o666) -> None:

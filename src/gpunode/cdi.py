@@ -21,7 +21,7 @@ KIND = "nvidia.com/gpu"
 ALL_CAPS = {"compute", "utility", "video", "graphics", "display", "ngx", "compat32"}
 
 
-def _node(dev, dev_root: str) -> dict[str, Any]:
+def _node(dev) -> dict[str, Any]:
     entry: dict[str, Any] = {"path": dev.path}
     if dev.host_path != dev.path:
         entry["hostPath"] = dev.host_path
@@ -39,7 +39,7 @@ def generate(
     gpu_nodes = []
     for gpu in disc.node.gpus:
         try:
-            node = _node(gpu_device(gpu, dev_root), dev_root)
+            node = _node(gpu_device(gpu, dev_root))
         except ValueError:
             continue  # no device node: the GPU cannot be handed out, so it is not listed
         gpu_nodes.append(node)
@@ -47,7 +47,7 @@ def generate(
             devices.append({"name": name, "containerEdits": {"deviceNodes": [node]}})
     if gpu_nodes:
         devices.append({"name": "all", "containerEdits": {"deviceNodes": gpu_nodes}})
-    controls = [_node(d, dev_root) for d in control_devices({"compute", "display"}, dev_root)]
+    controls = [_node(d) for d in control_devices({"compute", "display"}, dev_root)]
     mounts = [
         {"hostPath": m.source, "containerPath": m.destination, "options": list(m.options)}
         for m in file_mounts(disc, ALL_CAPS - {"compat32"}, libdir)

@@ -17,6 +17,7 @@ import hashlib
 import json
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,7 +296,12 @@ def apply(name: str, profile: str, log=print) -> dict:
 
 def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
     nodes = read_inventory(inventory)
-    tags = {r: images.build("node", r, log) for r in sorted({n.release for n in nodes})}
+    releases = sorted({n.release for n in nodes})
+    # debootstrap is mostly waiting on the mirror: build the releases side by side.
+    with ThreadPoolExecutor(max_workers=len(releases)) as pool:
+        tags = dict(
+            zip(releases, pool.map(lambda r: images.build("node", r, log), releases), strict=True)
+        )
     for spec in nodes:
         start_node(spec, tags[spec.release], log)
     for spec in nodes:

@@ -170,5 +170,8 @@ def build(
     edits.devices += [gpu_device(g, dev_root) for g in selected]
     edits.mounts = file_mounts(disc, caps, libdir)
     args = hook_args(disc, caps, libdir, selected)
-    edits.hooks = [Hook(hook_path, ("gpunode-hook", "configure", *args))]
+    # The rootfs is known here: passing it spares the hook reading the OCI state and
+    # parsing config.json again (and importing json) on every GPU container start.
+    root = ("--root", os.path.abspath(rootfs)) if rootfs else ()
+    edits.hooks = [Hook(hook_path, ("gpunode-hook", "configure", *root, *args))]
     return edits

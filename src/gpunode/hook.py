@@ -18,14 +18,11 @@ Subcommands: ``update-ldcache``, ``create-symlinks``, ``mount-proc-driver``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import errno
 import fcntl
-import json
 import os
-import re
 import resource
 import select
 import signal
@@ -94,11 +91,6 @@ _libc.mount.argtypes = [
 
 class HookError(Exception):
     """A failure reported as one line on stderr (exit 1)."""
-
-
-class _ArgParser(argparse.ArgumentParser):
-    def error(self, message: str):  # never print usage + exit 2 from deep inside
-        raise HookError(message)
 
 
 # --------------------------------------------------------------------------- syscalls
@@ -211,6 +203,8 @@ def _read_state() -> dict:
     if not raw.strip():
         raise HookError("no OCI state on stdin (and no --root given)")
     try:
+        import json  # only without --root: the runtime passes it, CDI hooks read the state
+
         state = json.loads(raw)
     except ValueError as exc:
         raise HookError(f"invalid OCI state JSON on stdin: {exc}") from None
@@ -227,6 +221,8 @@ def resolve_rootfs(state: dict) -> str:
             raise HookError(f"bundle path is not absolute: {bundle!r}")
         try:
             with open(os.path.join(bundle, "config.json"), "rb") as fh:
+                import json
+
                 config = json.loads(fh.read(16 << 20))
         except (OSError, ValueError) as exc:
             raise HookError(f"cannot read {bundle}/config.json: {exc}") from None
@@ -586,16 +582,32 @@ def cmd_update_ldcache(args, root_path: str) -> int:
 
 # ------------------------------------------------------------------ mount-proc-driver
 
-_BUSID_RE = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+_HEX = frozenset("0123456789abcdef")
 
 
 def busid_candidates(busid: str) -> list[str]:
-    """procfs names to try for a PCI bus id (32-bit domain first, then 16-bit)."""
-    m = _BUSID_RE.match(busid.strip().lower())
-    if not m:
+    """procfs names to try for a PCI bus id (32-bit domain first, then 16-bit).
+
+    Accepts dddd:bb:dd.f with a 4- to 8-digit hex domain (no regex: `re` is avoided on
+    the container start path)."""
+    text = busid.strip().lower()
+    parts = text.split(":")
+    ok = len(parts) == 3 and "." in parts[2]
+    if ok:
+        dom, bus = parts[0], parts[1]
+        dev, _, fn = parts[2].partition(".")
+        ok = (
+            4 <= len(dom) <= 8
+            and len(bus) == 2
+            and len(dev) == 2
+            and len(fn) == 1
+            and fn in "01234567"
+            and set(dom + bus + dev) <= _HEX
+        )
+    if not ok:
         raise HookError(f"invalid PCI bus id {busid!r}")
-    domain = int(m.group(1), 16)
-    rest = f"{m.group(2)}:{m.group(3)}.{m.group(4)}"
+    domain = int(dom, 16)
+    rest = f"{bus}:{dev}.{fn}"
     names = [f"{domain:08x}:{rest}"]
     if domain <= 0xFFFF:
         names.append(f"{domain:04x}:{rest}")
@@ -625,7 +637,8 @@ def disable_modify_device_files(params: bytes) -> bytes:
     lines = params.decode(errors="replace").splitlines()
     found = False
     for i, line in enumerate(lines):
-        if re.match(r"^\s*ModifyDeviceFiles\s*:", line):
+        key, sep, _ = line.partition(":")
+        if sep and key.strip() == "ModifyDeviceFiles":
             lines[i] = "ModifyDeviceFiles: 0"
             found = True
     if not found:
@@ -806,8 +819,6 @@ def cmd_mount_proc_driver(args, root_path: str) -> int:
 
 # ------------------------------------------------------------------------- configure
 
-_NVIDIA_DEV_RE = re.compile(r"^nvidia(\d+)$")
-
 
 def gpus_from_container_devices(root_path: str, driver_root: str) -> list[str]:
     """Bus ids of the GPUs whose /dev/nvidia<minor> the container was given.
@@ -824,8 +835,8 @@ def gpus_from_container_devices(root_path: str, driver_root: str) -> list[str]:
         try:
             minors = set()
             for name in os.listdir(dev_fd):
-                m = _NVIDIA_DEV_RE.match(name)
-                if not m:
+                suffix = name[6:]
+                if not (name.startswith("nvidia") and suffix.isascii() and suffix.isdigit()):
                     continue
                 st = os.stat(name, dir_fd=dev_fd, follow_symlinks=False)
                 if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195:
@@ -887,52 +898,94 @@ def _debug() -> bool:
     return os.environ.get("GPUNODE_DEBUG") == "1"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = _ArgParser(add_help=False)
-    common.add_argument(
-        "--root",
-        default=argparse.SUPPRESS,
-        help="container rootfs (instead of the OCI state on stdin)",
-    )
-    p = _ArgParser(
-        prog=PROG,
-        parents=[common],
-        description="OCI createContainer hook injecting the NVIDIA driver",
-    )
-    p.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = p.add_subparsers(dest="command", parser_class=_ArgParser)
+# Options per subcommand: "list" (repeatable), "value" or "flag". A hand-made parser, not
+# argparse: argparse (with re and enum) is most of this program's start-up, which every
+# GPU container pays.
+_OPTIONS: dict[str, dict[str, str]] = {
+    "configure": {
+        "--link": "list",
+        "--folder": "list",
+        "--ldconfig-path": "value",
+        "--gpu": "list",
+        "--proc-driver": "flag",
+        "--driver-root": "value",
+    },
+    "update-ldcache": {"--folder": "list", "--ldconfig-path": "value"},
+    "create-symlinks": {"--link": "list"},
+    "mount-proc-driver": {"--gpu": "list", "--driver-root": "value"},
+}
+_FUNCS = {
+    "configure": "cmd_configure",
+    "update-ldcache": "cmd_update_ldcache",
+    "create-symlinks": "cmd_create_symlinks",
+    "mount-proc-driver": "cmd_mount_proc_driver",
+}
+USAGE = f"""usage: {PROG} [--root ROOTFS] SUBCOMMAND [OPTIONS]
+OCI createContainer hook injecting the NVIDIA driver. The container comes from the OCI
+state on stdin unless --root names its rootfs.
+  configure [--link TARGET::LINK]... [--folder DIR]... [--gpu BUSID]... [--proc-driver]
+            [--driver-root DIR] [--ldconfig-path PATH]   all of the below in one run
+  create-symlinks --link TARGET::LINK...                 create symlinks in the container
+  update-ldcache --folder DIR... [--ldconfig-path PATH]  refresh the container's ld cache
+  mount-proc-driver --gpu BUSID... [--driver-root DIR]   filter /proc/driver/nvidia
+  --version                                              print the version"""
 
-    s = sub.add_parser("configure", parents=[common], help="all of the below in one run")
-    s.add_argument("--link", action="append", metavar="TARGET::LINK")
-    s.add_argument("--folder", action="append", metavar="DIR", help="library directory")
-    s.add_argument("--ldconfig-path", metavar="PATH", help="host ldconfig (static ELF)")
-    s.add_argument("--gpu", action="append", metavar="BUSID")
-    s.add_argument(
-        "--proc-driver",
-        action="store_true",
-        help="filter /proc/driver/nvidia (to --gpu, else to the container's devices)",
-    )
-    s.add_argument("--driver-root", default="/", metavar="DIR")
-    s.set_defaults(func=cmd_configure)
 
-    s = sub.add_parser("update-ldcache", parents=[common], help="refresh the container ldcache")
-    s.add_argument("--folder", action="append", metavar="DIR", help="library directory")
-    s.add_argument("--ldconfig-path", metavar="PATH", help="host ldconfig (static ELF)")
-    s.set_defaults(func=cmd_update_ldcache)
+class Args:
+    def __init__(self) -> None:
+        self.command: str | None = None
+        self.version = False
+        self.help = False
+        self.root: str | None = None
+        self.link: list[str] = []
+        self.folder: list[str] = []
+        self.gpu: list[str] = []
+        self.ldconfig_path: str | None = None
+        self.proc_driver = False
+        self.driver_root = "/"
 
-    s = sub.add_parser("create-symlinks", parents=[common], help="create symlinks")
-    s.add_argument("--link", action="append", metavar="TARGET::LINK")
-    s.set_defaults(func=cmd_create_symlinks)
+    @property
+    def func(self):
+        return globals()[_FUNCS[self.command]]
 
-    s = sub.add_parser(
-        "mount-proc-driver",
-        parents=[common],
-        help="filter /proc/driver/nvidia to the selected GPUs",
-    )
-    s.add_argument("--gpu", action="append", metavar="BUSID")
-    s.add_argument("--driver-root", default="/", metavar="DIR")
-    s.set_defaults(func=cmd_mount_proc_driver)
-    return p
+
+def parse_args(argv: list[str]) -> Args:
+    args = Args()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        table = {"--root": "value"} | (_OPTIONS.get(args.command, {}) if args.command else {})
+        if arg in ("-h", "--help"):
+            args.help = True
+        elif arg == "--version" and args.command is None:
+            args.version = True
+        elif name in table:
+            kind = table[name]
+            if kind == "flag":
+                if eq:
+                    raise HookError(f"{name} takes no value")
+                setattr(args, name[2:].replace("-", "_"), True)
+            else:
+                if not eq:
+                    i += 1
+                    if i >= len(argv):
+                        raise HookError(f"{name} needs a value")
+                    value = argv[i]
+                attr = name[2:].replace("-", "_")
+                if kind == "list":
+                    getattr(args, attr).append(value)
+                else:
+                    setattr(args, attr, value)
+        elif args.command is None and not arg.startswith("-"):
+            if arg not in _OPTIONS:
+                raise HookError(f"unknown subcommand {arg!r}; accepted: {', '.join(_OPTIONS)}")
+            args.command = arg
+        else:
+            where = f" for {args.command}" if args.command else ""
+            raise HookError(f"unrecognized argument {arg!r}{where}")
+        i += 1
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -941,7 +994,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.chdir("/")  # runc starts hooks in the (container-controlled) rootfs
         os.umask(0o022)
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
+        if args.help:
+            print(USAGE)
+            return 0
         if args.version:
             print(f"{PROG} {__version__}")
             return 0
@@ -950,14 +1006,12 @@ def main(argv: list[str] | None = None) -> int:
                 "missing subcommand (configure, update-ldcache, create-symlinks, mount-proc-driver)"
             )
         command = args.command
-        root = getattr(args, "root", None)
+        root = args.root
         if root is None:
             root = resolve_rootfs(_read_state())
         return args.func(args, root)
     except HookError as exc:
         print(f"{PROG}: {command}: {exc}", file=sys.stderr)
-    except SystemExit as exc:  # argparse --help
-        return exc.code if isinstance(exc.code, int) else 1
     except BaseException as exc:
         if _debug():
             raise

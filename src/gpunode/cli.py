@@ -171,7 +171,9 @@ def cmd_runtime(args: argparse.Namespace) -> int:
         res = engines.configure_docker(args.config_path or "/etc/docker/daemon.json", **kwargs)
     else:
         res = engines.configure_containerd(
-            args.config_path or "/etc/containerd/config.toml", **kwargs
+            args.config_path or "/etc/containerd/config.toml",
+            drop_in_dir=args.drop_in_dir,
+            **kwargs,
         )
     if args.json:
         _print_json(res.to_dict())
@@ -310,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--name", default="gpunode", help="runtime name (default gpunode)")
     conf.add_argument("--runtime-path", default="/usr/local/bin/gpunode-container-runtime")
     conf.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
+    conf.add_argument(
+        "--drop-in-dir",
+        default="/etc/containerd/conf.d",
+        help="containerd: where the 99-gpunode.toml drop-in goes",
+    )
     conf.add_argument("--json", action="store_true")
     conf.set_defaults(func=cmd_runtime)
     ref = rtsub.add_parser("refresh", help="rediscover the driver and rewrite the cache")

@@ -305,3 +305,23 @@ def test_gpus_flag_without_gpunode_runtime_fails_clearly(runtime_nodes):
         proc = docker_probe(node, "--runtime runc --gpus all", check=False)
         assert proc.returncode != 0
         assert "runtime is not gpunode" in proc.stderr, (node.release, proc.stderr)
+
+
+def test_containerd_configuration_is_accepted_by_containerd(runtime_nodes):
+    """The drop-in and imports line are read back by the node's own containerd."""
+    for node in runtime_nodes.values():
+        node.sh(
+            "rm -rf /tmp/ctd && mkdir -p /tmp/ctd && containerd config default > /tmp/ctd/config.toml"
+        )
+        cmd = (
+            "gpunode runtime configure containerd --config /tmp/ctd/config.toml "
+            "--drop-in-dir /tmp/ctd/conf.d --set-as-default --cdi --json"
+        )
+        first, again = node.json(cmd), node.json(cmd)
+        assert first["changed"] is True and again["changed"] is False
+        dump = node.sh("containerd --config /tmp/ctd/config.toml config dump").stdout
+        assert 'default_runtime_name = "gpunode"' in dump, node.release
+        assert 'BinaryName = "/usr/local/bin/gpunode-container-runtime"' in dump
+        if node.release == "trixie":  # containerd 1.7; 1.6 (bookworm) has no CDI setting
+            assert "enable_cdi = true" in dump
+        assert "/tmp/ctd/conf.d/99-gpunode.toml" in dump  # the imports glob, expanded

@@ -114,6 +114,10 @@ def cmd_cdi(args: argparse.Namespace) -> int:
     cfg = config.load(args.config)
     disc = discover.load(cfg.cache_file, cfg.driver_root, refresh=True)
     spec = cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root)
+    if args.install:
+        if args.output:
+            raise UsageError("gpunode cdi generate: --install and --output exclude each other")
+        args.output = os.path.join(cfg.cdi_spec_dirs[0], "nvidia.yaml")
     if args.output:
         changed = cdi.write(spec, args.output)
         if args.json:
@@ -297,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     cdisub = cdi.add_subparsers(dest="action", required=True, parser_class=_Parser)
     gen = cdisub.add_parser("generate", help="generate the nvidia.com/gpu CDI spec")
     gen.add_argument("--output", help="write here (e.g. /etc/cdi/nvidia.yaml) instead of stdout")
+    gen.add_argument(
+        "--install",
+        action="store_true",
+        help="write nvidia.yaml into the first of cdi-spec-dirs (runtime.toml)",
+    )
     gen.add_argument("--format", choices=["yaml", "json"], default="yaml")
     gen.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
     gen.add_argument("--json", action="store_true", help="report as JSON (with --output)")

@@ -12,7 +12,7 @@ log-level = "info"                          # debug, info, warning, error
 # where the driver's files live (a containerised driver can live under another root)
 driver-root = "/"
 dev-root = "/"
-# where `gpunode cdi generate` writes and CDI names are looked up
+# CDI spec directories; `gpunode cdi generate --install` writes nvidia.yaml into the first
 cdi-spec-dirs = ["/etc/cdi", "/var/run/cdi"]
 # request gates (NVIDIA's semantics)
 accept-envvar-unprivileged = true
@@ -68,6 +68,10 @@ class RuntimeConfig:
 
     def validate(self) -> RuntimeConfig:
         where = self.source
+        if not self.cdi_spec_dirs or not all(os.path.isabs(d) for d in self.cdi_spec_dirs):
+            raise ConfigError(
+                f"{where}: cdi-spec-dirs {self.cdi_spec_dirs!r} must list absolute directories"
+            )
         if not self.runtimes:
             raise ConfigError(f'{where}: runtimes is empty; list at least one (e.g. ["runc"])')
         if self.log_level not in LOG_LEVELS:

@@ -84,7 +84,10 @@ class Request:
 
     @property
     def is_gpu(self) -> bool:
-        return self.devices is not None or bool(self.cdi_devices)
+        # Only NVIDIA GPU requests count: a container that names nothing but other
+        # vendors' CDI devices (vendor.com/fpga=f0) is left to the engine's own CDI
+        # support, and gpunode leaves its spec untouched.
+        return self.devices is not None
 
 
 @record(frozen=True)

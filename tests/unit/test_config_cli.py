@@ -233,3 +233,22 @@ def test_sh_dispatcher_matches_the_python_runtime(tmp_path, argv, spec, config, 
         # the Python runtime would have made the same decision
         parsed = runtime.parse_args(["rt", *argv])
         assert not parsed[0] or runtime.surely_not_gpu(spec.encode(), config)
+
+
+def test_cdi_generate_install_uses_the_first_spec_dir(fake_node, tmp_path, capsys):
+    with open(fake_node, "a") as fh:
+        fh.write(f'cdi-spec-dirs = ["{tmp_path}/etc-cdi", "{tmp_path}/run-cdi"]\n')
+    args = ["cdi", "generate", "--config", str(fake_node), "--install", "--json"]
+    assert cli.main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["path"] == f"{tmp_path}/etc-cdi/nvidia.yaml" and out["changed"] is True
+    assert cli.main(args) == 0
+    assert json.loads(capsys.readouterr().out)["changed"] is False
+    assert cli.main([*args, "--output", "/x.yaml"]) == 2
+
+
+def test_cdi_spec_dirs_must_be_absolute(tmp_path):
+    f = tmp_path / "runtime.toml"
+    f.write_text('cdi-spec-dirs = ["cdi"]\n')
+    with pytest.raises(config.ConfigError, match="must list absolute directories"):
+        config.load(f)

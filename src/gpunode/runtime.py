@@ -133,16 +133,18 @@ def _log(cfg, level, message):
         pass
 
 
-def modify_bundle(bundle, cfg, log=lambda level, msg: None):
+def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     """Edit <bundle>/config.json for its GPU request. Returns a summary, or None when the
-    container asks for no GPU (the file is then not touched)."""
+    container asks for no GPU (the file is then not touched). `raw`: the file's bytes when
+    the caller has already read them."""
     import json
 
     from . import discover, edits, oci, requests
 
     path = os.path.join(bundle, "config.json")
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    if raw is None:
+        with open(path, "rb") as fh:
+            raw = fh.read()
     spec = json.loads(raw)
     process = spec.get("process") or {}
     request = requests.parse_request(
@@ -235,7 +237,9 @@ def main(argv=None):
     except ConfigError as exc:
         _fail(str(exc), log_file, log_format)
     try:
-        modify_bundle(bundle or os.getcwd(), cfg, lambda lvl, msg: _log(cfg, lvl, msg))
+        modify_bundle(
+            bundle or os.getcwd(), cfg, lambda lvl, msg: _log(cfg, lvl, msg), raw=raw or None
+        )
     except Exception as exc:  # every failure becomes one line for `docker run` to show
         from .edits import EditError
         from .requests import RequestError

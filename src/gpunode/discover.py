@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 NVIDIA_MAJOR = 195
-CACHE_SCHEMA = 2
+CACHE_SCHEMA = 3
 
 # Libraries per driver capability (file names start with these and end in the driver
 # version). Source: libnvidia-container nvc_info.c, via ../shared/reference.
@@ -114,7 +114,6 @@ class DriverFiles:
     binaries: dict[str, list[str]] = factory(dict)
     firmware: list[str] = factory(list)
     ipc: dict[str, list[str]] = factory(dict)
-    libdirs: list[str] = factory(list)  # host dirs holding the libraries
 
     def for_capabilities(self, caps: set[str]) -> tuple[list[str], list[str], list[str]]:
         caps = expand_capabilities(caps)
@@ -193,7 +192,6 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
         )
         if found:
             files.libraries[cap] = found
-    files.libdirs = sorted({os.path.dirname(p) for ps in files.libraries.values() for p in ps})
     for cap, names in BINARIES.items():
         found = []
         for name in names:

@@ -63,7 +63,6 @@ def disc(tmp_path):
         binaries={"utility": ["/usr/bin/nvidia-smi"]},
         firmware=[f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"],
         ipc={"utility": ["/run/nvidia-persistenced/socket"]},
-        libdirs=[lib],
     )
     return Discovery(NodeFacts(VERSION, "12.2", GPUS), files, key={})
 

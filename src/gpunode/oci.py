@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from . import fsutil
 from .edits import Edits
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
@@ -86,17 +87,9 @@ def apply(spec: dict[str, Any], edits: Edits) -> None:
 
 def write_atomic(path: str, spec: dict[str, Any]) -> None:
     """Rewrite config.json atomically (temp file + rename), keeping its mode."""
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".config.json.gpunode.{os.getpid()}")
     try:
         mode = os.stat(path).st_mode & 0o7777
     except OSError:
         mode = 0o600
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(spec, fh, separators=(",", ":"))
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    os.replace(tmp, path)
+    data = json.dumps(spec, separators=(",", ":")).encode()
+    fsutil.write_atomic(path, data, mode, skip_if_same=False)

@@ -22,6 +22,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..fsutil import write_atomic
+
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
 BLOB_SIZE = 262144
 
@@ -119,23 +121,4 @@ def embed_profile(lib: Path, payload: str, dest: Path) -> bool:
         raise MockBuildError(f"{lib}: profile blob is truncated")
     blob = MAGIC + body + b"\0" * (BLOB_SIZE - len(MAGIC) - len(body))
     new = data[:offset] + blob + data[offset + BLOB_SIZE :]
-
-    try:
-        if dest.read_bytes() == new:
-            return False
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        pass
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_in(dest.parent, dest.name)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(new)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return True
+    return write_atomic(dest, new, 0o755)

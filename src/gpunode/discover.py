@@ -19,11 +19,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import stat
 
 from ._record import asdict, factory, record
-from .facts import GpuFacts, NodeFacts
+from .facts import (
+    GpuFacts,
+    NodeFacts,
+    cuda_version_text,
+    nvml_text,
+    parse_driver_version,
+)
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -224,11 +229,8 @@ def nvml_facts() -> NodeFacts:
     except pynvml.NVMLError as exc:
         raise DiscoveryError(f"NVML cannot be initialised: {exc}") from None
 
-    def s(v: Any) -> str:
-        return v.decode() if isinstance(v, bytes) else str(v)
-
     try:
-        driver = s(pynvml.nvmlSystemGetDriverVersion())
+        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
         cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -249,17 +251,18 @@ def nvml_facts() -> NodeFacts:
                 GpuFacts(
                     index=i,
                     minor=pynvml.nvmlDeviceGetMinorNumber(h),
-                    uuid=s(pynvml.nvmlDeviceGetUUID(h)),
-                    pci_bus_id=s(pynvml.nvmlDeviceGetPciInfo(h).busId),
-                    name=s(pynvml.nvmlDeviceGetName(h)),
+                    uuid=nvml_text(pynvml.nvmlDeviceGetUUID(h)),
+                    pci_bus_id=nvml_text(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                    name=nvml_text(pynvml.nvmlDeviceGetName(h)),
                     brand=brand,
                     compute_capability=cc_text,
                 )
             )
     finally:
         pynvml.nvmlShutdown()
-    cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
-    return NodeFacts(driver_version=driver, cuda_version=cuda, gpus=tuple(gpus))
+    return NodeFacts(
+        driver_version=driver, cuda_version=cuda_version_text(cuda_int), gpus=tuple(gpus)
+    )
 
 
 def _ident(path: str) -> list[int] | None:
@@ -270,14 +273,10 @@ def _ident(path: str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
 
 
-_VERSION_RE = re.compile(r"(?:Kernel Module|x86_64|aarch64)\s+(\d+\.\d+(?:\.\d+)?)\s")
-
-
 def cache_key(driver_root: str = "/") -> dict[str, Any]:
     try:
         with open(_root(driver_root, "/proc/driver/nvidia/version")) as fh:
-            m = _VERSION_RE.search(fh.readline() + " ")
-            kernel = m.group(1) if m else None
+            kernel = parse_driver_version(fh.readline())
     except OSError:
         kernel = None
     libdirs = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")

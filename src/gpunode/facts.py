@@ -13,6 +13,47 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def nvml_text(value: object) -> str:
+    """A string from pynvml, which returns bytes or str depending on the call and version."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cuda_version_text(value: int) -> str:
+    """NVML's CUDA driver version integer as MAJOR.MINOR: 12020 -> "12.2"."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def nvml_bus_id(procfs_bus: str) -> str:
+    """0000:07:00.0 (the /proc/driver/nvidia/gpus name) -> 00000000:07:00.0 (NVML's)."""
+    dom, _, rest = procfs_bus.partition(":")
+    return f"{int(dom, 16):08X}:{rest.upper()}"
+
+
+def procfs_bus_id(nvml_bus: str) -> str:
+    """00000000:07:00.0 (NVML's) -> 0000:07:00.0 (the /proc/driver/nvidia/gpus name)."""
+    dom, _, rest = nvml_bus.partition(":")
+    return f"{int(dom, 16):04x}:{rest.lower()}"
+
+
+def parse_driver_version(text: str) -> str | None:
+    """The driver version from /proc/driver/nvidia/version, or None.
+
+    The token after "Kernel Module" (proprietary) or the architecture (open module).
+    Parsed without `re`, which is kept off the container start path.
+    """
+    for line in text.splitlines():
+        if not line.startswith("NVRM version:"):
+            continue
+        words = line.split()
+        for i, word in enumerate(words[:-1]):
+            if word in ("Module", "x86_64", "aarch64"):
+                candidate = words[i + 1]
+                parts = candidate.split(".")
+                if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
+                    return candidate
+    return None
+
+
 @record(frozen=True)
 class GpuFacts:
     index: int
@@ -26,8 +67,7 @@ class GpuFacts:
     @property
     def procfs_bus_id(self) -> str:
         """The /proc/driver/nvidia/gpus directory name: 0000:07:00.0."""
-        dom, _, rest = self.pci_bus_id.partition(":")
-        return f"{int(dom, 16):04x}:{rest.lower()}"
+        return procfs_bus_id(self.pci_bus_id)
 
 
 @record(frozen=True)

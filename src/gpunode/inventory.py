@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import procfs
+from .facts import cuda_version_text, nvml_bus_id, nvml_text
 
 NVIDIA_MAJOR = 195
 SCHEMA = "gpunode.inventory/v1"
@@ -73,10 +74,6 @@ class Inventory:
         }
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def device_node_ok(minor: int, dev_root: Path = Path("/dev")) -> bool:
     try:
         st = os.stat(dev_root / f"nvidia{minor}")
@@ -87,10 +84,6 @@ def device_node_ok(minor: int, dev_root: Path = Path("/dev")) -> bool:
         and os.major(st.st_rdev) == NVIDIA_MAJOR
         and os.minor(st.st_rdev) == minor
     )
-
-
-def _cuda_text(value: int) -> str:
-    return f"{value // 1000}.{(value % 1000) // 10}"
 
 
 def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
@@ -110,9 +103,9 @@ def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
     gpu = GpuInfo(
         index=index,
         minor=pynvml.nvmlDeviceGetMinorNumber(h),
-        uuid=_s(pynvml.nvmlDeviceGetUUID(h)),
-        name=_s(pynvml.nvmlDeviceGetName(h)),
-        pci_bus_id=_s(pci.busId),
+        uuid=nvml_text(pynvml.nvmlDeviceGetUUID(h)),
+        name=nvml_text(pynvml.nvmlDeviceGetName(h)),
+        pci_bus_id=nvml_text(pci.busId),
         memory_total_mib=mem.total // (1024 * 1024),
         memory_used_mib=mem.used // (1024 * 1024),
     )
@@ -178,9 +171,9 @@ def from_nvml() -> Inventory:
     except pynvml.NVMLError as exc:
         raise NoDriver(f"NVML: {exc}") from None
     try:
-        driver = _s(pynvml.nvmlSystemGetDriverVersion())
-        nvml_version = _s(pynvml.nvmlSystemGetNVMLVersion())
-        cuda = _cuda_text(pynvml.nvmlSystemGetCudaDriverVersion())
+        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
+        nvml_version = nvml_text(pynvml.nvmlSystemGetNVMLVersion())
+        cuda = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
         gpus = [_nvml_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
     finally:
         pynvml.nvmlShutdown()
@@ -203,15 +196,10 @@ def from_procfs(
                 minor=pg.minor,
                 uuid=pg.uuid,
                 name=pg.model,
-                pci_bus_id=_nvml_bus(pg.bus_id),
+                pci_bus_id=nvml_bus_id(pg.bus_id),
             )
         )
     return Inventory("procfs", version, None, None, gpus)
-
-
-def _nvml_bus(procfs_bus: str) -> str:
-    dom, _, rest = procfs_bus.partition(":")
-    return f"{int(dom, 16):08X}:{rest.upper()}"
 
 
 def _cross_check(inv: Inventory, proc_root: Path, dev_root: Path) -> None:
@@ -226,7 +214,7 @@ def _cross_check(inv: Inventory, proc_root: Path, dev_root: Path) -> None:
                     "issue": "device_node_missing",
                     "detail": f"/dev/nvidia{pg.minor} is missing or not a 195:{pg.minor} device",
                     "uuid": pg.uuid,
-                    "pci_bus_id": _nvml_bus(pg.bus_id),
+                    "pci_bus_id": nvml_bus_id(pg.bus_id),
                     "minor": pg.minor,
                 }
             )
@@ -234,7 +222,7 @@ def _cross_check(inv: Inventory, proc_root: Path, dev_root: Path) -> None:
         for gpu, pg in zip(inv.gpus, usable, strict=True):
             if gpu.uuid is None:  # lost: NVML gave no handle, the kernel still knows it
                 gpu.uuid, gpu.name, gpu.minor = pg.uuid, pg.model, pg.minor
-                gpu.pci_bus_id = _nvml_bus(pg.bus_id)
+                gpu.pci_bus_id = nvml_bus_id(pg.bus_id)
 
 
 def collect(

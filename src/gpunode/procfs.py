@@ -7,11 +7,14 @@ and ``GCC version:``), ``params`` is ``Key: value`` lines, and each GPU has
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from .profiles import Gpu, Profile
+from ._record import record
+from .facts import parse_driver_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .profiles import Gpu, Profile
 
 PROC_DRIVER_NVIDIA = Path("/proc/driver/nvidia")
 
@@ -58,8 +61,6 @@ PARAMS: list[tuple[str, str]] = [
     ("ExcludedGpus", '""'),
 ]
 
-_VERSION_RE = re.compile(r"(?:Kernel Module|x86_64|aarch64)\s+(\d+\.\d+(?:\.\d+)?)\s")
-
 
 def render_version(profile: Profile) -> str:
     assert profile.driver is not None
@@ -104,12 +105,7 @@ def render_information(gpu: Gpu, profile: Profile) -> str:
 
 def parse_version(text: str) -> str | None:
     """The driver version from /proc/driver/nvidia/version, or None."""
-    for line in text.splitlines():
-        if line.startswith("NVRM version:"):
-            m = _VERSION_RE.search(line + " ")
-            if m:
-                return m.group(1)
-    return None
+    return parse_driver_version(text)
 
 
 def parse_information(text: str) -> dict[str, str]:
@@ -131,7 +127,7 @@ def parse_params(text: str) -> list[tuple[str, str]]:
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcGpu:
     bus_id: str  # as the directory is named: 0000:07:00.0
     uuid: str

@@ -295,8 +295,9 @@ def cache_key(driver_root: str = "/") -> dict[str, Any]:
     }
 
 
-def discover(driver_root: str = "/") -> Discovery:
-    key = cache_key(driver_root)
+def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Discovery:
+    """Fresh discovery through NVML. `key`: the cache key, when the caller has it already."""
+    key = cache_key(driver_root) if key is None else key
     node = nvml_facts()
     return Discovery(node, discover_files(node.driver_version, driver_root), key)
 
@@ -328,7 +329,7 @@ def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Disc
                 key,
                 from_cache=True,
             )
-    d = discover(driver_root)
+    d = discover(driver_root, key=key)
     with contextlib.suppress(OSError):  # read-only /var/cache: correct, only slower next time
         write_cache(d, cache_file)
     return d

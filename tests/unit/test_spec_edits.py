@@ -301,7 +301,7 @@ def test_discovery_cache_roundtrip_and_invalidation(tmp_path, monkeypatch, disc)
     keys = iter([{"k": 1}, {"k": 1}, {"k": 2}, {"k": 2}])
     monkeypatch.setattr(discover, "cache_key", lambda root="/": next(keys))
 
-    def fresh(root="/"):
+    def fresh(root="/", key=None):
         calls.append(1)
         return Discovery(disc.node, disc.files, key={"k": len(calls)})
 

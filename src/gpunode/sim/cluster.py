@@ -105,47 +105,26 @@ class Artifacts:
         wheels.mkdir(exist_ok=True)
         for old in wheels.glob("gpunode-*.whl"):
             old.unlink()
-        import sys
-
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--no-build-isolation",
-                "-q",
-                "-w",
-                str(wheels),
-                str(project),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        _pip(
+            ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(project)],
+            "building the gpunode wheel",
         )
-        if run.returncode != 0:
-            raise SimError(f"building the gpunode wheel failed: {run.stderr.strip()[-300:]}")
         if not list(wheels.glob("nvidia_ml_py-*.whl")):
-            run = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "-q",
-                    "-d",
-                    str(wheels),
-                    _pinned_nvml(project),
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
+            _pip(
+                ["download", "--no-deps", "-q", "-d", str(wheels), _pinned_nvml(project)],
+                "downloading nvidia-ml-py",
             )
-            if run.returncode != 0:
-                raise SimError(f"downloading nvidia-ml-py failed: {run.stderr.strip()[-300:]}")
         return cls(mock, wheels)
+
+
+def _pip(args: list[str], what: str) -> None:
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False
+    )
+    if run.returncode != 0:
+        raise SimError(f"{what} failed: {run.stderr.strip()[-300:]}")
 
 
 def _pinned_nvml(project: Path) -> str:

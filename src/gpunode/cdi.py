@@ -34,6 +34,7 @@ def generate(
     hook_path: str,
     dev_root: str = "/",
     libdir: str = "/usr/lib/x86_64-linux-gnu",
+    ldconfig: str = "",
 ) -> dict[str, Any]:
     devices = []
     gpu_nodes = []
@@ -52,7 +53,7 @@ def generate(
         {"hostPath": m.source, "containerPath": m.destination, "options": list(m.options)}
         for m in file_mounts(disc, ALL_CAPS - {"compat32"}, libdir)
     ]
-    args = [*hook_args(disc, ALL_CAPS, libdir, None), "--proc-driver"]
+    args = [*hook_args(disc, ALL_CAPS, libdir, None, ldconfig), "--proc-driver"]
     edits: dict[str, Any] = {
         # Neutralise a legacy NVIDIA hook that might also be configured for this engine.
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],

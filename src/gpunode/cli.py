@@ -113,7 +113,7 @@ def cmd_cdi(args: argparse.Namespace) -> int:
 
     cfg = config.load(args.config)
     disc = discover.load(cfg.cache_file, cfg.driver_root, refresh=True)
-    spec = cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root)
+    spec = cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root, ldconfig=cfg.ldconfig)
     if args.install:
         if args.output:
             raise UsageError("gpunode cdi generate: --install and --output exclude each other")
@@ -240,6 +240,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 hook_path=cfg.hook_path,
                 dev_root=cfg.dev_root,
                 rootfs=args.rootfs,
+                ldconfig=cfg.ldconfig,
             ).to_dict()
     except (requests.RequestError, edits.EditError, discover.DiscoveryError) as exc:
         out["error"] = str(exc)

@@ -24,8 +24,13 @@ disable-require = false
 # the hook program the runtime puts into specs, and the inventory cache it reads
 hook-path = "/usr/local/bin/gpunode-hook"
 cache-file = "/var/cache/gpunode/inventory.json"
-ldconfig = "/sbin/ldconfig"
+# the host ldconfig the hook runs (confined) in GPU containers; "" picks the first of
+# /sbin/ldconfig.real, /sbin/ldconfig, /usr/sbin/ldconfig (a static ELF is required)
+ldconfig = ""
 ```
+
+With a ``driver-root`` other than ``/`` the driver's files, NVML and /proc/driver/nvidia are
+looked up under it (see gpunode.discover); device nodes come from ``dev-root``.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ class RuntimeConfig:
     disable_require: bool = False
     hook_path: str = "/usr/local/bin/gpunode-hook"
     cache_file: str = "/var/cache/gpunode/inventory.json"
-    ldconfig: str = "/sbin/ldconfig"
+    ldconfig: str = ""
     source: str = "<defaults>"
 
     def validate(self) -> RuntimeConfig:
@@ -86,7 +91,7 @@ class RuntimeConfig:
                         f"{', '.join(ALL_CAPABILITIES)}"
                     )
         for key in ("driver_root", "dev_root", "hook_path", "ldconfig"):
-            if not os.path.isabs(getattr(self, key)):
+            if not os.path.isabs(getattr(self, key)) and (key != "ldconfig" or self.ldconfig):
                 raise ConfigError(
                     f"{where}: {key.replace('_', '-')} {getattr(self, key)!r} must be an absolute path"
                 )

@@ -5,13 +5,19 @@ Two layers, as in NVIDIA's toolkit (discover → edits):
 * ``NodeFacts`` (driver version, CUDA version, GPUs) come from NVML — slow to initialise,
   so they are kept in the **inventory cache** (``cache-file`` in runtime.toml, default
   ``/var/cache/gpunode/inventory.json``) together with the driver's file list.
-* The cache is keyed on what changes when the driver changes: the version in
-  ``/proc/driver/nvidia/version`` and the identity (device, inode, mtime) of
-  ``libnvidia-ml.so.1``'s target and of ``/etc/ld.so.cache``. When any differs the runtime
-  rediscovers and rewrites the cache (atomically). ``gpunode cdi generate`` and
+* The cache is keyed on what changes when the driver changes: the driver root, the version
+  in ``/proc/driver/nvidia/version`` and the identity (device, inode, mtime) of
+  ``libnvidia-ml.so.1``'s target and of ``/etc/ld.so.cache``. When any differs, or the
+  cache cannot be decoded (corrupt, truncated, another schema), the runtime rediscovers
+  and rewrites the cache (atomically). ``gpunode cdi generate`` and
   ``gpunode runtime refresh`` (run at install and at boot by the runtime role) refresh it
   explicitly. Device nodes are *not* cached: they are stat'ed for every container, so a
   missing ``/dev/nvidia<minor>`` is noticed at once.
+
+A ``driver-root`` other than ``/`` (a containerised driver, e.g. ``/run/nvidia/driver``):
+NVML, the ld cache, libraries, binaries, firmware, IPC sockets and
+``/proc/driver/nvidia`` are all looked up under it (symlinks resolved inside it), and the
+host paths recorded keep it; containers see them at the paths without it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import json
 import os
 import stat
 
-from ._record import asdict, factory, record
+from ._record import asdict, factory, fields, record
 from .facts import (
     GpuFacts,
     NodeFacts,
@@ -35,7 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 NVIDIA_MAJOR = 195
-CACHE_SCHEMA = 3
+CACHE_SCHEMA = 4
 
 # Libraries per driver capability (file names start with these and end in the driver
 # version). Source: libnvidia-container nvc_info.c, via ../shared/reference.
@@ -82,6 +88,7 @@ IPC: dict[str, tuple[str, ...]] = {
     "utility": ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"),
     "compute": ("/tmp/nvidia-mps",),
 }
+NVML_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
 BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin")
 # Capabilities that pull in others (nvc_info/options.h).
 IMPLIES = {"video": {"compute"}, "display": {"graphics"}}
@@ -113,12 +120,19 @@ class DiscoveryError(RuntimeError):
 
 @record
 class DriverFiles:
-    """Host paths of the driver's userspace files, relative to nothing (absolute)."""
+    """Host paths (absolute) of the driver's userspace files, all under `root`."""
 
     libraries: dict[str, list[str]] = factory(dict)  # capability -> paths
     binaries: dict[str, list[str]] = factory(dict)
     firmware: list[str] = factory(list)
     ipc: dict[str, list[str]] = factory(dict)
+    root: str = "/"  # the driver root
+
+    def container_path(self, host_path: str) -> str:
+        """Where a file under the driver root is in a container: the root stripped."""
+        if self.root in ("", "/"):
+            return host_path
+        return "/" + os.path.relpath(host_path, self.root)
 
     def for_capabilities(self, caps: set[str]) -> tuple[list[str], list[str], list[str]]:
         caps = expand_capabilities(caps)
@@ -155,8 +169,32 @@ def _root(driver_root: str, path: str) -> str:
     return path if driver_root in ("", "/") else os.path.join(driver_root, path.lstrip("/"))
 
 
+def _real(driver_root: str, path: str) -> str | None:
+    """The host path of `path` (as the driver sees it) with every symlink resolved inside
+    the driver root, as the driver's own processes would resolve it; None if missing."""
+    if driver_root in ("", "/"):
+        return os.path.realpath(path) if os.path.exists(path) else None
+    from .safepath import open_in_root, proc_fd_path
+
+    try:
+        root_fd = os.open(driver_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fd = open_in_root(root_fd, path, follow_last=True)
+    except OSError:
+        return None
+    finally:
+        os.close(root_fd)
+    try:
+        return os.readlink(proc_fd_path(fd))
+    finally:
+        os.close(fd)
+
+
 def ldcache_libraries(driver_root: str = "/") -> list[str]:
-    """Library paths listed in the driver root's ld.so.cache (64-bit entries)."""
+    """Library paths listed in the driver root's ld.so.cache (64-bit entries), as the
+    driver sees them (without the driver root)."""
     cache = _root(driver_root, "/etc/ld.so.cache")
     ldconfig = next(
         (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), "ldconfig"
@@ -174,19 +212,18 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
     for line in proc.stdout.splitlines()[1:]:
         if "=>" not in line or ("x86-64" not in line and "64bit" not in line):
             continue
-        path = line.rsplit("=>", 1)[1].strip()
-        out.append(_root(driver_root, path))
+        out.append(line.rsplit("=>", 1)[1].strip())
     return out
 
 
 def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
-    files = DriverFiles()
+    files = DriverFiles(root=driver_root)
     suffix = f".so.{driver_version}"
     seen: set[str] = set()
     candidates = []
     for path in ldcache_libraries(driver_root):
-        real = os.path.realpath(path)
-        if real.endswith(suffix) and real not in seen:
+        real = _real(driver_root, path)
+        if real is not None and real.endswith(suffix) and real not in seen:
             seen.add(real)
             candidates.append(real)
     for cap, prefixes in LIBRARIES.items():
@@ -201,29 +238,44 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
         found = []
         for name in names:
             for d in BIN_DIRS:
-                p = _root(driver_root, f"{d}/{name}")
-                if os.path.isfile(p) and os.access(p, os.X_OK):
-                    found.append(os.path.realpath(p) if not os.path.islink(p) else p)
+                real = _real(driver_root, f"{d}/{name}")
+                if real is not None and os.path.isfile(real) and os.access(real, os.X_OK):
+                    # the name is the mount's destination: keep the link when it differs
+                    keep = os.path.basename(real) == name
+                    found.append(real if keep else _root(driver_root, f"{d}/{name}"))
                     break
         if found:
             files.binaries[cap] = found
-    from pathlib import Path
-
-    fw = Path(_root(driver_root, f"/lib/firmware/nvidia/{driver_version}"))
-    if fw.is_dir():
-        files.firmware = sorted(str(p) for p in fw.glob("gsp*.bin"))
+    fw = _root(driver_root, f"/lib/firmware/nvidia/{driver_version}")
+    with contextlib.suppress(OSError):
+        files.firmware = sorted(
+            os.path.join(fw, n)
+            for n in os.listdir(fw)
+            if n.startswith("gsp") and n.endswith(".bin")
+        )
     for cap, paths in IPC.items():
-        found = [p for p in paths if os.path.exists(_root(driver_root, p))]
+        found = [_root(driver_root, p) for p in paths if os.path.exists(_root(driver_root, p))]
         if found:
             files.ipc[cap] = found
     return files
 
 
-def nvml_facts() -> NodeFacts:
+def nvml_facts(driver_root: str = "/") -> NodeFacts:
     try:
         import pynvml
     except ImportError:
         raise DiscoveryError("nvidia-ml-py is not installed") from None
+    if driver_root not in ("", "/"):
+        # A containerised driver: its NVML, not whatever the host's loader finds.
+        lib = nvml_library(driver_root)
+        if lib is None:
+            raise DiscoveryError(f"no libnvidia-ml.so.1 under the driver root {driver_root}")
+        import ctypes
+
+        try:
+            pynvml.nvmlLib = ctypes.CDLL(lib)
+        except OSError as exc:
+            raise DiscoveryError(f"cannot load {lib}: {exc}") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -273,22 +325,28 @@ def _ident(path: str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
 
 
+def nvml_library(driver_root: str = "/") -> str | None:
+    """The host path of the driver root's libnvidia-ml.so.1 (its target), or None."""
+    for d in NVML_DIRS:
+        real = _real(driver_root, f"{d}/libnvidia-ml.so.1")
+        if real is not None:
+            return real
+    return None
+
+
 def cache_key(driver_root: str = "/") -> dict[str, Any]:
     try:
         with open(_root(driver_root, "/proc/driver/nvidia/version")) as fh:
             kernel = parse_driver_version(fh.readline())
     except OSError:
         kernel = None
-    libdirs = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
+    # Only an identity to compare: a plain stat, no symlink walk inside the driver root.
     nvml = next(
-        (
-            _root(driver_root, f"{d}/libnvidia-ml.so.1")
-            for d in libdirs
-            if os.path.exists(_root(driver_root, f"{d}/libnvidia-ml.so.1"))
-        ),
+        (p for d in NVML_DIRS if os.path.exists(p := _root(driver_root, f"{d}/libnvidia-ml.so.1"))),
         None,
     )
     return {
+        "driver_root": driver_root,
         "kernel_driver": kernel,
         "nvml": _ident(nvml) if nvml else None,
         "ldcache": _ident(_root(driver_root, "/etc/ld.so.cache")),
@@ -298,7 +356,7 @@ def cache_key(driver_root: str = "/") -> dict[str, Any]:
 def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Discovery:
     """Fresh discovery through NVML. `key`: the cache key, when the caller has it already."""
     key = cache_key(driver_root) if key is None else key
-    node = nvml_facts()
+    node = nvml_facts(driver_root)
     return Discovery(node, discover_files(node.driver_version, driver_root), key)
 
 
@@ -310,25 +368,58 @@ def write_cache(d: Discovery, path: str) -> None:
 
 def read_cache(path: str) -> dict[str, Any] | None:
     try:
-        with open(path) as fh:
+        with open(path, "rb") as fh:
             data = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("schema") == CACHE_SCHEMA else None
 
 
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError("expected a list of strings")
+    return value
+
+
+def _checked(value: Any, default: Any) -> Any:
+    """`value` if it has the JSON shape of a DriverFiles field whose default is `default`."""
+    if isinstance(default, dict):
+        if not isinstance(value, dict):
+            raise TypeError("expected an object")
+        for v in value.values():
+            _strings(v)
+        return value
+    if isinstance(default, list):
+        return _strings(value)
+    if type(value) is not type(default):
+        raise TypeError(f"expected {type(default).__name__}")
+    return value
+
+
+def decode_cache(data: dict[str, Any], key: dict[str, Any]) -> Discovery:
+    """The Discovery in a cache file's data. Anything malformed (missing or extra fields,
+    wrong types, an unparsable bus id) raises KeyError, TypeError or ValueError: the
+    runtime must never fail a container on what is only a cache."""
+    defaults = DriverFiles()
+    raw = data["files"]
+    if not isinstance(raw, dict) or set(raw) != set(fields(DriverFiles)):
+        raise KeyError("files: wrong fields")
+    files = DriverFiles(**{n: _checked(raw[n], getattr(defaults, n)) for n in raw})
+    return Discovery(NodeFacts.from_dict(data["node"]), files, key, from_cache=True)
+
+
 def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Discovery:
-    """The node's discovery: from the cache when still valid, else fresh (and cached)."""
+    """The node's discovery: from the cache when still valid, else fresh (and cached).
+
+    A cache that cannot be decoded counts as a miss: it is rediscovered and rewritten."""
     key = cache_key(driver_root)
     if not refresh:
         data = read_cache(cache_file)
         if data is not None and data.get("key") == key:
-            return Discovery(
-                NodeFacts.from_dict(data["node"]),
-                DriverFiles(**data["files"]),
-                key,
-                from_cache=True,
-            )
+            try:
+                return decode_cache(data, key)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass
     d = discover(driver_root, key=key)
     with contextlib.suppress(OSError):  # read-only /var/cache: correct, only slower next time
         write_cache(d, cache_file)

@@ -123,18 +123,27 @@ def file_mounts(disc: Discovery, caps: set[str], libdir: str) -> list[Mount]:
     libs, bins, ipc = disc.files.for_capabilities(caps)
     mounts = [Mount(p, f"{libdir}/{os.path.basename(p)}", tuple(LIB_OPTIONS)) for p in libs]
     mounts += [Mount(p, f"/usr/bin/{os.path.basename(p)}", tuple(LIB_OPTIONS)) for p in bins]
-    mounts += [Mount(p, p, tuple(LIB_OPTIONS)) for p in disc.files.firmware]
-    mounts += [Mount(p, p, tuple(IPC_OPTIONS)) for p in ipc]
+    # firmware and IPC sockets keep their paths, without the driver root
+    where = disc.files.container_path
+    mounts += [Mount(p, where(p), tuple(LIB_OPTIONS)) for p in disc.files.firmware]
+    mounts += [Mount(p, where(p), tuple(IPC_OPTIONS)) for p in ipc]
     return mounts
 
 
 def hook_args(
-    disc: Discovery, caps: set[str], libdir: str, gpus: list[GpuFacts] | None
+    disc: Discovery,
+    caps: set[str],
+    libdir: str,
+    gpus: list[GpuFacts] | None,
+    ldconfig: str = "",
 ) -> list[str]:
     """Arguments of the one gpunode-hook invocation a container gets.
 
     One process does all three jobs (symlinks, ld cache, filtered /proc/driver/nvidia):
     every extra hook is another Python start on the container's critical path.
+    `gpus`: the selected GPUs, passed as the complete set (`--gpus-selected`, even when
+    empty); None (CDI) lets the hook work them out from the container's device nodes.
+    `ldconfig`: the host ldconfig to run ("" lets the hook pick).
     """
     libs, _, _ = disc.files.for_capabilities(caps)
     names = {os.path.basename(p) for p in libs}
@@ -146,10 +155,14 @@ def hook_args(
         args += ["--link", f"libnvidia-opticalflow.so.1::{libdir}/libnvidia-opticalflow.so"]
     if libs:
         args += ["--folder", libdir]
+        if ldconfig:
+            args += ["--ldconfig-path", ldconfig]
+    if disc.files.root not in ("", "/"):
+        args += ["--driver-root", disc.files.root]
     for gpu in gpus or []:
         args += ["--gpu", gpu.procfs_bus_id]
     if gpus is not None:
-        args.append("--proc-driver")
+        args += ["--gpus-selected", "--proc-driver"]
     return args
 
 
@@ -161,6 +174,7 @@ def build(
     hook_path: str,
     dev_root: str = "/",
     rootfs: str | None = None,
+    ldconfig: str = "",
 ) -> Edits:
     """Edits for a container given `selected` GPUs and driver capabilities `caps`."""
     caps = expand_capabilities(set(caps))
@@ -169,7 +183,7 @@ def build(
     edits.devices = control_devices(caps, dev_root)
     edits.devices += [gpu_device(g, dev_root) for g in selected]
     edits.mounts = file_mounts(disc, caps, libdir)
-    args = hook_args(disc, caps, libdir, selected)
+    args = hook_args(disc, caps, libdir, selected, ldconfig)
     # The rootfs is known here: passing it spares the hook reading the OCI state and
     # parsing config.json again (and importing json) on every GPU container start.
     root = ("--root", os.path.abspath(rootfs)) if rootfs else ()

@@ -6,7 +6,7 @@ container create instead of initialising NVML (see gpunode.discover).
 
 from __future__ import annotations
 
-from ._record import asdict, factory, record
+from ._record import asdict, factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -85,8 +85,18 @@ class NodeFacts:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeFacts:
-        return cls(
-            driver_version=data["driver_version"],
-            cuda_version=data["cuda_version"],
-            gpus=tuple(GpuFacts(**g) for g in data["gpus"]),
-        )
+        """The inverse of to_dict, strict: a missing, extra or mistyped field or an
+        unparsable bus id raises KeyError, TypeError or ValueError."""
+        gpus = []
+        for g in data["gpus"]:
+            gpu = GpuFacts(**g)
+            for name in fields(GpuFacts):
+                want = int if name in ("index", "minor") else str
+                if type(getattr(gpu, name)) is not want:
+                    raise TypeError(f"GPU field {name}: expected {want.__name__}")
+            gpu.procfs_bus_id  # noqa: B018 - raises ValueError for a bad bus id
+            gpus.append(gpu)
+        versions = (data["driver_version"], data["cuda_version"])
+        if not all(type(v) is str for v in versions):
+            raise TypeError("driver_version and cuda_version must be strings")
+        return cls(*versions, gpus=tuple(gpus))

@@ -877,7 +877,7 @@ def cmd_configure(args, root_path: str) -> int:
                 file=sys.stderr,
             )
             return 0
-        if not args.gpu:
+        if not args.gpus_selected and not args.gpu:  # CDI: the device nodes given say which
             args.gpu = gpus_from_container_devices(root_path, args.driver_root)
         cmd_mount_proc_driver(args, root_path)
     return 0
@@ -908,6 +908,7 @@ _OPTIONS: dict[str, dict[str, str]] = {
         "--ldconfig-path": "value",
         "--gpu": "list",
         "--proc-driver": "flag",
+        "--gpus-selected": "flag",
         "--driver-root": "value",
     },
     "update-ldcache": {"--folder": "list", "--ldconfig-path": "value"},
@@ -924,7 +925,9 @@ USAGE = f"""usage: {PROG} [--root ROOTFS] SUBCOMMAND [OPTIONS]
 OCI createContainer hook injecting the NVIDIA driver. The container comes from the OCI
 state on stdin unless --root names its rootfs.
   configure [--link TARGET::LINK]... [--folder DIR]... [--gpu BUSID]... [--proc-driver]
-            [--driver-root DIR] [--ldconfig-path PATH]   all of the below in one run
+            [--gpus-selected] [--driver-root DIR] [--ldconfig-path PATH]
+            all of the below in one run; --gpus-selected: the --gpu list is the whole
+            selection, even empty (else the container's /dev/nvidia<N> nodes decide)
   create-symlinks --link TARGET::LINK...                 create symlinks in the container
   update-ldcache --folder DIR... [--ldconfig-path PATH]  refresh the container's ld cache
   mount-proc-driver --gpu BUSID... [--driver-root DIR]   filter /proc/driver/nvidia
@@ -942,6 +945,7 @@ class Args:
         self.gpu: list[str] = []
         self.ldconfig_path: str | None = None
         self.proc_driver = False
+        self.gpus_selected = False
         self.driver_root = "/"
 
     @property

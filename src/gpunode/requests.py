@@ -33,7 +33,13 @@ DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
 
 # Fully-qualified CDI device name: vendor/class=name.
 CDI_NAME_RE = re.compile(r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+=[a-zA-Z0-9._:-]+$")
-NVIDIA_GPU_CDI_PREFIX = "nvidia.com/gpu="
+# NVIDIA's CDI vendors: `nvidia.com` (generated specs) and `runtime.nvidia.com` (the
+# toolkit's jit-CDI mode). Their `gpu` class names select GPUs like plain device ids; any
+# other name of these vendors is refused, never silently ignored.
+NVIDIA_CDI_VENDORS = ("nvidia.com", "runtime.nvidia.com")
+NVIDIA_GPU_CDI_PREFIXES = tuple(f"{v}/gpu=" for v in NVIDIA_CDI_VENDORS)
+ENV_MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
+ENV_MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
 
 _MIG_INDEX_RE = re.compile(r"^[0-9]+:[0-9]+$")
 _PCI_RE = re.compile(
@@ -147,10 +153,12 @@ def _devices_from_tokens(
     container. Fully-qualified CDI names go to cdi_devices; the rest are device ids, and the
     first "all" or "none" among the ids decides.
 
-    gpunode choice: an `nvidia.com/gpu=X` CDI name is ALSO read as the plain device id X, so
-    gpunode's runtime can serve it from its own discovery (like NVIDIA's jit-CDI mode does for
-    `runtime.nvidia.com/gpu=X`) even when no CDI spec file exists on the node. The name stays
-    in cdi_devices too, so a CDI-aware consumer still sees exactly what was asked for.
+    gpunode choice: an `nvidia.com/gpu=X` or `runtime.nvidia.com/gpu=X` (NVIDIA's jit-CDI
+    name) CDI name is ALSO read as the plain device id X, so gpunode's runtime serves it from
+    its own discovery even when no CDI spec file exists on the node. The name stays in
+    cdi_devices too, so a CDI-aware consumer still sees exactly what was asked for. Any other
+    name of an NVIDIA vendor (`nvidia.com/foo=1`) is an error: a GPU request must never turn
+    into a container without GPUs.
     """
     if not tokens or "void" in tokens:
         return None, ()
@@ -159,8 +167,14 @@ def _devices_from_tokens(
     for token in tokens:
         if CDI_NAME_RE.fullmatch(token):
             cdi.append(token)
-            if token.startswith(NVIDIA_GPU_CDI_PREFIX):
-                ids.append(token[len(NVIDIA_GPU_CDI_PREFIX) :])
+            device_id = nvidia_gpu_cdi_id(token)
+            if device_id is not None:
+                ids.append(device_id)
+            elif token.partition("/")[0] in NVIDIA_CDI_VENDORS:
+                raise RequestError(
+                    f"unknown CDI device '{_show(token)}' requested; accepted NVIDIA names: "
+                    f"{'X, '.join(NVIDIA_GPU_CDI_PREFIXES)}X with X an index, a GPU UUID or all"
+                )
         else:
             ids.append(token)
     devices: tuple[str, ...] | None = tuple(ids) if ids else None
@@ -177,6 +191,14 @@ def _devices_from_tokens(
                 f"MIG device '{_show(device_id)}' requested: MIG is not supported by gpunode yet"
             )
     return devices, tuple(cdi)
+
+
+def nvidia_gpu_cdi_id(name: str) -> str | None:
+    """The device id in an NVIDIA GPU CDI name (`nvidia.com/gpu=1` -> "1"), else None."""
+    for prefix in NVIDIA_GPU_CDI_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return None
 
 
 def _tokens_from_annotations(annotations: Mapping[str, str], prefixes: Sequence[str]) -> list[str]:
@@ -436,6 +458,8 @@ def parse_request(
     if devices is None and not cdi:
         source = "none"
 
+    if devices is not None:
+        _check_mig_env(envd, privileged)
     disabled = cfg.disable_require or _parse_bool(envd.get(ENV_DISABLE_REQUIRE, ""))
     if devices is not None or cdi:
         capabilities = _capabilities(envd, legacy, cfg)
@@ -457,6 +481,22 @@ def parse_request(
         source=source,
         legacy=legacy,
     )
+
+
+def _check_mig_env(env: Mapping[str, str], privileged: bool) -> None:
+    """NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES: refused in an unprivileged
+    GPU container with NVIDIA's own message (its hook panics); in a privileged one they
+    would need MIG, which gpunode does not support yet: refused too, never ignored."""
+    for name in (ENV_MIG_CONFIG, ENV_MIG_MONITOR):
+        value = env.get(name)
+        if not value:
+            continue  # unset or empty: NVIDIA ignores it too
+        if not privileged:
+            raise RequestError(
+                f"cannot set {name[len('NVIDIA_') :]} in non privileged container: "
+                f"{name}={_show(value)} needs a privileged container (CAP_SYS_ADMIN)"
+            )
+        raise RequestError(f"{name}={_show(value)}: MIG is not supported by gpunode yet")
 
 
 def is_privileged(spec: dict) -> bool:
@@ -513,9 +553,10 @@ def select_gpus(request: Request, gpus: Sequence[GpuFacts]) -> list[GpuFacts]:
         else:
             matches = []
         if not matches:
-            raise RequestError(
-                f"unknown device '{_show(device_id)}' requested; {_describe(ordered)}"
+            asked = next(
+                (c for c in request.cdi_devices if nvidia_gpu_cdi_id(c) == device_id), device_id
             )
+            raise RequestError(f"unknown device '{_show(asked)}' requested; {_describe(ordered)}")
         for gpu in matches:
             if gpu not in chosen:
                 chosen.append(gpu)

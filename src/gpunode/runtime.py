@@ -32,18 +32,26 @@ _VALUE_OPTS = {
 }
 
 
-def _find_runtime(names):
+def _find_runtimes(names, problems):
+    """Executable candidates for `names`, in order (an absolute path, or the first match
+    on PATH); why an absolute entry is not one goes to `problems`."""
     path = os.environ.get("PATH") or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     for name in names:
         if os.path.isabs(name):
-            if os.access(name, os.X_OK):
-                return name
+            if os.path.isdir(name):
+                problems.append(f"{name}: is a directory")
+            elif not os.access(name, os.X_OK):
+                problems.append(
+                    f"{name}: {'not executable' if os.path.exists(name) else 'not found'}"
+                )
+            else:
+                yield name
             continue
         for d in path.split(os.pathsep):
             cand = os.path.join(d, name)
             if os.access(cand, os.X_OK) and not os.path.isdir(cand):
-                return cand
-    return None
+                yield cand
+                break
 
 
 def parse_args(argv):
@@ -86,11 +94,20 @@ def _runtimes_from_config():
         return list(DEFAULT_RUNTIMES)
 
 
-def _exec_runtime(argv, names):
-    runtime = _find_runtime(names)
-    if runtime is None:
-        _fail(f"no low-level OCI runtime found (looked for {', '.join(names)})", None, "text")
-    os.execve(runtime, [runtime, *argv[1:]], os.environ)
+def _exec_runtime(argv, names, log_file=None, log_format="text"):
+    """execve the first of `names` that can be executed; one error line if none can."""
+    failed = []
+    for runtime in _find_runtimes(names, failed):
+        try:
+            os.execve(runtime, [runtime, *argv[1:]], os.environ)
+        except OSError as exc:  # not an executable format, vanished, ...: try the next
+            failed.append(f"{runtime}: {exc.strerror or exc}")
+    tried = f" ({'; '.join(failed)})" if failed else ""
+    _fail(
+        f"no low-level OCI runtime could be run from runtimes {', '.join(names)}{tried}",
+        log_file,
+        log_format,
+    )
 
 
 def _fail(message, log_file, log_format):
@@ -177,6 +194,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         hook_path=cfg.hook_path,
         dev_root=cfg.dev_root,
         rootfs=rootfs,
+        ldconfig=cfg.ldconfig,
     )
     oci.apply(spec, e)
     oci.write_atomic(path, spec)
@@ -220,7 +238,7 @@ def main(argv=None):
     argv = list(sys.argv if argv is None else argv)
     is_create, bundle, log_file, log_format = parse_args(argv)
     if not is_create:
-        _exec_runtime(argv, _runtimes_fast())
+        _exec_runtime(argv, _runtimes_fast(), log_file, log_format)
     config_path = os.environ.get("GPUNODE_RUNTIME_CONFIG", "/etc/gpunode/runtime.toml")
     config_exists = os.path.exists(config_path)
     try:
@@ -229,7 +247,7 @@ def main(argv=None):
     except OSError:
         raw = b""
     if raw and surely_not_gpu(raw, config_exists):
-        _exec_runtime(argv, _runtimes_fast())
+        _exec_runtime(argv, _runtimes_fast(), log_file, log_format)
     try:
         from .config import ConfigError, load
 
@@ -253,7 +271,7 @@ def main(argv=None):
         if os.environ.get("GPUNODE_DEBUG"):
             raise
         _fail(message, log_file, log_format)
-    _exec_runtime(argv, cfg.runtimes)
+    _exec_runtime(argv, cfg.runtimes, log_file, log_format)
 
 
 def _runtimes_fast():

@@ -699,6 +699,34 @@ def test_mount_proc_driver_unknown_gpu_mounts_nothing(needs_unshare, proc_rootfs
     assert "NOMOUNT" in out
 
 
+@pytest.mark.parametrize("selected", [True, False])
+def test_configure_gpus_selected_none_shows_no_gpu(
+    needs_unshare, proc_rootfs, driver_root, selected
+):
+    """NVIDIA_VISIBLE_DEVICES=none in a container that has a /dev/nvidia0 anyway (privileged
+    or --device): the runtime passes --gpus-selected with no --gpu, and the filtered
+    /proc/driver/nvidia shows no GPU. Without the flag (a CDI hook) the device nodes decide."""
+    for i, bus in enumerate(GPUS):
+        with open(driver_root / "proc/driver/nvidia/gpus" / bus / "information", "a") as fh:
+            fh.write(f"Device Minor: \t {i}\n")
+    (proc_rootfs / "dev").mkdir()
+    os.mknod(proc_rootfs / "dev/nvidia0", stat.S_IFCHR | 0o666, os.makedev(195, 0))
+    flags = ["--gpus-selected"] if selected else []
+    rc, out, err = run_hook(
+        "configure",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        *flags,
+        "--proc-driver",
+        after=f"ls {shlex.quote(str(proc_rootfs))}/proc/driver/nvidia/gpus",
+    )
+    assert rc == 0, err
+    shown = out.split("--- after\n", 1)[1].split()
+    assert shown == ([] if selected else [GPUS[0]])
+
+
 # ------------------------------------------------------------------------ helpers
 
 

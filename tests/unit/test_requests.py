@@ -580,6 +580,84 @@ def test_end_to_end_cdi_name_selects_gpu():
     assert [g.index for g in select_gpus(r, GPUS)] == [2]
 
 
+# NVIDIA's jit-CDI names (runtime.nvidia.com/gpu=X) select GPUs exactly as nvidia.com/gpu=X
+# does, from the env and from cdi.k8s.io annotations alike (issue 6, item 3).
+JIT_CDI_CASES = [
+    ("all", [0, 1, 2]),
+    ("1", [1]),
+    ("GPU-cccc2222-2222-2222-2222-222222222222", [2]),
+    ("gpu-AAAA0000-0000-0000-0000-000000000000", [0]),
+]
+
+
+def _request_from(source: str, value: str) -> Request:
+    if source == "env":
+        return parse_request({"NVIDIA_VISIBLE_DEVICES": value})
+    return parse_request({}, annotations={"cdi.k8s.io/gpus": value})
+
+
+@pytest.mark.parametrize("source", ["env", "annotations"])
+@pytest.mark.parametrize(("name", "indexes"), JIT_CDI_CASES)
+@pytest.mark.parametrize("vendor", ["nvidia.com", "runtime.nvidia.com"])
+def test_nvidia_gpu_cdi_names_select_gpus(vendor, name, indexes, source):
+    r = _request_from(source, f"{vendor}/gpu={name}")
+    assert r.is_gpu and r.source == source
+    assert r.cdi_devices == (f"{vendor}/gpu={name}",)
+    assert [g.index for g in select_gpus(r, GPUS)] == indexes
+
+
+@pytest.mark.parametrize("source", ["env", "annotations"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nvidia.com/foo=1",
+        "runtime.nvidia.com/foo=1",
+        "nvidia.com/mig=0",
+        "runtime.nvidia.com/gpu.x=all",
+        "0,runtime.nvidia.com/bar=all",
+    ],
+)
+def test_unknown_nvidia_cdi_kind_is_an_error_naming_it(name, source):
+    bad = name.split(",")[-1]
+    with pytest.raises(RequestError, match=r"^unknown CDI device '(.*)' requested; ") as err:
+        _request_from(source, name)
+    assert err.value.args[0].split("'")[1] == bad
+    assert "runtime.nvidia.com/gpu=X" in str(err.value)  # says what is accepted
+
+
+@pytest.mark.parametrize("source", ["env", "annotations"])
+@pytest.mark.parametrize("vendor", ["nvidia.com", "runtime.nvidia.com"])
+def test_unknown_nvidia_gpu_cdi_device_names_the_request(vendor, source):
+    r = _request_from(source, f"{vendor}/gpu=9")
+    with pytest.raises(RequestError, match=rf"^unknown device '{vendor}/gpu=9' requested; this"):
+        select_gpus(r, GPUS)
+
+
+def test_other_vendors_cdi_names_still_left_to_the_engine():
+    r = parse_request({"NVIDIA_VISIBLE_DEVICES": "nvidia.example.com/gpu=0"})
+    assert (r.devices, r.is_gpu) == (None, False)
+
+
+# --------------------------------------------------------------------------- MIG config/monitor
+
+
+@pytest.mark.parametrize("var", ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"])
+def test_mig_config_and_monitor_refused_unprivileged_as_nvidia_does(var):
+    env = {"NVIDIA_VISIBLE_DEVICES": "0", var: "all"}
+    short = var.removeprefix("NVIDIA_")
+    with pytest.raises(
+        RequestError, match=rf"^cannot set {short} in non privileged container: {var}=all needs"
+    ):
+        parse_request(env)
+    # privileged: gpunode has no MIG support, so it is refused too, never silently ignored
+    with pytest.raises(RequestError, match=rf"^{var}=all: MIG is not supported by gpunode yet$"):
+        parse_request(env, privileged=True)
+    # empty, or in a container that asks for no GPU: ignored, as by NVIDIA
+    assert parse_request({"NVIDIA_VISIBLE_DEVICES": "0", var: ""}).devices == ("0",)
+    assert parse_request({var: "all"}).is_gpu is False
+    assert parse_request({"NVIDIA_VISIBLE_DEVICES": "void", var: "all"}).is_gpu is False
+
+
 # --------------------------------------------------------------------------- is_privileged
 
 

@@ -336,3 +336,243 @@ def test_quick_non_gpu_check_is_conservative(spec, config_exists, expect):
     assert runtime.surely_not_gpu(json.dumps(spec).encode(), config_exists) is expect
     args = {"process": {"args": ["echo", "NVIDIA_VISIBLE_DEVICES"]}}
     assert runtime.surely_not_gpu(json.dumps(args).encode(), False) is False  # conservative
+
+
+# --------------------------------------------------------------------- corrupt cache (item 6)
+
+
+def _corrupt(edit):
+    def apply(path):
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+
+    return apply
+
+
+def _gpu0(data):
+    return data["node"]["gpus"][0]
+
+
+CORRUPTIONS = {
+    "truncated-json": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+    "not-utf8": lambda p: p.write_bytes(b'{"schema": 4, "key": {"k": 1}, \xff\xfe}'),
+    "deeply-nested": lambda p: p.write_text("[" * 100_000),
+    "a-list": lambda p: p.write_text("[]"),
+    "old-schema": _corrupt(lambda d: d.update(schema=3)),
+    "schema-as-string": _corrupt(lambda d: d.update(schema=str(discover.CACHE_SCHEMA))),
+    "node-a-list": _corrupt(lambda d: d.update(node=[])),
+    "gpus-a-string": _corrupt(lambda d: d["node"].update(gpus="0,1")),
+    "gpu-index-a-string": _corrupt(lambda d: _gpu0(d).update(index="0")),
+    "gpu-minor-a-bool": _corrupt(lambda d: _gpu0(d).update(minor=True)),
+    "gpu-uuid-null": _corrupt(lambda d: _gpu0(d).update(uuid=None)),
+    "gpu-bad-bus-id": _corrupt(lambda d: _gpu0(d).update(pci_bus_id="zz:00.0")),
+    "gpu-extra-field": _corrupt(lambda d: _gpu0(d).update(bogus=1)),
+    "gpu-missing-uuid": _corrupt(lambda d: _gpu0(d).pop("uuid")),
+    "driver-version-a-number": _corrupt(lambda d: d["node"].update(driver_version=535)),
+    "missing-cuda-version": _corrupt(lambda d: d["node"].pop("cuda_version")),
+    "missing-files": _corrupt(lambda d: d.pop("files")),
+    "files-missing-ipc": _corrupt(lambda d: d["files"].pop("ipc")),
+    "files-extra-field": _corrupt(lambda d: d["files"].update(extra=[])),
+    "libraries-a-list": _corrupt(lambda d: d["files"].update(libraries=["/x.so"])),
+    "library-list-a-string": _corrupt(lambda d: d["files"]["libraries"].update(utility="/x")),
+    "firmware-an-object": _corrupt(lambda d: d["files"].update(firmware={})),
+    "binary-a-number": _corrupt(lambda d: d["files"]["binaries"].update(utility=[1])),
+    "root-null": _corrupt(lambda d: d["files"].update(root=None)),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_corrupt_cache_with_matching_key_is_a_miss_and_rewritten(
+    tmp_path, monkeypatch, disc, devroot, corruption
+):
+    """Any cache that cannot be decoded is rediscovered and rewritten; never an error."""
+    calls = []
+    monkeypatch.setattr(discover, "cache_key", lambda root="/": {"k": 1})
+
+    def fresh(root="/", key=None):
+        calls.append(1)
+        return Discovery(disc.node, disc.files, key=key)
+
+    monkeypatch.setattr(discover, "discover", fresh)
+    cache = tmp_path / "inventory.json"
+    assert not discover.load(str(cache)).from_cache and len(calls) == 1
+    CORRUPTIONS[corruption](cache)
+    # a GPU container starts normally on the corrupt cache ...
+    cfg = config.RuntimeConfig(dev_root=str(devroot), cache_file=str(cache))
+    bundle, _ = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=1"])
+    assert "GPUs [1]" in runtime.modify_bundle(str(bundle), cfg)
+    assert len(calls) == 2  # ... by rediscovering
+    again = discover.load(str(cache))  # ... and the cache was rewritten
+    assert again.from_cache and again.node == disc.node and again.files == disc.files
+    assert len(calls) == 2
+
+
+# ------------------------------------------------------------ driver root (item 4)
+
+
+@pytest.fixture
+def driver_tree(tmp_path):
+    """A containerised driver's files under <tmp>/driver, laid out as the driver sees them,
+    with an absolute symlink that only resolves correctly inside the driver root."""
+    root = tmp_path / "driver"
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    for name in ("libnvidia-ml", "libcuda"):
+        (lib / f"{name}.so.{VERSION}").write_bytes(b"\x7fELF")
+    (lib / "libnvidia-ml.so.1").symlink_to(f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{VERSION}")
+    (lib / "libcuda.so.1").symlink_to(f"libcuda.so.{VERSION}")
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/nvidia-smi").write_text("#!/bin/sh\n")
+    (root / "usr/bin/nvidia-smi").chmod(0o755)
+    fw = root / f"lib/firmware/nvidia/{VERSION}"
+    fw.mkdir(parents=True)
+    (fw / "gsp_ga10x.bin").write_bytes(b"fw")
+    (root / "run/nvidia-persistenced").mkdir(parents=True)
+    (root / "run/nvidia-persistenced/socket").write_bytes(b"")
+    return root
+
+
+def _ldcache(root="/"):
+    return [f"/usr/lib/x86_64-linux-gnu/{n}.so.1" for n in ("libnvidia-ml", "libcuda")]
+
+
+def test_discovery_under_a_driver_root(driver_tree, monkeypatch):
+    monkeypatch.setattr(discover, "ldcache_libraries", _ldcache)
+    root = str(driver_tree)
+    files = discover.discover_files(VERSION, root)
+    lib = f"{root}/usr/lib/x86_64-linux-gnu"
+    assert files.root == root
+    # the absolute libnvidia-ml.so.1 link was followed inside the driver root
+    assert files.libraries == {
+        "utility": [f"{lib}/libnvidia-ml.so.{VERSION}"],
+        "compute": [f"{lib}/libcuda.so.{VERSION}"],
+    }
+    assert files.binaries == {"utility": [f"{root}/usr/bin/nvidia-smi"]}
+    assert files.firmware == [f"{root}/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"]
+    assert files.ipc == {"utility": [f"{root}/run/nvidia-persistenced/socket"]}
+    assert discover.nvml_library(root) == f"{lib}/libnvidia-ml.so.{VERSION}"
+    assert discover.cache_key(root)["driver_root"] == root
+
+
+def test_nvml_is_loaded_from_the_driver_root(driver_tree, monkeypatch):
+    import ctypes
+
+    pynvml = pytest.importorskip("pynvml")
+    loaded = []
+
+    def fake_cdll(path, *a, **k):
+        loaded.append(path)
+        raise OSError("not a real library")
+
+    monkeypatch.setattr(ctypes, "CDLL", fake_cdll)
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    lib = f"{driver_tree}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{VERSION}"
+    with pytest.raises(discover.DiscoveryError, match=f"cannot load {lib}: not a real library"):
+        discover.nvml_facts(str(driver_tree))
+    assert loaded == [lib]
+    with pytest.raises(discover.DiscoveryError, match=r"no libnvidia-ml\.so\.1 under the driver"):
+        discover.nvml_facts(str(driver_tree / "empty"))
+
+
+def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch):
+    """Sources under the driver root, container paths without it, and the hook told the
+    driver root and the configured ldconfig."""
+    monkeypatch.setattr(discover, "ldcache_libraries", _ldcache)
+    roots = []
+    monkeypatch.setattr(
+        discover,
+        "nvml_facts",
+        lambda root="/": roots.append(root) or NodeFacts(VERSION, "12.2", GPUS),
+    )
+    root = str(driver_tree)
+    cfg = config.RuntimeConfig(
+        driver_root=root,
+        dev_root=str(devroot),
+        cache_file=str(tmp_path / "cache.json"),
+        ldconfig="/sbin/ldconfig.real",
+    )
+    bundle, _ = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    runtime.modify_bundle(str(bundle), cfg)
+    assert roots == [root]
+    spec = json.loads((bundle / "config.json").read_text())
+    mounts = {m["destination"]: m["source"] for m in spec["mounts"] if m["type"] == "bind"}
+    lib = "/usr/lib/x86_64-linux-gnu"
+    fw = f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
+    sock = "/run/nvidia-persistenced/socket"
+    assert mounts == {
+        f"{lib}/libnvidia-ml.so.{VERSION}": f"{root}{lib}/libnvidia-ml.so.{VERSION}",
+        f"{lib}/libcuda.so.{VERSION}": f"{root}{lib}/libcuda.so.{VERSION}",
+        "/usr/bin/nvidia-smi": f"{root}/usr/bin/nvidia-smi",
+        fw: f"{root}{fw}",
+        sock: f"{root}{sock}",
+    }
+    # device nodes still come from the dev root
+    assert spec["linux"]["devices"][-1]["path"] == "/dev/nvidia1"
+    args = spec["hooks"]["createContainer"][0]["args"]
+    assert args[args.index("--driver-root") + 1] == root
+    assert args[args.index("--ldconfig-path") + 1] == "/sbin/ldconfig.real"
+
+
+def test_hook_args_without_driver_root_or_ldconfig(disc, devroot):
+    e = edits.build(disc, {"compute", "utility"}, [GPUS[0]], hook_path="/h", dev_root=str(devroot))
+    (hook,) = e.hooks
+    assert "--driver-root" not in hook.args and "--ldconfig-path" not in hook.args
+    # firmware and sockets keep their own paths with the default root
+    ipc = next(m for m in e.mounts if m.source.endswith("socket"))
+    assert ipc.destination == ipc.source == "/run/nvidia-persistenced/socket"
+
+
+# ------------------------------------------------------- explicit GPU selection (item 8)
+
+
+@pytest.mark.parametrize("selected", [[], [1], [0, 2]])
+def test_runtime_hook_gets_the_complete_selection(disc, devroot, selected):
+    e = edits.build(
+        disc, {"utility"}, [GPUS[i] for i in selected], hook_path="/h", dev_root=str(devroot)
+    )
+    args = list(e.hooks[0].args)
+    assert "--gpus-selected" in args and "--proc-driver" in args
+    gpus = [args[i + 1] for i, a in enumerate(args) if a == "--gpu"]
+    assert gpus == [GPUS[i].procfs_bus_id for i in selected]
+
+
+def test_cdi_hook_leaves_the_selection_to_the_device_nodes(disc, devroot):
+    spec = cdi.generate(disc, hook_path="/h", dev_root=str(devroot))
+    args = spec["containerEdits"]["hooks"][0]["args"]
+    assert "--gpus-selected" not in args and "--gpu" not in args and "--proc-driver" in args
+
+
+# ------------------------------------------------------------- jit-CDI names (item 3)
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("runtime.nvidia.com/gpu=1", ["/dev/nvidia1"]),
+        ("runtime.nvidia.com/gpu=all", ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]),
+        (f"runtime.nvidia.com/gpu={GPUS[2].uuid}", ["/dev/nvidia2"]),
+    ],
+)
+def test_shim_serves_jit_cdi_names(tmp_path, monkeypatch, disc, devroot, value, want):
+    monkeypatch.setattr(discover, "load", lambda *a, **k: disc)
+    cfg = config.RuntimeConfig(dev_root=str(devroot))
+    for env, extra in (
+        ([f"NVIDIA_VISIBLE_DEVICES={value}"], None),
+        ([], {"annotations": {"cdi.k8s.io/gpu": value}}),
+    ):
+        bundle, _ = _bundle(tmp_path, env, extra)
+        assert runtime.modify_bundle(str(bundle), cfg) is not None
+        spec = json.loads((bundle / "config.json").read_text())
+        gpus = [d["path"] for d in spec["linux"]["devices"] if d["path"][11:].isdigit()]
+        assert gpus == want
+
+
+@pytest.mark.parametrize("value", ["nvidia.com/foo=1", "runtime.nvidia.com/foo=0"])
+def test_shim_refuses_unknown_nvidia_cdi_names(tmp_path, monkeypatch, disc, devroot, value):
+    monkeypatch.setattr(discover, "load", lambda *a, **k: disc)
+    cfg = config.RuntimeConfig(dev_root=str(devroot))
+    bundle, raw = _bundle(tmp_path, [f"NVIDIA_VISIBLE_DEVICES={value}"])
+    with pytest.raises(ValueError, match=f"unknown CDI device '{value}' requested"):
+        runtime.modify_bundle(str(bundle), cfg)
+    assert (bundle / "config.json").read_bytes() == raw

@@ -72,6 +72,7 @@ CASES = {
     "uuid": (UUID[3], [3]),
     "pci-bus-id": ("0000:47:00.0", [2]),
     "mix": (f" 3, {UUID[0]} ,0000:0f:00.0", [3, 0, 1]),
+    "jit-cdi-name": ("runtime.nvidia.com/gpu=1", [1]),  # NVIDIA's jit-CDI form
 }
 
 
@@ -94,6 +95,44 @@ def test_runc_bundle_sees_exactly_the_selected_gpus(runtime_nodes, case):
         assert out["modify_device_files"] == ["ModifyDeviceFiles: 0\n"]
         assert out["driver"] == "535.261.03"
         assert out["libcuda_link"] is False  # the mock ships no libcuda
+
+
+def _add_device_nodes(node, bundle: str, minors: list[int]) -> None:
+    """Give the bundle /dev/nvidia<minor> itself, as `--device` or --privileged would."""
+    script = (
+        "import json,sys; p=sys.argv[1]; s=json.load(open(p)); lx=s.setdefault('linux',{}); "
+        "ms=[int(m) for m in sys.argv[2:]]; "
+        "lx.setdefault('devices',[]).extend({'path':f'/dev/nvidia{m}','type':'c','major':195,"
+        "'minor':m,'fileMode':0o666,'uid':0,'gid':0} for m in ms); "
+        "lx.setdefault('resources',{}).setdefault('devices',[]).extend({'allow':True,'type':'c',"
+        "'major':195,'minor':m,'access':'rwm'} for m in ms); json.dump(s,open(p,'w'))"
+    )
+    args = " ".join(str(m) for m in minors)
+    node.sh(f"python3 -c {shlex.quote(script)} {bundle}/config.json {args}")
+
+
+def test_none_with_a_gpu_device_node_shows_no_gpu_in_proc(runtime_nodes):
+    """NVIDIA_VISIBLE_DEVICES=none selects no GPU even when the container has a
+    /dev/nvidia0 of its own: /proc/driver/nvidia lists none (issue 6, item 8)."""
+    for node in runtime_nodes.values():
+        bundle = f"{WORK}/bundles/none-dev"
+        env = json.dumps(["NVIDIA_VISIBLE_DEVICES=none"])
+        node.sh(f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} {shlex.quote(env)}")
+        _add_device_nodes(node, bundle, [0])
+        proc = node.sh(
+            f"sh {WORK}/run_bundle.sh gpunode-container-runtime {bundle} t-none-dev", check=False
+        )
+        assert proc.returncode == 0, (node.release, proc.stderr)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert "nvidia0" in out["dev"], (node.release, out)  # the node is there ...
+        assert out["proc_gpus"] == [], (node.release, out)  # ... but no GPU was selected
+
+
+def test_unknown_nvidia_cdi_name_fails_the_container(runtime_nodes):
+    for node in runtime_nodes.values():
+        proc = run_bundle(node, "nv-foo", ["NVIDIA_VISIBLE_DEVICES=nvidia.com/foo=1"])
+        assert proc.returncode != 0, (node.release, proc.stdout)
+        assert "unknown CDI device 'nvidia.com/foo=1' requested" in proc.stderr, proc.stderr
 
 
 def test_non_gpu_spec_is_untouched_byte_for_byte(runtime_nodes):
@@ -325,3 +364,97 @@ def test_containerd_configuration_is_accepted_by_containerd(runtime_nodes):
         if node.release == "trixie":  # containerd 1.7; 1.6 (bookworm) has no CDI setting
             assert "enable_cdi = true" in dump
         assert "/tmp/ctd/conf.d/99-gpunode.toml" in dump  # the imports glob, expanded
+
+
+# ------------------------------------------------------- containerised driver (driver-root)
+
+DRIVER_ROOT = "/run/nvidia/driver"
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+VERSION = A100.driver.version
+DRIVER_ROOT_CONF = f"{WORK}/runtime-driver-root.toml"
+AWAY = "/root/driver-away"
+
+# The driver's files live under DRIVER_ROOT, as a driver container leaves them, and not
+# in their host locations: NVML (with an absolute SONAME link that only resolves inside the
+# root), its own ld.so.cache, /proc/driver/nvidia, a binary, firmware and an IPC socket.
+SETUP_DRIVER_ROOT = f"""set -e
+R={DRIVER_ROOT}
+rm -rf $R && mkdir -p $R{LIBDIR} $R/etc $R/proc/driver $R/usr/bin $R/run/nvidia-persistenced \
+  $R/lib/firmware/nvidia/{VERSION}
+cp -a {LIBDIR}/libnvidia-ml.so.{VERSION} $R{LIBDIR}/
+ln -s {LIBDIR}/libnvidia-ml.so.{VERSION} $R{LIBDIR}/libnvidia-ml.so.1
+echo {LIBDIR} > $R/etc/ld.so.conf && ldconfig -X -r $R
+cp -r /proc/driver/nvidia $R/proc/driver/
+printf '#!/bin/sh\\necho driver-root-nvidia-smi\\n' > $R/usr/bin/nvidia-smi
+chmod 755 $R/usr/bin/nvidia-smi
+echo driver-root-firmware > $R/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin
+python3 -c "import socket; socket.socket(socket.AF_UNIX).bind('$R/run/nvidia-persistenced/socket')"
+mkdir -p {AWAY} && mv {LIBDIR}/libnvidia-ml.so.1 {LIBDIR}/libnvidia-ml.so.{VERSION} {AWAY}/
+ldconfig
+mount -t tmpfs -o mode=0555 gpunode-test-hidden /proc/driver/nvidia
+cat > {DRIVER_ROOT_CONF} <<EOT
+driver-root = "$R"
+cache-file = "/var/cache/gpunode/driver-root-test.json"
+ldconfig = "/sbin/ldconfig"
+log-file = ""
+EOT
+"""
+RESTORE_DRIVER_ROOT = f"""
+umount /proc/driver/nvidia 2>/dev/null
+mv {AWAY}/libnvidia-ml.so.* {LIBDIR}/ 2>/dev/null; ldconfig
+rm -rf {DRIVER_ROOT} {AWAY} {DRIVER_ROOT_CONF} /var/cache/gpunode/driver-root-test.json
+"""
+
+
+def test_containerised_driver_under_a_driver_root(runtime_nodes):
+    """driver-root = /run/nvidia/driver with the driver gone from its host locations: a
+    runc container gets a working NVML with the selected GPUs, and the driver's files at
+    their usual paths (issue 6, item 4)."""
+    for node in runtime_nodes.values():
+        try:
+            node.sh(SETUP_DRIVER_ROOT)
+            # the host itself no longer has the driver's files or its procfs tree
+            assert node.sh(f"ls {LIBDIR} | grep -c libnvidia-ml", check=False).stdout.strip() == "0"
+            assert node.sh("ls -A /proc/driver/nvidia").stdout == ""
+            bundle = f"{WORK}/bundles/driver-root"
+            env = ["NVIDIA_VISIBLE_DEVICES=1,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+            check = (
+                "python3 /opt/probe.py; nvidia-smi; "
+                f"cat /lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin; "
+                "test -S /run/nvidia-persistenced/socket && echo socket-ok"
+            )
+            node.sh(
+                f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} "
+                f"{shlex.quote(json.dumps(env))} {shlex.quote(json.dumps(['sh', '-c', check]))}"
+            )
+            proc = node.sh(
+                f"GPUNODE_RUNTIME_CONFIG={DRIVER_ROOT_CONF} "
+                f"sh {WORK}/run_bundle.sh gpunode-container-runtime {bundle} t-driver-root",
+                check=False,
+            )
+            assert proc.returncode == 0, (node.release, proc.stderr)
+            lines = proc.stdout.strip().splitlines()
+            out = json.loads(lines[0])
+            assert sorted(out["nvml"]) == sorted([UUID[1], UUID[3]]), (node.release, out)
+            assert out["driver"] == VERSION
+            assert out["proc_gpus"] == [BUS[1], BUS[3]], (node.release, out)
+            assert out["modify_device_files"] == ["ModifyDeviceFiles: 0\n"]
+            assert lines[1:] == ["driver-root-nvidia-smi", "driver-root-firmware", "socket-ok"]
+            spec = node.json(f"cat {bundle}/config.json")
+            sources = {m["destination"]: m["source"] for m in spec["mounts"]}
+            assert sources[f"{LIBDIR}/libnvidia-ml.so.{VERSION}"] == (
+                f"{DRIVER_ROOT}{LIBDIR}/libnvidia-ml.so.{VERSION}"
+            )
+            assert sources["/run/nvidia-persistenced/socket"] == (
+                f"{DRIVER_ROOT}/run/nvidia-persistenced/socket"
+            )
+            args = spec["hooks"]["createContainer"][0]["args"]
+            assert args[args.index("--driver-root") + 1] == DRIVER_ROOT
+            assert args[args.index("--ldconfig-path") + 1] == "/sbin/ldconfig"
+        finally:
+            node.sh(RESTORE_DRIVER_ROOT, check=False)
+        # the node is back as it was: the default configuration still works
+        assert node.sh(f"ls {LIBDIR}/libnvidia-ml.so.1").returncode == 0
+        assert probe_bundle(node, "after-driver-root", ["NVIDIA_VISIBLE_DEVICES=0"])["nvml"] == [
+            UUID[0]
+        ]

@@ -2,7 +2,8 @@
 
 ``nvidia-container-runtime-hook`` is linked only where NVIDIA's toolkit is absent: Docker's
 ``--gpus`` needs an executable of that name on dockerd's PATH, and gpunode (as the runtime)
-replaces the hook it inserts. Where NVIDIA's hook exists, it is left alone.
+replaces the hook it inserts. Where NVIDIA's hook exists, it is left alone; where NVIDIA's
+toolkit is installed later, the stand-in finds and execs NVIDIA's hook (gpunode.nvhook).
 """
 
 from __future__ import annotations

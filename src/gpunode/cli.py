@@ -404,11 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from .engines import EngineConfigError
+        from .engines import EngineConfigError, EngineRunError
         from .profiles import ProfileError
 
         if os.environ.get("GPUNODE_DEBUG"):
             raise
+        if isinstance(exc, EngineRunError):
+            print(f"gpunode: error: {exc}", file=sys.stderr)
+            return EXIT_FAIL
         if isinstance(exc, ProfileError | EngineConfigError):  # bad input (a config file)
             print(f"gpunode: error: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -86,7 +86,15 @@ CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"
 
 
 class EngineConfigError(ValueError):
-    """An engine config cannot be read or changed safely; the message is one line."""
+    """An engine config cannot be read or changed safely; the message is one line.
+
+    As such it is bad input (a config file or path the operator must fix; CLI exit 2); the
+    subclass :class:`EngineRunError` is a failure that is not the input's fault."""
+
+
+class EngineRunError(EngineConfigError):
+    """The change could not be made although the input may be fine: a file cannot be read,
+    a tool the change needs is missing or could not run (CLI exit 1)."""
 
 
 @dataclass
@@ -164,7 +172,7 @@ def _read(path: str) -> tuple[bytes | None, os.stat_result | None]:
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        raise EngineConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+        raise EngineRunError(f"{path}: cannot read ({exc.strerror})") from exc
 
 
 def _decode(path: str, data: bytes | None) -> str:
@@ -296,6 +304,16 @@ def _canonical(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False)
 
 
+def _run_tool(path: str, what: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Run an engine's tool for the change of ``path``; it not running is an EngineRunError."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EngineRunError(
+            f"{path}: {what} could not run ({_one_line(str(exc))}); left unchanged"
+        ) from exc
+
+
 def _dockerd_major(exe: str) -> int | None:
     try:
         proc = subprocess.run(
@@ -317,17 +335,7 @@ def _dockerd_validator(path: str) -> tuple[Callable[[str], None] | None, str | N
         return None, None
 
     def validate(tmp: str) -> None:
-        try:
-            proc = subprocess.run(
-                [exe, "--validate", "--config-file", tmp],
-                capture_output=True,
-                text=True,
-                timeout=VALIDATE_TIMEOUT,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise EngineConfigError(
-                f"{path}: dockerd --validate could not run ({_one_line(str(exc))}); left unchanged"
-            ) from exc
+        proc = _run_tool(path, "dockerd --validate", [exe, "--validate", "--config-file", tmp])
         if proc.returncode != 0:
             lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
             first = next((ln for ln in lines if ln), f"exit status {proc.returncode}")
@@ -614,18 +622,7 @@ def _containerd_dump(path: str, data: dict, version: int, imports: list[str]) ->
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(toml_dumps({**data, "version": version, "imports": imports}))
         cmd = f"{exe} config dump"
-        try:
-            proc = subprocess.run(
-                [exe, "--config", tmp, "config", "dump"],
-                capture_output=True,
-                text=True,
-                timeout=VALIDATE_TIMEOUT,
-                cwd=os.path.dirname(os.path.abspath(path)),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise EngineConfigError(
-                f"{path}: `{cmd}` could not run ({_one_line(str(exc))}); left unchanged"
-            ) from exc
+        proc = _run_tool(path, f"`{cmd}`", [exe, "--config", tmp, "config", "dump"])
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.replace(tmp, path).splitlines()]
         first = next((ln for ln in reversed(lines) if ln), f"exit status {proc.returncode}")
@@ -633,7 +630,7 @@ def _containerd_dump(path: str, data: dict, version: int, imports: list[str]) ->
     try:
         return tomllib.loads(proc.stdout)
     except tomllib.TOMLDecodeError as exc:
-        raise EngineConfigError(
+        raise EngineRunError(
             f"{path}: cannot read the output of `{cmd}` ({_one_line(str(exc))}); left unchanged"
         ) from exc
 
@@ -654,7 +651,7 @@ def _merged_config(
         if (glob.glob(e, include_hidden=True) if "*" in e else os.path.lexists(e))
     ]
     if loaded:
-        raise EngineConfigError(
+        raise EngineRunError(
             f"{path}: {CONTAINERD} not found on PATH, needed to merge the CRI settings of "
             f"imported {loaded[0]}; install containerd first; left unchanged"
         )

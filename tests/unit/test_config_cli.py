@@ -141,6 +141,21 @@ def test_runtime_configure_bad_json_is_one_line(tmp_path, capsys):
     assert daemon.read_text() == "{nope" and os.listdir(tmp_path) == ["daemon.json"]
 
 
+def test_runtime_configure_missing_containerd_is_a_failure_not_bad_input(
+    tmp_path, capsys, monkeypatch
+):
+    from gpunode import engines
+
+    monkeypatch.setattr(engines, "CONTAINERD", "no-such-containerd")
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "50-ops.toml").write_text("version = 2\n")
+    main = tmp_path / "config.toml"
+    args = ["runtime", "configure", "containerd", "--config", str(main)]
+    assert cli.main([*args, "--drop-in-dir", str(tmp_path / "conf.d")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpunode: error: {main}: no-such-containerd not")
+
+
 def test_runtime_configure_dangling_symlink_is_bad_input(tmp_path, capsys):
     daemon = tmp_path / "daemon.json"
     daemon.symlink_to(tmp_path / "gone" / "daemon.json")

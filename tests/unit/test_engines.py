@@ -685,11 +685,7 @@ def test_toml_dumps_round_trips():
     assert tomllib.loads(engines.toml_dumps(data)) == data
 
 
-@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd not installed")
-def test_containerd_really_loads_the_result(tmp_path):
-    """containerd itself merges main + drop-in and keeps the operator's CRI settings."""
-    main, conf_d = ctd(tmp_path, MAIN_V2.replace('"/etc/containerd/other/*.toml",', ""))
-    configure_containerd(str(main), drop_in_dir=str(conf_d), set_default=True)
+def dump_with(main: Path) -> dict:
     proc = subprocess.run(
         ["containerd", "--config", str(main), "config", "dump"],
         capture_output=True,
@@ -699,7 +695,19 @@ def test_containerd_really_loads_the_result(tmp_path):
     )
     if proc.returncode != 0 or "version" not in proc.stdout:
         pytest.skip(f"containerd config dump unavailable: {proc.stderr.strip()[:200]}")
-    dumped = tomllib.loads(proc.stdout)
+    return tomllib.loads(proc.stdout)
+
+
+@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd not installed")
+@pytest.mark.parametrize("copy_from", ["containerd config dump", "main config"])
+def test_containerd_really_loads_the_result(tmp_path, monkeypatch, copy_from):
+    """containerd itself merges main + drop-in and keeps the operator's CRI settings, whether
+    configure had containerd to merge with or (nothing else imported) copied the main config."""
+    if copy_from == "containerd config dump":
+        monkeypatch.setattr(engines, "CONTAINERD", "containerd")
+    main, conf_d = ctd(tmp_path, MAIN_V2.replace('"/etc/containerd/other/*.toml",', ""))
+    configure_containerd(str(main), drop_in_dir=str(conf_d), set_default=True)
+    dumped = dump_with(main)
     cri = dumped["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
     assert cri["containerd"]["default_runtime_name"] == "gpunode"
@@ -707,6 +715,7 @@ def test_containerd_really_loads_the_result(tmp_path):
     gp = cri["containerd"]["runtimes"]["gpunode"]
     assert gp["runtime_type"] == "io.containerd.runc.v2"
     assert gp["options"]["BinaryName"] == RT and gp["options"]["SystemdCgroup"] is True
+    assert copy_from in (conf_d / "99-gpunode.toml").read_text()
 
 
 # ------------------------------------------------------- containerd: the merged CRI section
@@ -858,19 +867,6 @@ def test_containerd_without_containerd_refuses_when_other_files_are_imported(tmp
         f"settings of imported {conf_d}/50-ops.toml; install containerd first; left unchanged"
     )
     assert main.read_text() == "version = 2\n" and os.listdir(conf_d) == ["50-ops.toml"]
-
-
-def dump_with(main: Path) -> dict:
-    proc = subprocess.run(
-        ["containerd", "--config", str(main), "config", "dump"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if proc.returncode != 0 or "version" not in proc.stdout:
-        pytest.skip(f"containerd config dump unavailable: {proc.stderr.strip()[:200]}")
-    return tomllib.loads(proc.stdout)
 
 
 @pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd not installed")

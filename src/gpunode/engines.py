@@ -676,9 +676,17 @@ def configure_containerd(
     drop_real = _real_path(drop_in)
     with _locked(real, dry_run):
         return _configure_containerd(
-            path, real, drop_in, drop_real, drop_in_dir, runtime_name, runtime_path,
-            set_default, cdi, dry_run,
-        )  # fmt: skip
+            path,
+            real,
+            drop_in,
+            drop_real,
+            drop_in_dir,
+            runtime_name,
+            runtime_path,
+            set_default,
+            cdi,
+            dry_run,
+        )
 
 
 def _configure_containerd(

@@ -405,11 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
+        from .engines import EngineConfigError, EngineRunError
         from .profiles import ProfileError
 
         if os.environ.get("GPUNODE_DEBUG"):
             raise
-        if isinstance(exc, ProfileError):
+        if isinstance(exc, EngineRunError):
+            print(f"gpunode: error: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+        if isinstance(exc, ProfileError | EngineConfigError):  # bad input (a config file)
             print(f"gpunode: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         if isinstance(exc, _known_errors()):

@@ -6,17 +6,48 @@ container-toolkit.md section 5):
 * every other setting is kept, including other ``features`` keys in daemon.json, and the
   operator's key order (new keys are appended; nothing is sorted);
 * files are replaced atomically (temp file in the same directory, fsync, ``os.replace``) with
-  the old mode and owner, and the previous file is kept as ``<path>.gpunode-backup``;
+  the old mode and owner;
+* backups: the first time gpunode replaces an existing file, the file as it was is kept as
+  ``<path>.gpunode-backup``, and an existing backup is never overwritten, so however many runs
+  follow it holds the operator's original, not gpunode's own earlier output (a file gpunode
+  created has no backup, until a later run changes it: then the backup is gpunode's first
+  output). Remove the backup to have the next changing run take a new one;
+* runs are serialized: an exclusive flock on ``<path>.gpunode-lock`` (beside the real file,
+  removed on release) is held across read, validate and replace, so concurrent runs with
+  different options keep each other's change;
+* a config path that is a symlink is followed (the link stays); a dangling one is refused,
+  and no directory is ever created for a symlink's target;
 * nothing is written when the result is semantically unchanged, so Ansible can use
   ``changed`` from :meth:`ConfigureResult.to_dict`;
 * daemon.json is checked with ``dockerd --validate`` (Docker >= 23) before it is replaced;
-* invalid input raises :class:`EngineConfigError` and leaves every file untouched.
+* invalid input raises :class:`EngineConfigError` (one line naming the file) and leaves every
+  file untouched.
 
 containerd: the runtime goes into the drop-in ``<drop_in_dir>/99-gpunode.toml`` and the main
 config only gains ``<drop_in_dir>/*.toml`` in its top-level ``imports``, edited textually so that
-comments and layout survive. containerd < 2.1 replaces (does not merge) a plugin section that an
-imported file defines, so the drop-in carries a copy of the main config's CRI plugin section, and
-the new runtime copies the options of the default runc runtime (``SystemdCgroup`` and so on).
+comments and layout survive. containerd < 2.1 (Debian 12: 1.6, Debian 13: 1.7) replaces, rather
+than merges, a plugin section that an imported file defines, so the drop-in must carry the whole
+CRI plugin section, and the new runtime copies the options of the default runc runtime
+(``SystemdCgroup`` and so on).
+
+The CRI section copied is the one containerd itself resolves: ``containerd --config <copy>
+config dump``, where ``<copy>`` is the main config with the imports it will have after this
+run, minus gpunode's own drop-in (the drop-in directory's other files are listed in place of
+the glob). Decided so because
+
+* settings in other drop-ins (``sandbox_image``, ``registry.config_path``...) live only in the
+  merged configuration: a copy of the main config's section would put them back to defaults;
+* containerd's own merge (import order, globs, relative paths, nested imports, per-file
+  version migration) is used rather than an imitation of it that could drift;
+* leaving our own drop-in out means the copy is never taken from itself: CRI settings changed
+  elsewhere after the first run are picked up by the next run;
+* writing only the runtime keys is right only where containerd merges plugin sections (>= 2.1),
+  which the supported nodes do not run; the full copy is also correct there.
+
+The copy is a snapshot that includes containerd's defaults: after changing CRI settings in
+another file or upgrading containerd, run configure again (it is idempotent).
+Without ``containerd`` on PATH the main config's CRI section is copied, which is exact only if
+nothing else would be loaded; if another imported file exists the run is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as _dt
+import glob
 import json
 import math
 import os
@@ -36,19 +68,33 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from . import fsutil
+
 # The dockerd executable used for validation; tests point this at a fake.
 DOCKERD = "dockerd"
 DOCKERD_VALIDATE_MIN_MAJOR = 23  # `dockerd --validate` appeared in Docker 23.0
 VALIDATE_TIMEOUT = 60
+# The containerd executable whose `config dump` gives the merged configuration; tests point
+# this at a fake.
+CONTAINERD = "containerd"
 
 BACKUP_SUFFIX = ".gpunode-backup"
+LOCK_SUFFIX = ".gpunode-lock"
 DROP_IN_NAME = "99-gpunode.toml"
 RUNC_SHIM = "io.containerd.runc.v2"
 CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
 
 class EngineConfigError(ValueError):
-    """An engine config cannot be read or changed safely; the message is one line."""
+    """An engine config cannot be read or changed safely; the message is one line.
+
+    As such it is bad input (a config file or path the operator must fix; CLI exit 2); the
+    subclass :class:`EngineRunError` is a failure that is not the input's fault."""
+
+
+class EngineRunError(EngineConfigError):
+    """The change could not be made although the input may be fine: a file cannot be read,
+    a tool the change needs is missing or could not run (CLI exit 1)."""
 
 
 @dataclass
@@ -73,9 +119,50 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _dangling(link: str) -> EngineConfigError:
+    return EngineConfigError(
+        f"{link}: symbolic link to {os.readlink(link)}, which does not exist; "
+        "create the target or remove the link; left unchanged"
+    )
+
+
 def _real_path(path: str) -> str:
-    """Follow a symlinked config to its target, so the link itself is not replaced."""
-    return os.path.realpath(path) if os.path.islink(path) else path
+    """Follow a symlinked config to its target, so the link itself is not replaced; refuse a
+    link whose target does not exist (writing there would create directories anywhere)."""
+    if not os.path.islink(path):
+        return path
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        raise _dangling(path)
+    return real
+
+
+def _makedirs(directory: str) -> None:
+    """Create ``directory`` and missing parents (mkdir never follows a dangling symlink; the
+    error names it)."""
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        d = directory
+        while d != os.path.dirname(d):
+            if os.path.islink(d) and not os.path.exists(d):
+                raise _dangling(d) from exc
+            d = os.path.dirname(d)
+        where = exc.filename or directory
+        why = "it is not a directory" if isinstance(exc, FileExistsError) else exc.strerror
+        raise EngineConfigError(f"{where}: cannot create the directory ({why})") from exc
+
+
+@contextlib.contextmanager
+def _locked(real: str, dry_run: bool):
+    """Hold ``<real>.gpunode-lock`` across read, validate and replace (not for a dry run,
+    which writes nothing, not even the config's directory)."""
+    if dry_run:
+        yield
+        return
+    _makedirs(os.path.dirname(real) or ".")
+    with fsutil.Lock(real + LOCK_SUFFIX):
+        yield
 
 
 def _read(path: str) -> tuple[bytes | None, os.stat_result | None]:
@@ -85,7 +172,7 @@ def _read(path: str) -> tuple[bytes | None, os.stat_result | None]:
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        raise EngineConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+        raise EngineRunError(f"{path}: cannot read ({exc.strerror})") from exc
 
 
 def _decode(path: str, data: bytes | None) -> str:
@@ -149,16 +236,17 @@ def _replace_with_backup(
     old_stat: os.stat_result | None,
     validate: Callable[[str], None] | None = None,
 ) -> str | None:
-    """Atomically replace ``path``; keep the previous bytes as ``<path>.gpunode-backup``."""
+    """Atomically replace ``path``. The first time an existing file is replaced, its bytes
+    are kept as ``<path>.gpunode-backup``; an existing backup is never overwritten, so it keeps
+    the operator's original. Returns the backup's path when ``path`` existed."""
     backup = path + BACKUP_SUFFIX if old is not None else None
 
     def before_replace(tmp: str) -> None:
         if validate is not None:
             validate(tmp)
-        if backup is not None:
+        if backup is not None and not os.path.lexists(backup):
             _atomic_write(backup, old, old_stat)
 
-    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
     _atomic_write(path, content.encode("utf-8"), old_stat, before_replace)
     return backup
 
@@ -216,6 +304,16 @@ def _canonical(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False)
 
 
+def _run_tool(path: str, what: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Run an engine's tool for the change of ``path``; it not running is an EngineRunError."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EngineRunError(
+            f"{path}: {what} could not run ({_one_line(str(exc))}); left unchanged"
+        ) from exc
+
+
 def _dockerd_major(exe: str) -> int | None:
     try:
         proc = subprocess.run(
@@ -237,17 +335,7 @@ def _dockerd_validator(path: str) -> tuple[Callable[[str], None] | None, str | N
         return None, None
 
     def validate(tmp: str) -> None:
-        try:
-            proc = subprocess.run(
-                [exe, "--validate", "--config-file", tmp],
-                capture_output=True,
-                text=True,
-                timeout=VALIDATE_TIMEOUT,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise EngineConfigError(
-                f"{path}: dockerd --validate could not run ({_one_line(str(exc))}); left unchanged"
-            ) from exc
+        proc = _run_tool(path, "dockerd --validate", [exe, "--validate", "--config-file", tmp])
         if proc.returncode != 0:
             lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
             first = next((ln for ln in lines if ln), f"exit status {proc.returncode}")
@@ -273,6 +361,22 @@ def configure_docker(
     if not runtime_name or not runtime_path:
         raise EngineConfigError(f"{path}: runtime name and path must not be empty")
     real = _real_path(path)
+    with _locked(real, dry_run):
+        return _configure_docker(
+            path, real, runtime_name, runtime_path, set_default, cdi, dry_run, validate
+        )
+
+
+def _configure_docker(
+    path: str,
+    real: str,
+    runtime_name: str,
+    runtime_path: str,
+    set_default: bool,
+    cdi: bool,
+    dry_run: bool,
+    validate: bool,
+) -> ConfigureResult:
     old, old_stat = _read(real)
     text = _decode(path, old)
     config = _load_daemon_json(path, text)
@@ -487,6 +591,73 @@ def _add_import(path: str, text: str, glob: str, version_missing: bool) -> str:
     return text[: v.end()] + "\n" + line + text[v.end() :]
 
 
+def _resolved_imports(path: str, imports: list, glob_: str, drop_in: str) -> list[str]:
+    """``imports`` for containerd to load everything but gpunode's drop-in: the drop-in
+    directory's other files in place of its glob (sorted, as containerd's glob is), the drop-in
+    itself left out, relative file paths made absolute against the main config's directory (as
+    containerd resolves them; glob patterns it resolves as given)."""
+    base = os.path.dirname(os.path.abspath(path))
+    out: list[str] = []
+    for entry in imports:
+        if not isinstance(entry, str):
+            raise EngineConfigError(f"{path}: 'imports' holds a non-string {entry!r}")
+        if entry == drop_in:
+            continue
+        if entry == glob_:
+            out.extend(f for f in sorted(glob.glob(glob_, include_hidden=True)) if f != drop_in)
+        elif "*" in entry or os.path.isabs(entry):
+            out.append(entry)
+        else:
+            out.append(os.path.normpath(os.path.join(base, entry)))
+    return out
+
+
+def _containerd_dump(path: str, data: dict, version: int, imports: list[str]) -> dict | None:
+    """containerd's merged configuration of ``data`` with ``imports``; None without containerd."""
+    exe = shutil.which(CONTAINERD)
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="gpunode-containerd-") as tmpdir:
+        tmp = os.path.join(tmpdir, "config.toml")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(toml_dumps({**data, "version": version, "imports": imports}))
+        cmd = f"{exe} config dump"
+        proc = _run_tool(path, f"`{cmd}`", [exe, "--config", tmp, "config", "dump"])
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.replace(tmp, path).splitlines()]
+        first = next((ln for ln in reversed(lines) if ln), f"exit status {proc.returncode}")
+        raise EngineConfigError(f"{path}: `{cmd}` failed: {first}; left unchanged")
+    try:
+        return tomllib.loads(proc.stdout)
+    except tomllib.TOMLDecodeError as exc:
+        raise EngineRunError(
+            f"{path}: cannot read the output of `{cmd}` ({_one_line(str(exc))}); left unchanged"
+        ) from exc
+
+
+def _merged_config(
+    path: str, data: dict, version: int, imports: list[str]
+) -> tuple[dict, int, str]:
+    """(config to copy the CRI section from, its version, where it came from)."""
+    dumped = _containerd_dump(path, data, version, imports)
+    if dumped is not None:
+        dump_version = dumped.get("version")
+        if dump_version in CRI_PLUGINS and CRI_PLUGINS[dump_version] in dumped.get("plugins", {}):
+            version = dump_version  # containerd 2.x migrates a version 2 config to 3
+        return dumped, version, "containerd config dump (main config and its imports)"
+    loaded = [
+        e
+        for e in imports
+        if (glob.glob(e, include_hidden=True) if "*" in e else os.path.lexists(e))
+    ]
+    if loaded:
+        raise EngineRunError(
+            f"{path}: {CONTAINERD} not found on PATH, needed to merge the CRI settings of "
+            f"imported {loaded[0]}; install containerd first; left unchanged"
+        )
+    return data, version, "the main config (nothing else is imported)"
+
+
 def configure_containerd(
     path: str = "/etc/containerd/config.toml",
     *,
@@ -501,6 +672,35 @@ def configure_containerd(
     if not runtime_name or not runtime_path:
         raise EngineConfigError(f"{path}: runtime name and path must not be empty")
     real = _real_path(path)
+    drop_in = os.path.join(drop_in_dir, DROP_IN_NAME)
+    drop_real = _real_path(drop_in)
+    with _locked(real, dry_run):
+        return _configure_containerd(
+            path,
+            real,
+            drop_in,
+            drop_real,
+            drop_in_dir,
+            runtime_name,
+            runtime_path,
+            set_default,
+            cdi,
+            dry_run,
+        )
+
+
+def _configure_containerd(
+    path: str,
+    real: str,
+    drop_in: str,
+    drop_real: str,
+    drop_in_dir: str,
+    runtime_name: str,
+    runtime_path: str,
+    set_default: bool,
+    cdi: bool,
+    dry_run: bool,
+) -> ConfigureResult:
     old, old_stat = _read(real)
     text = _decode(path, old)
     try:
@@ -510,38 +710,42 @@ def configure_containerd(
             f"{path}: not valid TOML ({_one_line(str(exc))}); left unchanged"
         ) from exc
     version, version_missing = _containerd_version(path, data)
+    glob_ = os.path.join(drop_in_dir, "*.toml")
+    imports = data.get("imports", [])
+    if not isinstance(imports, list):
+        raise EngineConfigError(f"{path}: top-level 'imports' is not an array; left unchanged")
+    main_changed = old is None or (glob_ not in imports and drop_in not in imports)
+    final_imports = [*imports, glob_] if main_changed else imports
 
     # The drop-in: fully generated, compared byte for byte.
-    drop_in = os.path.join(drop_in_dir, DROP_IN_NAME)
-    drop_real = _real_path(drop_in)
     old_drop, old_drop_stat = _read(drop_real)
     try:
         old_drop_data = tomllib.loads(old_drop.decode("utf-8")) if old_drop else {}
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         old_drop_data = {}  # our own file, regenerated below
+    merged, drop_version, source = _merged_config(
+        path, data, version, _resolved_imports(path, final_imports, glob_, drop_in)
+    )
     drop_data = _drop_in_data(
-        path, data, version, old_drop_data, runtime_name, runtime_path, set_default, cdi
+        path, merged, drop_version, old_drop_data, runtime_name, runtime_path, set_default, cdi
     )
     drop_content = (
         "# Written by `gpunode runtime configure containerd`; regenerated on every run.\n"
-        "# Carries a copy of the CRI plugin section of the main config, because containerd\n"
-        "# < 2.1 replaces, rather than merges, a plugin section defined in an imported file.\n"
-        f"# Main config: {_one_line(path)}\n" + toml_dumps(drop_data)
+        "# Carries a copy of the whole CRI plugin section, because containerd < 2.1\n"
+        "# replaces, rather than merges, a plugin section defined in an imported file.\n"
+        "# Run configure again after changing CRI settings elsewhere or upgrading containerd.\n"
+        f"# Main config: {_one_line(path)}\n"
+        f"# CRI section from: {source}\n" + toml_dumps(drop_data)
     )
     if tomllib.loads(drop_content) != drop_data:  # pragma: no cover - writer self-check
         raise EngineConfigError(f"{drop_in}: generated TOML does not round-trip; nothing written")
     drop_changed = old_drop is None or old_drop.decode("utf-8", "replace") != drop_content
 
     # The main config: only `imports` (and `version` for an empty file), edited as text.
-    glob = os.path.join(drop_in_dir, "*.toml")
-    imports = data.get("imports", [])
-    if not isinstance(imports, list):
-        raise EngineConfigError(f"{path}: top-level 'imports' is not an array; left unchanged")
-    main_changed = old is None or (glob not in imports and drop_in not in imports)
     content = text
     if main_changed:
-        content = _add_import(path, text, glob, version_missing)
-        expected = {**data, "imports": [*imports, glob]}
+        content = _add_import(path, text, glob_, version_missing)
+        expected = {**data, "imports": final_imports}
         if version_missing:
             expected["version"] = 2
         try:
@@ -550,7 +754,7 @@ def configure_containerd(
             ok = False
         if not ok:
             raise EngineConfigError(
-                f"{path}: could not add {glob} to imports without changing other settings; "
+                f"{path}: could not add {glob_} to imports without changing other settings; "
                 "left unchanged"
             )
 
@@ -561,7 +765,7 @@ def configure_containerd(
     if dry_run:
         return result
     if drop_changed:  # first, so the import never points at a half-configured runtime
-        os.makedirs(drop_in_dir, mode=0o755, exist_ok=True)
+        _makedirs(os.path.dirname(drop_real) or ".")
         _atomic_write(drop_real, drop_content.encode("utf-8"), old_drop_stat)
     if main_changed:
         result.backup = _replace_with_backup(real, content, old, old_stat)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -458,3 +459,45 @@ def test_containerised_driver_under_a_driver_root(runtime_nodes):
         assert probe_bundle(node, "after-driver-root", ["NVIDIA_VISIBLE_DEVICES=0"])["nvml"] == [
             UUID[0]
         ]
+
+
+def dumped_cri(node) -> dict:
+    """The CRI section of the node's containerd's merged configuration of /tmp/ctd2."""
+    dump = node.sh("containerd --config /tmp/ctd2/config.toml config dump").stdout
+    assert "/tmp/ctd2/conf.d/50-ops.toml" in dump, node.release  # the imports glob, expanded
+    return tomllib.loads(dump)["plugins"]["io.containerd.grpc.v1.cri"]
+
+
+def test_containerd_keeps_cri_settings_of_other_drop_ins(nodes):
+    """containerd < 2.1 (1.6 on bookworm, 1.7 on trixie) replaces a plugin section that an
+    imported file defines, so gpunode's drop-in carries the whole CRI section: it must be the
+    merged one, or another drop-in's settings go back to their defaults."""
+    ops = (
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+        '  sandbox_image = "registry.example.org/pause:3.9"\n'
+        '  [plugins."io.containerd.grpc.v1.cri".registry]\n'
+        '    config_path = "/etc/containerd/certs.d"\n'
+    )
+    for node in nodes.values():
+        node.sh(
+            "rm -rf /tmp/ctd2 && mkdir -p /tmp/ctd2/conf.d && containerd config default | "
+            "sed 's|^imports = \\[\\]|imports = [\"/tmp/ctd2/conf.d/*.toml\"]|' "
+            f"> /tmp/ctd2/config.toml && printf %s {shlex.quote(ops)} > /tmp/ctd2/conf.d/50-ops.toml"
+        )
+        before = dumped_cri(node)
+        assert before["sandbox_image"] == "registry.example.org/pause:3.9", node.release
+        cmd = (
+            "gpunode runtime configure containerd --config /tmp/ctd2/config.toml "
+            "--drop-in-dir /tmp/ctd2/conf.d --set-as-default --json"
+        )
+        first, again = node.json(cmd), node.json(cmd)
+        assert first["changed"] is True and again["changed"] is False, node.release
+        after = dumped_cri(node)
+        assert after["sandbox_image"] == "registry.example.org/pause:3.9", node.release
+        assert after["registry"]["config_path"] == "/etc/containerd/certs.d", node.release
+        gp = after["containerd"]["runtimes"].pop("gpunode")
+        assert gp["runtime_type"] == "io.containerd.runc.v2", node.release
+        assert gp["options"]["BinaryName"] == "/usr/local/bin/gpunode-container-runtime"
+        assert after["containerd"].pop("default_runtime_name") == "gpunode", node.release
+        before["containerd"].pop("default_runtime_name")
+        assert after == before, node.release  # nothing else in the CRI section changed

@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -24,8 +25,10 @@ V2 = 'plugins."io.containerd.grpc.v1.cri"'
 
 @pytest.fixture(autouse=True)
 def no_real_dockerd(monkeypatch):
-    """Never run the host's dockerd; validation tests install a fake."""
+    """Never run the host's dockerd or containerd; tests that need them install a fake (or
+    name the real containerd explicitly)."""
     monkeypatch.setattr(engines, "DOCKERD", "gpunode-test-no-such-dockerd")
+    monkeypatch.setattr(engines, "CONTAINERD", "gpunode-test-no-such-containerd")
 
 
 def read_json(p: Path) -> dict:
@@ -141,13 +144,78 @@ def test_docker_true_is_not_one(tmp_path):
     assert read_json(p)["features"]["cdi"] is True
 
 
-def test_docker_backup_overwritten_each_change(tmp_path):
+def test_docker_backup_keeps_the_operators_original(tmp_path):
     p = tmp_path / "daemon.json"
-    p.write_text('{"a": 1}')
-    configure_docker(str(p))
-    second_previous = p.read_text()
-    r = configure_docker(str(p), cdi=True)
-    assert Path(r.backup).read_text() == second_previous
+    original = '{"a": 1}'
+    p.write_text(original)
+    first = configure_docker(str(p))
+    backup = Path(first.backup)
+    assert backup.read_text() == original
+    second = configure_docker(str(p), cdi=True)  # a second changing run
+    third = configure_docker(str(p), set_default=True)  # and a third
+    assert second.changed and third.changed
+    assert second.backup == third.backup == str(backup)
+    assert backup.read_text() == original  # never overwritten with gpunode's own output
+    assert read_json(p)["features"] == {"cdi": True} and read_json(p)["default-runtime"]
+    backup.unlink()  # the operator asks for a new backup
+    r = configure_docker(str(p), runtime_name="other")
+    assert Path(r.backup).read_text() == third.content
+
+
+def test_containerd_main_backup_keeps_the_operators_original(tmp_path):
+    main, conf_d = ctd(tmp_path, "version = 2\n# ops\n")
+    first = configure_containerd(str(main), drop_in_dir=str(conf_d))
+    main.write_text("version = 2\n# ops, edited\n")  # someone drops the imports line
+    second = configure_containerd(str(main), drop_in_dir=str(conf_d))
+    assert second.changed and second.backup == first.backup
+    assert Path(first.backup).read_text() == "version = 2\n# ops\n"
+
+
+def dangling(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    link = tmp_path / "etc" / name
+    link.parent.mkdir(exist_ok=True)
+    target = tmp_path / "elsewhere" / "deep" / name
+    link.symlink_to(target)
+    return link, target
+
+
+def test_docker_dangling_symlink_refused(tmp_path):
+    link, target = dangling(tmp_path, "daemon.json")
+    for dry_run in (False, True):
+        with pytest.raises(EngineConfigError) as exc:
+            configure_docker(str(link), dry_run=dry_run)
+        msg = str(exc.value)
+        assert "\n" not in msg
+        assert msg.startswith(f"{link}: symbolic link to {target}, which does not exist")
+        assert not (tmp_path / "elsewhere").exists()  # no directory made for the target
+        assert link.is_symlink() and os.listdir(link.parent) == ["daemon.json"]
+
+
+def test_containerd_dangling_symlinks_refused(tmp_path):
+    link, target = dangling(tmp_path, "config.toml")
+    conf_d = tmp_path / "etc" / "conf.d"
+    with pytest.raises(EngineConfigError, match=f"^{link}: symbolic link to {target}, which"):
+        configure_containerd(str(link), drop_in_dir=str(conf_d))
+    link.unlink()
+    conf_d.mkdir()
+    (conf_d / "99-gpunode.toml").symlink_to(tmp_path / "elsewhere" / "drop" / "x.toml")
+    with pytest.raises(EngineConfigError, match=f"^{conf_d}/99-gpunode.toml: symbolic link"):
+        configure_containerd(str(link), drop_in_dir=str(conf_d))
+    assert not (tmp_path / "elsewhere").exists() and not link.exists()
+
+
+def test_docker_parent_is_a_dangling_symlink(tmp_path):
+    etc = tmp_path / "etc"
+    (etc).symlink_to(tmp_path / "elsewhere" / "etc")
+    with pytest.raises(EngineConfigError) as exc:
+        configure_docker(str(etc / "docker" / "daemon.json"))
+    assert str(exc.value).startswith(f"{etc}: symbolic link to {tmp_path}/elsewhere/etc, which")
+    assert not (tmp_path / "elsewhere").exists()
+    etc.unlink()
+    etc.write_text("a file")
+    with pytest.raises(EngineConfigError) as exc:
+        configure_docker(str(etc / "docker" / "daemon.json"))
+    assert str(exc.value) == f"{etc}/docker: cannot create the directory (Not a directory)"
 
 
 @pytest.mark.parametrize(
@@ -617,11 +685,7 @@ def test_toml_dumps_round_trips():
     assert tomllib.loads(engines.toml_dumps(data)) == data
 
 
-@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd not installed")
-def test_containerd_really_loads_the_result(tmp_path):
-    """containerd itself merges main + drop-in and keeps the operator's CRI settings."""
-    main, conf_d = ctd(tmp_path, MAIN_V2.replace('"/etc/containerd/other/*.toml",', ""))
-    configure_containerd(str(main), drop_in_dir=str(conf_d), set_default=True)
+def dump_with(main: Path) -> dict:
     proc = subprocess.run(
         ["containerd", "--config", str(main), "config", "dump"],
         capture_output=True,
@@ -631,7 +695,19 @@ def test_containerd_really_loads_the_result(tmp_path):
     )
     if proc.returncode != 0 or "version" not in proc.stdout:
         pytest.skip(f"containerd config dump unavailable: {proc.stderr.strip()[:200]}")
-    dumped = tomllib.loads(proc.stdout)
+    return tomllib.loads(proc.stdout)
+
+
+@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd not installed")
+@pytest.mark.parametrize("copy_from", ["containerd config dump", "main config"])
+def test_containerd_really_loads_the_result(tmp_path, monkeypatch, copy_from):
+    """containerd itself merges main + drop-in and keeps the operator's CRI settings, whether
+    configure had containerd to merge with or (nothing else imported) copied the main config."""
+    if copy_from == "containerd config dump":
+        monkeypatch.setattr(engines, "CONTAINERD", "containerd")
+    main, conf_d = ctd(tmp_path, MAIN_V2.replace('"/etc/containerd/other/*.toml",', ""))
+    configure_containerd(str(main), drop_in_dir=str(conf_d), set_default=True)
+    dumped = dump_with(main)
     cri = dumped["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
     assert cri["containerd"]["default_runtime_name"] == "gpunode"
@@ -639,3 +715,229 @@ def test_containerd_really_loads_the_result(tmp_path):
     gp = cri["containerd"]["runtimes"]["gpunode"]
     assert gp["runtime_type"] == "io.containerd.runc.v2"
     assert gp["options"]["BinaryName"] == RT and gp["options"]["SystemdCgroup"] is True
+    assert copy_from in (conf_d / "99-gpunode.toml").read_text()
+
+
+# ------------------------------------------------------- containerd: the merged CRI section
+
+OPS_DROP_IN = f"""version = 2
+[{V2}]
+  sandbox_image = "example.org/pause:9"
+  [{V2}.registry]
+    config_path = "/etc/containerd/certs.d"
+"""
+
+# What containerd 1.6 dumps for MAIN_V2 plus OPS_DROP_IN (abridged): the imported file's
+# CRI section replaced the main config's.
+DUMP = f"""version = 2
+root = "/var/lib/containerd"
+
+[plugins]
+  [{V2}]
+    enable_cdi = false
+    sandbox_image = "example.org/pause:9"
+    [{V2}.containerd]
+      default_runtime_name = "runc"
+      [{V2}.containerd.runtimes]
+        [{V2}.containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+          [{V2}.containerd.runtimes.runc.options]
+            BinaryName = ""
+            SystemdCgroup = false
+    [{V2}.registry]
+      config_path = "/etc/containerd/certs.d"
+      [{V2}.registry.mirrors]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/opt/containerd"
+"""
+
+FAKE_CONTAINERD = """#!/bin/sh
+# fake containerd: `containerd --config FILE config dump`
+echo "$@" >> "{log}"
+cp "$2" "{given}"
+{barrier}
+if [ -n "$FAKE_CONTAINERD_FAIL" ]; then
+  echo "time=x level=info msg=starting" >&2
+  echo "containerd: failed to load TOML from $2: invalid plugin key" >&2
+  exit 1
+fi
+cat "{dump}"
+"""
+
+# Both runs wait here (up to 3 s) for each other: without a lock both read the old file first.
+BARRIER = """touch "{dir}/arrived.$$"; i=0
+while [ "$(ls "{dir}" | grep -c '^arrived')" -lt 2 ] && [ $i -lt 30 ]; do
+  sleep 0.1; i=$((i+1))
+done"""
+
+
+def fake_containerd(tmp_path: Path, monkeypatch=None, dump: str = DUMP, barrier="") -> Path:
+    """A fake containerd in tmp_path/bin; returns the file where it copies the config given."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (tmp_path / "dump.toml").write_text(dump)
+    exe = bindir / "containerd"
+    exe.write_text(
+        FAKE_CONTAINERD.format(
+            log=tmp_path / "containerd.log",
+            given=tmp_path / "given.toml",
+            dump=tmp_path / "dump.toml",
+            barrier=barrier,
+        )
+    )
+    exe.chmod(0o755)
+    if monkeypatch is not None:
+        monkeypatch.setattr(engines, "CONTAINERD", str(exe))
+    return tmp_path / "given.toml"
+
+
+@pytest.mark.parametrize("already_imported", [False, True])
+def test_containerd_copy_comes_from_the_merged_configuration(
+    tmp_path, monkeypatch, already_imported
+):
+    conf_d = tmp_path / "containerd" / "conf.d"
+    body = MAIN_V2.replace(
+        '"/etc/containerd/other/*.toml",', f'"{conf_d}/*.toml",' if already_imported else ""
+    )
+    main, _ = ctd(tmp_path, body)
+    conf_d.mkdir()
+    (conf_d / "50-ops.toml").write_text(OPS_DROP_IN)
+    # a stale drop-in of an earlier run must not be where the copy comes from
+    (conf_d / "99-gpunode.toml").write_text(f'version = 2\n[{V2}]\nsandbox_image = "stale"\n')
+    given = fake_containerd(tmp_path, monkeypatch)
+
+    r = configure_containerd(str(main), drop_in_dir=str(conf_d), set_default=True)
+    drop = load(conf_d / "99-gpunode.toml")
+    cri = drop["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "example.org/pause:9"  # from the other drop-in
+    assert cri["registry"] == {"config_path": "/etc/containerd/certs.d", "mirrors": {}}
+    assert cri["containerd"]["default_runtime_name"] == "gpunode"
+    assert runtime(drop) == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"BinaryName": RT, "SystemdCgroup": False},  # runc as containerd runs it
+    }
+    assert list(drop["plugins"]) == ["io.containerd.grpc.v1.cri"]  # only the CRI section
+    assert "# CRI section from: containerd config dump" in r.drop_in_content
+    # containerd merged the main config and everything it imports after the run, but not
+    # gpunode's own drop-in
+    log = (tmp_path / "containerd.log").read_text().splitlines()
+    assert len(log) == 1 and log[0].endswith(" config dump") and log[0].startswith("--config ")
+    merged = tomllib.loads(given.read_text())
+    assert merged["imports"] == [str(conf_d / "50-ops.toml")]
+    assert {k: v for k, v in merged.items() if k != "imports"} == {
+        k: v for k, v in tomllib.loads(body).items() if k != "imports"
+    }
+    assert load(main)["imports"] == [f"{conf_d}/*.toml"]
+    assert not os.path.exists(log[0].split()[1])  # the temporary config is gone
+    again = configure_containerd(str(main), drop_in_dir=str(conf_d))
+    assert not again.changed
+
+
+def test_containerd_relative_imports_resolved_like_containerd(tmp_path, monkeypatch):
+    main, conf_d = ctd(tmp_path, 'version = 2\nimports = ["ops.toml", "/abs/*.toml"]\n')
+    given = fake_containerd(tmp_path, monkeypatch)
+    configure_containerd(str(main), drop_in_dir=str(conf_d))
+    assert tomllib.loads(given.read_text())["imports"] == [
+        str(main.parent / "ops.toml"),
+        "/abs/*.toml",
+    ]
+
+
+def test_containerd_dump_failure_is_one_line(tmp_path, monkeypatch):
+    main, conf_d = ctd(tmp_path, "version = 2\n")
+    fake_containerd(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_CONTAINERD_FAIL", "1")
+    with pytest.raises(EngineConfigError) as exc:
+        configure_containerd(str(main), drop_in_dir=str(conf_d))
+    assert str(exc.value) == (
+        f"{main}: `{tmp_path}/bin/containerd config dump` failed: containerd: failed to load "
+        f"TOML from {main}: invalid plugin key; left unchanged"
+    )
+    assert main.read_text() == "version = 2\n" and not conf_d.exists()
+
+
+def test_containerd_without_containerd_refuses_when_other_files_are_imported(tmp_path):
+    main, conf_d = ctd(tmp_path, "version = 2\n")
+    conf_d.mkdir()
+    (conf_d / "50-ops.toml").write_text(OPS_DROP_IN)
+    with pytest.raises(EngineConfigError) as exc:
+        configure_containerd(str(main), drop_in_dir=str(conf_d))
+    assert str(exc.value) == (
+        f"{main}: gpunode-test-no-such-containerd not found on PATH, needed to merge the CRI "
+        f"settings of imported {conf_d}/50-ops.toml; install containerd first; left unchanged"
+    )
+    assert main.read_text() == "version = 2\n" and os.listdir(conf_d) == ["50-ops.toml"]
+
+
+@pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd not installed")
+def test_containerd_really_keeps_other_drop_ins(tmp_path, monkeypatch):
+    """With this machine's containerd: settings of another drop-in survive configure."""
+    monkeypatch.setattr(engines, "CONTAINERD", "containerd")
+    conf_d = tmp_path / "containerd" / "conf.d"
+    main, _ = ctd(tmp_path, MAIN_V2.replace('"/etc/containerd/other/*.toml"', f'"{conf_d}/*.toml"'))
+    conf_d.mkdir()
+    (conf_d / "50-ops.toml").write_text(OPS_DROP_IN)
+    before = dump_with(main)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert before["sandbox_image"] == "example.org/pause:9"  # the setup means something
+    configure_containerd(str(main), drop_in_dir=str(conf_d), set_default=True)
+    after = dump_with(main)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert after["sandbox_image"] == "example.org/pause:9"
+    assert after["registry"]["config_path"] == "/etc/containerd/certs.d"
+    gp = after["containerd"]["runtimes"].pop("gpunode")
+    assert gp["options"]["BinaryName"] == RT and gp["runtime_type"] == "io.containerd.runc.v2"
+    assert after["containerd"].pop("default_runtime_name") == "gpunode"
+    before["containerd"].pop("default_runtime_name")
+    assert after == before  # nothing else in the CRI section changed
+
+
+# ------------------------------------------------------------------ concurrent runs, locked
+
+FAKE_DOCKERD_SLOW = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Docker version 26.1.5, build 411e817"; exit 0; fi
+{barrier}
+exit 0
+"""
+
+
+@pytest.mark.parametrize("engine", ["docker", "containerd"])
+def test_concurrent_runs_keep_both_changes(tmp_path, engine):
+    """Two real `gpunode runtime configure` processes, one --set-as-default, one --cdi: both
+    read the file, then (without the lock) wait for each other in dockerd --validate or
+    containerd config dump, so the second replace would drop the first's change."""
+    barrier = BARRIER.format(dir=tmp_path / "barrier")
+    (tmp_path / "barrier").mkdir()
+    if engine == "docker":
+        exe = tmp_path / "bin" / "dockerd"
+        exe.parent.mkdir()
+        exe.write_text(FAKE_DOCKERD_SLOW.format(barrier=barrier))
+        exe.chmod(0o755)
+        config = tmp_path / "daemon.json"
+        config.write_text('{"log-driver": "journald"}\n')
+        extra = []
+    else:
+        fake_containerd(tmp_path, dump=DUMP, barrier=barrier)
+        config, conf_d = ctd(tmp_path, "version = 2\n")
+        extra = ["--drop-in-dir", str(conf_d)]
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    cli = [sys.executable, "-m", "gpunode.cli", "runtime", "configure", engine]
+    cli += ["--config", str(config), *extra]
+    runs = [
+        subprocess.Popen([*cli, flag], env=env, stderr=subprocess.PIPE, text=True)
+        for flag in ("--set-as-default", "--cdi")
+    ]
+    for proc in runs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    assert len(os.listdir(tmp_path / "barrier")) == 2  # both really got to the slow step
+    if engine == "docker":
+        data = read_json(config)
+        assert data["default-runtime"] == "gpunode" and data["features"] == {"cdi": True}
+        assert data["log-driver"] == "journald"
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            ["barrier", "bin", "daemon.json", "daemon.json.gpunode-backup"]
+        )  # no lock file left behind
+    else:
+        cri = load(conf_d / "99-gpunode.toml")["plugins"]["io.containerd.grpc.v1.cri"]
+        assert cri["containerd"]["default_runtime_name"] == "gpunode"
+        assert cri["enable_cdi"] is True
+        assert not (config.parent / "config.toml.gpunode-lock").exists()

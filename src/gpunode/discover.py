@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 NVIDIA_MAJOR = 195
-CACHE_SCHEMA = 3
+CACHE_SCHEMA = 4
 
 # Libraries per driver capability (file names start with these and end in the driver
 # version). Source: libnvidia-container nvc_info.c, via ../shared/reference.
@@ -119,6 +119,7 @@ class DriverFiles:
     binaries: dict[str, list[str]] = factory(dict)
     firmware: list[str] = factory(list)
     ipc: dict[str, list[str]] = factory(dict)
+    sonames: dict[str, str] = factory(dict)  # library path -> DT_SONAME, where it differs
 
     def for_capabilities(self, caps: set[str]) -> tuple[list[str], list[str], list[str]]:
         caps = expand_capabilities(caps)
@@ -179,6 +180,22 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
     return out
 
 
+def library_sonames(paths: list[str]) -> dict[str, str]:
+    """DT_SONAME of each library whose SONAME differs from its file name. The hook makes
+    these links in the container (ldconfig there runs with -X and makes none)."""
+    from . import elf
+
+    out = {}
+    for path in paths:
+        try:
+            name = elf.soname(path)
+        except (OSError, elf.ElfError):
+            continue
+        if name and name != os.path.basename(path):
+            out[path] = name
+    return out
+
+
 def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
     files = DriverFiles()
     suffix = f".so.{driver_version}"
@@ -197,6 +214,7 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
         )
         if found:
             files.libraries[cap] = found
+            files.sonames.update(library_sonames(found))
     for cap, names in BINARIES.items():
         found = []
         for name in names:

@@ -485,6 +485,7 @@ static int try_read(int fd) {
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
   if (n < 0) return 0;
+  buf[strcspn(buf, "\n")] = 0;
   fprintf(out, "leaked=%s\n", buf);
   return 1;
 }

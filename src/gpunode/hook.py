@@ -249,7 +249,9 @@ def make_tree_readonly(fd: int) -> None:
         )
     except OSError as exc:
         if exc.errno == errno.ENOSYS:
-            raise OSError(errno.ENOSYS, "mount_setattr: the kernel lacks it (Linux 5.12+)") from None
+            raise OSError(
+                errno.ENOSYS, "mount_setattr: the kernel lacks it (Linux 5.12+)"
+            ) from None
         raise
 
 

@@ -385,6 +385,18 @@ def ld_rootfs(rootfs):
     return rootfs
 
 
+def _ldcache_args(root: Path, ldconfig: Path | str) -> list[str]:
+    return [
+        "update-ldcache",
+        "--root",
+        str(root),
+        "--folder",
+        "/opt/fake",
+        "--ldconfig-path",
+        str(ldconfig),
+    ]
+
+
 def _cache_paths(cache: Path) -> list[str]:
     out = subprocess.run(
         ["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True, check=True
@@ -699,16 +711,7 @@ def test_hook_works_outside_the_container_root(needs_unshare, ld_rootfs, standin
     launcher.chmod(0o755)
     (ld_rootfs / "wait").touch()  # the stand-in waits for /go: the hook is mid-run
     proc = subprocess.Popen(
-        [
-            str(launcher),
-            "update-ldcache",
-            "--root",
-            str(ld_rootfs),
-            "--folder",
-            "/opt/fake",
-            "--ldconfig-path",
-            str(standin),
-        ],
+        [str(launcher), *_ldcache_args(ld_rootfs, standin)],
         cwd=ld_rootfs,
         env=CLEAN_ENV,
         stdout=subprocess.PIPE,
@@ -771,15 +774,7 @@ def test_image_ld_preload_never_reaches_the_hook(needs_unshare, ld_rootfs, tmp_p
 
 def test_update_ldcache_failure_is_one_line(needs_unshare, ld_rootfs, standin):
     (ld_rootfs / "fail").touch()
-    rc, _, err = run_hook(
-        "update-ldcache",
-        "--root",
-        str(ld_rootfs),
-        "--folder",
-        "/opt/fake",
-        "--ldconfig-path",
-        str(standin),
-    )
+    rc, _, err = run_hook(*_ldcache_args(ld_rootfs, standin))
     assert rc == 1
     assert err == "gpunode-hook: update-ldcache: ldconfig failed (exit 3): ldconfig: boom\n"
     assert not (ld_rootfs / "etc/ld.so.cache").exists()
@@ -790,15 +785,7 @@ def test_update_ldcache_refuses_dynamic_or_script_ldconfig(ld_rootfs, tmp_path):
     script.write_text("#!/bin/sh\ntouch /pwned\n")
     script.chmod(0o755)
     for exe in ("/bin/true", str(script)):
-        rc, _, err = run_hook(
-            "update-ldcache",
-            "--root",
-            str(ld_rootfs),
-            "--folder",
-            "/opt/fake",
-            "--ldconfig-path",
-            exe,
-        )
+        rc, _, err = run_hook(*_ldcache_args(ld_rootfs, exe))
         assert rc == 1
         assert "refusing" in err or "not an ELF" in err
     assert not (ld_rootfs / "pwned").exists()

@@ -44,11 +44,12 @@ host nor write anywhere but into one private tmpfs:
   with no /proc it sees no other nobody process, ptrace is denied, and RLIMIT_NPROC 0
   (set after the uid change) forbids forking.
 * A seccomp filter (classic BPF, installed last before the exec) kills the process on a
-  foreign architecture or an x32 call and answers EPERM to file handles
+  foreign architecture and answers EPERM to x32 calls, file handles
   (open_by_handle_at, name_to_handle_at), mounts, pivot_root/chroot, namespaces,
   ptrace/process_vm_*, bpf, keyrings, modules, kexec, perf, userfaultfd, io_uring,
-  swap, reboot and process creation: a second barrier, should a kernel permission check
-  for one of them let an unprivileged caller through.
+  swap, reboot and process creation. Some of these an unprivileged process may otherwise
+  make (name_to_handle_at, keyrings, PTRACE_TRACEME, a user namespace, fork); for the
+  others it is a second barrier, should a kernel permission check let nobody through.
 * rlimits: 10 s CPU, 2 GiB address space, 64 files, LDCACHE_MAX file size, no core.
 
 Subcommands: ``configure`` (all in one run), ``update-ldcache``, ``create-symlinks``,
@@ -300,7 +301,7 @@ def drop_privileges(uid: int, gid: int) -> None:
 
 
 def seccomp_program(arch: int | None = None, index: int | None = None) -> bytes:
-    """The classic BPF filter: kill on a foreign architecture (and x32 calls), EPERM for
+    """The classic BPF filter: kill on a foreign architecture, EPERM for x32 calls and
     every call in _SECCOMP_DENY, allow the rest."""
     arch = _AUDIT_ARCH if arch is None else arch
     index = _ARCH_INDEX if index is None else index

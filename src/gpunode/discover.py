@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 NVIDIA_MAJOR = 195
-CACHE_SCHEMA = 4
+CACHE_SCHEMA = 5
 
 # Libraries per driver capability (file names start with these and end in the driver
 # version). Source: libnvidia-container nvc_info.c, via ../shared/reference.
@@ -133,6 +133,7 @@ class DriverFiles:
         if self.root in ("", "/"):
             return host_path
         return "/" + os.path.relpath(host_path, self.root)
+    sonames: dict[str, str] = factory(dict)  # library path -> DT_SONAME, where it differs
 
     def for_capabilities(self, caps: set[str]) -> tuple[list[str], list[str], list[str]]:
         caps = expand_capabilities(caps)
@@ -216,6 +217,22 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
     return out
 
 
+def library_sonames(paths: list[str]) -> dict[str, str]:
+    """DT_SONAME of each library whose SONAME differs from its file name. The hook makes
+    these links in the container (ldconfig there runs with -X and makes none)."""
+    from . import elf
+
+    out = {}
+    for path in paths:
+        try:
+            name = elf.soname(path)
+        except (OSError, elf.ElfError):
+            continue
+        if name and name != os.path.basename(path):
+            out[path] = name
+    return out
+
+
 def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
     files = DriverFiles(root=driver_root)
     suffix = f".so.{driver_version}"
@@ -234,6 +251,7 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
         )
         if found:
             files.libraries[cap] = found
+            files.sonames.update(library_sonames(found))
     for cap, names in BINARIES.items():
         found = []
         for name in names:
@@ -381,13 +399,21 @@ def _strings(value: Any) -> list[str]:
     return value
 
 
-def _checked(value: Any, default: Any) -> Any:
-    """`value` if it has the JSON shape of a DriverFiles field whose default is `default`."""
+# DriverFiles fields that map a string to a string (the others map to lists of strings).
+_STRING_MAPS = frozenset({"sonames"})
+
+
+def _checked(name: str, value: Any, default: Any) -> Any:
+    """`value` if it has the JSON shape of the DriverFiles field `name` (default `default`)."""
     if isinstance(default, dict):
         if not isinstance(value, dict):
             raise TypeError("expected an object")
         for v in value.values():
-            _strings(v)
+            if name in _STRING_MAPS:
+                if not isinstance(v, str):
+                    raise TypeError("expected a string")
+            else:
+                _strings(v)
         return value
     if isinstance(default, list):
         return _strings(value)
@@ -404,7 +430,7 @@ def decode_cache(data: dict[str, Any], key: dict[str, Any]) -> Discovery:
     raw = data["files"]
     if not isinstance(raw, dict) or set(raw) != set(fields(DriverFiles)):
         raise KeyError("files: wrong fields")
-    files = DriverFiles(**{n: _checked(raw[n], getattr(defaults, n)) for n in raw})
+    files = DriverFiles(**{n: _checked(n, raw[n], getattr(defaults, n)) for n in raw})
     return Discovery(NodeFacts.from_dict(data["node"]), files, key, from_cache=True)
 
 

@@ -148,6 +148,10 @@ def hook_args(
     libs, _, _ = disc.files.for_capabilities(caps)
     names = {os.path.basename(p) for p in libs}
     args: list[str] = []
+    for p in libs:  # the SONAME links (ldconfig in the container makes no links)
+        soname = disc.files.sonames.get(p)
+        if soname:
+            args += ["--link", f"{os.path.basename(p)}::{libdir}/{soname}"]
     suffix = f".so.{disc.node.driver_version}"
     if f"libcuda{suffix}" in names:
         args += ["--link", f"libcuda.so.1::{libdir}/libcuda.so"]

@@ -8,12 +8,52 @@ image and may be hostile, hence (see docs, section 7 of the toolkit reference):
 * every container path is resolved with ``safepath`` and used as an fd, never as a
   string; mounts go onto ``/proc/self/fd/N``;
 * files are written to a temporary name and ``renameat``-ed, relative to a directory fd;
-* ldconfig runs in new mount/PID/IPC/UTS/net namespaces, pivot_root-ed into the rootfs,
-  with an empty environment, rlimits and a reduced capability set, from a sealed memfd
-  copy of the host binary executed with ``execveat(AT_EMPTY_PATH)``;
 * the hook never consults its own environment (PATH, LD_*); binaries by absolute path.
+  It leaves the working directory runc gives it (the container root) at once.
 
-Subcommands: ``update-ldcache``, ``create-symlinks``, ``mount-proc-driver``.
+ldconfig is the one program that runs on image input (ld.so.conf, every library's ELF
+headers), so it is treated as compromised and confined so that it can neither reach the
+host nor write anywhere but into one private tmpfs:
+
+* The host binary runs from a sealed memfd copy, ``execveat(AT_EMPTY_PATH)``, empty
+  environment; it must be static (no loader or libc from the image).
+* New mount/PID/IPC/UTS/net namespaces; in the private mount namespace the container root
+  is bind-mounted recursively and *every* mount of that view (the rootfs, volumes, the
+  injected libraries) is made read-only, nosuid, nodev, noexec with
+  ``mount_setattr(AT_RECURSIVE)`` -- per mount, so the host's and the container's mounts
+  keep their flags. /proc and /sys are covered by empty read-only tmpfs mounts; /dev (or,
+  for an odd image, /proc) by a small tmpfs owned by ldconfig's uid, the only writable
+  place. Then pivot_root: nothing of the host is in view.
+* ldconfig runs as ``ldconfig -X -C /dev/ld.so.cache DIR...``: -X makes no links, -C writes
+  the cache into the tmpfs; its aux cache write (/var/cache/ldconfig) fails silently on
+  the read-only view. The hook makes the links ldconfig used to make: the SONAME link of
+  every injected library (``--link``, SONAMEs read at discovery), before ldconfig runs so
+  that it finds them.
+* ldconfig is PID 1 of the new PID namespace: when it exits, the kernel kills whatever it
+  left behind. Our own (trusted) process in that mount namespace then reads
+  ld.so.cache from the tmpfs (a regular file, O_NOFOLLOW, at most LDCACHE_MAX bytes) and
+  hands it up through a memfd; the hook writes it as /etc/ld.so.cache with the same
+  fd-relative atomic write as every other file.
+* Credentials: uid/gid 65534 (nobody/nogroup) with no supplementary groups, every
+  capability dropped (bounding, permitted, effective, inheritable, ambient), no_new_privs.
+  Not the container's own uid: that is root for most images, and without a user
+  namespace the container's root is the host's, which owns every host file a volume can
+  show. Reading the container's user namespace mappings would also cost the hook a
+  config.json parse on every start. nobody suffices: ldconfig only reads world-readable
+  libraries and directories and writes into its own tmpfs. In its private PID namespace
+  with no /proc it sees no other nobody process, ptrace is denied, and RLIMIT_NPROC 0
+  (set after the uid change) forbids forking.
+* A seccomp filter (classic BPF, installed last before the exec) kills the process on a
+  foreign architecture and answers EPERM to x32 calls, file handles
+  (open_by_handle_at, name_to_handle_at), mounts, pivot_root/chroot, namespaces,
+  ptrace/process_vm_*, bpf, keyrings, modules, kexec, perf, userfaultfd, io_uring,
+  swap, reboot and process creation. Some of these an unprivileged process may otherwise
+  make (name_to_handle_at, keyrings, PTRACE_TRACEME, a user namespace, fork); for the
+  others it is a second barrier, should a kernel permission check let nobody through.
+* rlimits: 10 s CPU, 2 GiB address space, 64 files, LDCACHE_MAX file size, no core.
+
+Subcommands: ``configure`` (all in one run), ``update-ldcache``, ``create-symlinks``,
+``mount-proc-driver``.
 """
 
 from __future__ import annotations
@@ -31,7 +71,7 @@ import struct
 import sys
 import time
 
-from . import __version__
+from . import __version__, elf
 from .safepath import (
     UnsafePath,
     mkdir_p_in_root,
@@ -65,18 +105,70 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
 AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-# ldconfig keeps only what it needs to read libraries and write the cache in an image
-# whose files belong to another uid: CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER.
-LDCONFIG_CAPS = (0, 1, 2, 3)
+# ldconfig runs as nobody:nogroup with no capability at all (see the module docstring).
+LDCONFIG_UID = LDCONFIG_GID = 65534
+LDCACHE_MAX = 16 << 20  # the private tmpfs ldconfig writes into, and what we read back
+LDCACHE_NAME = "ld.so.cache"
 
-_SYSCALLS = {
-    "x86_64": {"execveat": 322, "pivot_root": 155},
-    "aarch64": {"execveat": 281, "pivot_root": 41},
-}.get(os.uname().machine, {})
+# Syscall numbers: (x86_64, aarch64); None where the architecture has no such call.
+_NR = {
+    "execveat": (322, 281),
+    # Every call below is denied (EPERM) to ldconfig by the seccomp filter: whatever could
+    # reach beyond the container root (file handles, mounts, namespaces, other processes,
+    # the kernel), and process creation (ldconfig is a single process).
+    "open_by_handle_at": (304, 265),
+    "name_to_handle_at": (303, 264),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "pivot_root": (155, 41),
+    "mount_setattr": (442, 442),
+    "chroot": (161, 51),
+    "unshare": (272, 97),
+    "setns": (308, 268),
+    "ptrace": (101, 117),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "bpf": (321, 280),
+    "keyctl": (250, 219),
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294),
+    "init_module": (175, 105),
+    "finit_module": (313, 273),
+    "delete_module": (176, 106),
+    "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282),
+    "open_tree": (428, 428),
+    "move_mount": (429, 429),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "fspick": (433, 433),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "swapon": (167, 224),
+    "swapoff": (168, 225),
+    "reboot": (169, 142),
+    "fork": (57, None),
+    "vfork": (58, None),
+    "clone": (56, 220),
+    "clone3": (435, 435),
+}
+_SECCOMP_DENY = tuple(n for n in _NR if n != "execveat")
+_MACHINE = os.uname().machine
+_ARCH_INDEX = {"x86_64": 0, "aarch64": 1}.get(_MACHINE)
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(_MACHINE)
+X32_SYSCALL_BIT = 0x40000000
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -122,15 +214,46 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-def _syscall(name: str, *args) -> int:
-    nr = _SYSCALLS.get(name)
+def _nr(name: str) -> int:
+    nr = None if _ARCH_INDEX is None else _NR[name][_ARCH_INDEX]
     if nr is None:
-        raise OSError(errno.ENOSYS, f"{name}: unsupported architecture {os.uname().machine}")
-    return _check(_libc.syscall(nr, *args), name)
+        raise OSError(errno.ENOSYS, f"{name}: unsupported architecture {_MACHINE}")
+    return nr
+
+
+def _syscall(name: str, *args) -> int:
+    return _check(_libc.syscall(_nr(name), *args), name)
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
     _syscall("pivot_root", _b(new_root), _b(put_old))
+
+
+def make_tree_readonly(fd: int) -> None:
+    """Make the mount at ``fd`` and every mount below it read-only, nosuid, nodev and
+    noexec: mount_setattr(AT_RECURSIVE), per mount (the host's mounts keep their flags)."""
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
+
+    attr = MountAttr(
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0, 0, 0
+    )
+    try:
+        _syscall(
+            "mount_setattr",
+            ctypes.c_int(fd),
+            b"",
+            ctypes.c_uint(AT_EMPTY_PATH | AT_RECURSIVE),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),
+        )
+    except OSError as exc:
+        if exc.errno == errno.ENOSYS:
+            raise OSError(
+                errno.ENOSYS, "mount_setattr: the kernel lacks it (Linux 5.12+)"
+            ) from None
+        raise
 
 
 def execveat_empty(fd: int, argv: list[str], envp: list[str]) -> None:
@@ -140,12 +263,12 @@ def execveat_empty(fd: int, argv: list[str], envp: list[str]) -> None:
     _syscall("execveat", ctypes.c_int(fd), b"", c_argv, c_envp, ctypes.c_int(AT_EMPTY_PATH))
 
 
-def prctl(option: int, arg2: int = 0) -> None:
+def prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
     _check(
         _libc.prctl(
             ctypes.c_int(option),
             ctypes.c_ulong(arg2),
-            ctypes.c_ulong(0),
+            ctypes.c_ulong(arg3),
             ctypes.c_ulong(0),
             ctypes.c_ulong(0),
         ),
@@ -153,36 +276,60 @@ def prctl(option: int, arg2: int = 0) -> None:
     )
 
 
-def _limit_capabilities(keep: tuple[int, ...]) -> None:
-    """Drop every capability not in ``keep`` from the bounding, permitted and effective
-    sets (so an execve as uid 0 cannot regain them), and set no_new_privs."""
-    for cap in range(64):
-        if cap in keep:
-            continue
+def drop_privileges(uid: int, gid: int) -> None:
+    """Become ``uid``:``gid`` with no supplementary groups and no capability in any set
+    (bounding, permitted, effective, inheritable, ambient), and set no_new_privs."""
+    for cap in range(64):  # the bounding set first: dropping it needs CAP_SETPCAP
         if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) < 0:
             if ctypes.get_errno() == errno.EINVAL:  # beyond CAP_LAST_CAP
                 break
             _check(-1, f"drop capability {cap}")
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # clears permitted and effective (no SECBIT_KEEP_CAPS)
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [
-            ("effective", ctypes.c_uint32),
-            ("permitted", ctypes.c_uint32),
-            ("inheritable", ctypes.c_uint32),
-        ]
+        _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
 
-    mask = 0
-    for cap in keep:
-        mask |= 1 << cap
     hdr = Header(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (Data * 2)(
-        Data(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0), Data(mask >> 32, mask >> 32, 0)
-    )
-    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
+    _check(_libc.capset(ctypes.byref(hdr), (Data * 2)()), "capset")  # inheritable too
     prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def seccomp_program(arch: int | None = None, index: int | None = None) -> bytes:
+    """The classic BPF filter: kill on a foreign architecture, EPERM for x32 calls and
+    every call in _SECCOMP_DENY, allow the rest."""
+    arch = _AUDIT_ARCH if arch is None else arch
+    index = _ARCH_INDEX if index is None else index
+    if arch is None or index is None:
+        raise OSError(errno.ENOSYS, f"seccomp: unsupported architecture {_MACHINE}")
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JGE, BPF_RET|K
+    kill, allow, eperm = 0x80000000, 0x7FFF0000, 0x00050000 | errno.EPERM
+    nrs = sorted({_NR[n][index] for n in _SECCOMP_DENY} - {None})
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if arch == 0xC000003E:  # x32 system calls share the x86_64 audit arch
+        prog.append((jge, len(nrs) + 1, 0, X32_SYSCALL_BIT))
+    for i, nr in enumerate(nrs):
+        prog.append((jeq, len(nrs) - i, 0, nr))  # to the EPERM return after "allow"
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def install_seccomp(program: bytes) -> None:
+    """prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program); needs no_new_privs first."""
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    fprog = Fprog(len(program) // 8, program)
+    _check(
+        _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(2), ctypes.byref(fprog), 0, 0),
+        "seccomp",
+    )
 
 
 # ------------------------------------------------------------------------ root lookup
@@ -345,24 +492,14 @@ def cmd_create_symlinks(args, root_path: str) -> int:
 def _is_static_elf(fd: int) -> None:
     """Refuse anything but an ELF without PT_INTERP: a script or dynamic binary would
     run the container's interpreter / loader / libc inside the confined child."""
-    head = os.pread(fd, 64, 0)
-    if len(head) < 64 or head[:4] != b"\x7fELF":
-        raise HookError("host ldconfig is not an ELF executable (a wrapper script?)")
-    is64 = head[4] == 2
-    endian = "<" if head[5] == 1 else ">"
-    if is64:
-        (phoff,) = struct.unpack_from(endian + "Q", head, 32)
-        phentsize, phnum = struct.unpack_from(endian + "HH", head, 54)
-    else:
-        (phoff,) = struct.unpack_from(endian + "I", head, 28)
-        phentsize, phnum = struct.unpack_from(endian + "HH", head, 42)
-    table = os.pread(fd, phentsize * phnum, phoff)
-    for i in range(phnum):
-        (p_type,) = struct.unpack_from(endian + "I", table, i * phentsize)
-        if p_type == 3:  # PT_INTERP
-            raise HookError(
-                "host ldconfig is dynamically linked; refusing to run it inside the container root"
-            )
+    try:
+        dynamic = elf.has_interp(fd)
+    except elf.ElfError:
+        raise HookError("host ldconfig is not an ELF executable (a wrapper script?)") from None
+    if dynamic:
+        raise HookError(
+            "host ldconfig is dynamically linked; refusing to run it inside the container root"
+        )
 
 
 def _sealed_copy(path: str) -> int:
@@ -405,28 +542,78 @@ def _find_ldconfig(explicit: str | None) -> str:
     raise HookError("no host ldconfig found in " + ", ".join(LDCONFIG_CANDIDATES))
 
 
-def _mask_dir(root_fd: int, name: str) -> None:
-    """Cover <root>/<name> with an empty read-only tmpfs (child's private mount ns)."""
+def _mask_dirs(root_fd: int) -> tuple[str, int]:
+    """Cover /dev, /proc and /sys of the root with empty tmpfs mounts (in the child's
+    private mount namespace). The first of them that is a real directory gets a small
+    tmpfs writable by ldconfig's uid, for its output; the others are read-only.
+    Returns that directory's container path and an fd of the tmpfs."""
+    out: tuple[str, int] | None = None
+    for name in ("dev", "proc", "sys"):
+        try:
+            fd = open_beneath_no_symlinks(root_fd, name, os.O_PATH | os.O_DIRECTORY)
+        except OSError:
+            continue  # missing, a symlink or not a directory: nothing of the host to hide
+        try:
+            if out is None:
+                mount(
+                    "tmpfs",
+                    proc_fd_path(fd),
+                    "tmpfs",
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    f"mode=0700,uid={LDCONFIG_UID},gid={LDCONFIG_GID},"
+                    f"size={LDCACHE_MAX},nr_inodes=16",
+                )
+                tmp = open_beneath_no_symlinks(root_fd, name, os.O_PATH | os.O_DIRECTORY)
+                if os.fstat(tmp).st_dev == os.fstat(fd).st_dev:
+                    raise OSError(errno.ESTALE, f"/{name} changed while mounting the tmpfs")
+                out = (f"/{name}", tmp)
+            else:
+                mount(
+                    "tmpfs",
+                    proc_fd_path(fd),
+                    "tmpfs",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "mode=0555,size=4k",
+                )
+        finally:
+            os.close(fd)
+    if out is None:
+        raise OSError(errno.ENOENT, "the container has no /dev, /proc or /sys directory")
+    return out
+
+
+def _read_cache(dir_fd: int) -> bytes:
+    """ldconfig's output, read by trusted code from the private tmpfs: a regular file
+    (never a link, FIFO or device) of at most LDCACHE_MAX bytes."""
+    fd = os.open(
+        LDCACHE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+    )
     try:
-        fd = open_beneath_no_symlinks(root_fd, name, os.O_PATH | os.O_DIRECTORY)
-    except OSError:
-        return  # missing, a symlink or not a directory: nothing of the host to hide there
-    try:
-        mount(
-            "tmpfs",
-            proc_fd_path(fd),
-            "tmpfs",
-            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "mode=0555,size=4k",
-        )
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"{LDCACHE_NAME} is not a regular file")
+        data = b""
+        while len(data) <= LDCACHE_MAX:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
     finally:
         os.close(fd)
+    if len(data) > LDCACHE_MAX or not data:
+        raise OSError(errno.EFBIG if data else errno.ENODATA, f"{LDCACHE_NAME}: bad size")
+    return data
 
 
 def _ldconfig_child(
-    root_path: str, root_ino: tuple[int, int], mfd: int, devnull: int, wfd: int, argv: list[str]
+    root_path: str,
+    root_ino: tuple[int, int],
+    mfd: int,
+    devnull: int,
+    wfd: int,
+    cache_fd: int,
+    folders: list[str],
 ) -> None:
-    """Runs in the forked child; never returns."""
+    """Runs in the forked child; never returns. Writes ldconfig's cache into ``cache_fd``."""
     try:
         unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
         mount(None, "/", None, MS_REC | MS_PRIVATE, None)
@@ -439,8 +626,8 @@ def _ldconfig_child(
         mount(proc_fd_path(fd), proc_fd_path(fd), None, MS_BIND | MS_REC, None)
         os.close(fd)
         root_fd = os.open(root_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the bind
-        for name in ("proc", "sys", "dev"):
-            _mask_dir(root_fd, name)
+        make_tree_readonly(root_fd)  # the rootfs and every volume below it
+        out_dir, out_fd = _mask_dirs(root_fd)
         os.fchdir(root_fd)
         os.close(root_fd)
         try:
@@ -453,33 +640,52 @@ def _ldconfig_child(
             umount2(".", MNT_DETACH)  # the old root, stacked under the new one
         os.chdir("/")
         os.umask(0o022)
-        for res, val in (
-            (resource.RLIMIT_CPU, 10),
-            (resource.RLIMIT_AS, 2 << 30),
-            (resource.RLIMIT_NOFILE, 64),
-            (resource.RLIMIT_FSIZE, 64 << 20),
-            (resource.RLIMIT_NPROC, 64),
-            (resource.RLIMIT_CORE, 0),
-        ):
-            resource.setrlimit(res, (val, val))
-        _limit_capabilities(LDCONFIG_CAPS)
+        argv = ["ldconfig", "-X", "-C", f"{out_dir}/{LDCACHE_NAME}", *folders]
         pid = os.fork()
-        if pid == 0:  # PID 1 of the new PID namespace
+        if pid == 0:  # PID 1 of the new PID namespace: becomes ldconfig
             try:
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 os.dup2(devnull, 0)
                 os.dup2(wfd, 1)
                 os.dup2(wfd, 2)
                 keep = sorted({0, 1, 2, mfd})
                 for lo, hi in zip(keep, [*keep[1:], 1 << 20], strict=True):
                     os.closerange(lo + 1, hi)
+                nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+                for res, val in (
+                    (resource.RLIMIT_CPU, 10),
+                    (resource.RLIMIT_AS, 2 << 30),
+                    (resource.RLIMIT_NOFILE, 64),
+                    (resource.RLIMIT_FSIZE, LDCACHE_MAX),
+                    (resource.RLIMIT_CORE, 0),
+                    (resource.RLIMIT_NPROC, nproc),
+                ):
+                    resource.setrlimit(res, (val, val))
+                program = seccomp_program()
+                drop_privileges(LDCONFIG_UID, LDCONFIG_GID)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
+                # No process creation. Only now: a limit below what the uid's other processes
+                # on the host already use would make the kernel fail the execve after
+                # setresuid (PF_NPROC_EXCEEDED).
+                resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+                install_seccomp(program)
                 execveat_empty(mfd, argv, [])
             except BaseException as exc:
                 os.write(2, f"cannot exec ldconfig: {exc}\n".encode(errors="replace"))
             os._exit(127)
-        os.close(wfd)
         _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + 9)
+        if os.WIFSIGNALED(status):
+            os._exit(128 + os.WTERMSIG(status))
+        code = os.waitstatus_to_exitcode(status) & 0xFF
+        if code == 0:  # everything in the PID namespace is gone: nothing writes any more
+            try:
+                data = _read_cache(out_fd)
+            except OSError as exc:
+                os.write(wfd, f"no usable cache from ldconfig: {_err(exc)}\n".encode())
+                os._exit(125)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(cache_fd, view) :]
+        os._exit(code)
     except BaseException as exc:
         try:
             os.write(wfd, f"confinement setup failed: {exc}\n".encode(errors="replace"))
@@ -487,11 +693,15 @@ def _ldconfig_child(
             os._exit(126)
 
 
-def run_ldconfig_confined(root_path: str, root_fd: int, ldconfig: str, argv: list[str]) -> str:
-    """Run the host ldconfig inside the container root; returns its output."""
+def run_ldconfig_confined(
+    root_path: str, root_fd: int, ldconfig: str, folders: list[str]
+) -> tuple[bytes, str]:
+    """Run the host ldconfig confined in the container root; returns (the ld.so.cache it
+    built, its output)."""
     mfd = _sealed_copy(ldconfig)
     st = os.fstat(root_fd)
     devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    cache_fd = os.memfd_create("gpunode-ldcache", os.MFD_CLOEXEC)
     rfd, wfd = os.pipe()
     try:
         sys.stdout.flush()
@@ -499,7 +709,7 @@ def run_ldconfig_confined(root_path: str, root_fd: int, ldconfig: str, argv: lis
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
-            _ldconfig_child(root_path, (st.st_dev, st.st_ino), mfd, devnull, wfd, argv)
+            _ldconfig_child(root_path, (st.st_dev, st.st_ino), mfd, devnull, wfd, cache_fd, folders)
             os._exit(126)  # not reached
         os.close(wfd)
         wfd = -1
@@ -520,8 +730,9 @@ def run_ldconfig_confined(root_path: str, root_fd: int, ldconfig: str, argv: lis
                 if len(out) < 65536:
                     out += chunk
         _, status = os.waitpid(pid, 0)
+        cache = os.pread(cache_fd, LDCACHE_MAX + 1, 0) if not timed_out else b""
     finally:
-        for fd in (mfd, devnull, rfd, wfd):
+        for fd in (mfd, devnull, cache_fd, rfd, wfd):
             if fd >= 0:
                 os.close(fd)
     text = out.decode(errors="replace").strip()
@@ -531,7 +742,9 @@ def run_ldconfig_confined(root_path: str, root_fd: int, ldconfig: str, argv: lis
     if code != 0:
         last = text.splitlines()[-1] if text else ""
         raise HookError(f"ldconfig failed (exit {code}){': ' + last if last else ''}")
-    return text
+    if not cache or len(cache) > LDCACHE_MAX:
+        raise HookError("ldconfig produced no usable cache")
+    return cache, text
 
 
 def cmd_update_ldcache(args, root_path: str) -> int:
@@ -570,9 +783,13 @@ def cmd_update_ldcache(args, root_path: str) -> int:
                         write_file_at(etc_fd, "ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n")
                     except OSError as exc:
                         raise HookError(f"/etc/ld.so.conf: {_err(exc)}") from None
+            cache, output = run_ldconfig_confined(root_path, root_fd, ldconfig, folders)
+            try:
+                write_file_at(etc_fd, LDCACHE_NAME, cache)
+            except OSError as exc:
+                raise HookError(f"/etc/{LDCACHE_NAME}: {_err(exc)}") from None
         finally:
             os.close(etc_fd)
-        output = run_ldconfig_confined(root_path, root_fd, ldconfig, ["ldconfig", *folders])
     finally:
         os.close(root_fd)
     if output and _debug():
@@ -668,8 +885,6 @@ def _open_dir_nofollow(dir_fd: int, name: str, flags: int = os.O_PATH) -> int:
 
 def cmd_mount_proc_driver(args, root_path: str) -> int:
     driver_root = args.driver_root
-    if not driver_root.startswith("/"):
-        raise HookError(f"--driver-root must be absolute: {driver_root!r}")
     wanted = [busid_candidates(b) for b in args.gpu or []]
 
     host_dir = os.path.join(driver_root, "proc/driver/nvidia")
@@ -1010,6 +1225,8 @@ def main(argv: list[str] | None = None) -> int:
                 "missing subcommand (configure, update-ldcache, create-symlinks, mount-proc-driver)"
             )
         command = args.command
+        if not args.driver_root.startswith("/"):  # before anything is looked up under it
+            raise HookError(f"--driver-root must be absolute: {args.driver_root!r}")
         root = args.root
         if root is None:
             root = resolve_rootfs(_read_state())

@@ -63,6 +63,11 @@ def disc(tmp_path):
         binaries={"utility": ["/usr/bin/nvidia-smi"]},
         firmware=[f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"],
         ipc={"utility": ["/run/nvidia-persistenced/socket"]},
+        sonames={
+            f"{lib}/libnvidia-ml.so.{VERSION}": "libnvidia-ml.so.1",
+            f"{lib}/libcuda.so.{VERSION}": "libcuda.so.1",
+            f"{lib}/libnvidia-glcore.so.{VERSION}": "libnvidia-glcore.so.1",
+        },
     )
     return Discovery(NodeFacts(VERSION, "12.2", GPUS), files, key={})
 
@@ -98,6 +103,21 @@ def test_build_for_compute_utility(disc, devroot):
     assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in hook.args
     assert hook.args[hook.args.index("--gpu") + 1] == "0000:11:00.0"
     assert hook.env == ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GPUNODE_HOOK=1")
+
+
+def test_hook_makes_the_soname_links_of_the_injected_libraries(disc, devroot):
+    e = edits.build(disc, {"utility"}, [GPUS[0]], hook_path="/h", dev_root=str(devroot))
+    (hook,) = e.hooks
+    links = [hook.args[i + 1] for i, a in enumerate(hook.args) if a == "--link"]
+    # only the libraries this container gets (utility: NVML), to the multiarch dir
+    lib = "/usr/lib/x86_64-linux-gnu"
+    assert links == [f"libnvidia-ml.so.{VERSION}::{lib}/libnvidia-ml.so.1"]
+    e = edits.build(
+        disc, {"compute"}, [], hook_path="/h", dev_root=str(devroot), rootfs="/nonexistent"
+    )
+    links = [e.hooks[0].args[i + 1] for i, a in enumerate(e.hooks[0].args) if a == "--link"]
+    assert f"libcuda.so.{VERSION}::/usr/lib64/libcuda.so.1" in links
+    assert "libcuda.so.1::/usr/lib64/libcuda.so" in links
 
 
 def test_display_adds_modeset_and_graphics(disc, devroot):
@@ -379,6 +399,7 @@ CORRUPTIONS = {
     "firmware-an-object": _corrupt(lambda d: d["files"].update(firmware={})),
     "binary-a-number": _corrupt(lambda d: d["files"]["binaries"].update(utility=[1])),
     "root-null": _corrupt(lambda d: d["files"].update(root=None)),
+    "soname-a-list": _corrupt(lambda d: d["files"].update(sonames={"/x.so.1": ["x.so"]})),
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .discover import Discovery
 from .edits import HOOK_ENV, control_devices, file_mounts, gpu_device, hook_args
-from .fsutil import write_atomic
+from .util.files import write_atomic
 
 KIND = "nvidia.com/gpu"
 ALL_CAPS = {"compute", "utility", "video", "graphics", "display", "ngx", "compat32"}

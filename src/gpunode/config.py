@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 
-from ._record import factory, fields, record
+from .util.record import factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:

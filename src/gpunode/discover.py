@@ -27,7 +27,6 @@ import json
 import os
 import stat
 
-from ._record import asdict, factory, fields, record
 from .facts import (
     GpuFacts,
     NodeFacts,
@@ -35,6 +34,7 @@ from .facts import (
     nvml_text,
     parse_driver_version,
 )
+from .util.record import asdict, factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def _real(driver_root: str, path: str) -> str | None:
     the driver root, as the driver's own processes would resolve it; None if missing."""
     if driver_root in ("", "/"):
         return os.path.realpath(path) if os.path.exists(path) else None
-    from .safepath import open_in_root, proc_fd_path
+    from .util.safepath import open_in_root, proc_fd_path
 
     try:
         root_fd = os.open(driver_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -220,7 +220,7 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
 def library_sonames(paths: list[str]) -> dict[str, str]:
     """DT_SONAME of each library whose SONAME differs from its file name. The hook makes
     these links in the container (ldconfig there runs with -X and makes none)."""
-    from . import elf
+    from .util import elf
 
     out = {}
     for path in paths:
@@ -379,7 +379,7 @@ def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Disco
 
 
 def write_cache(d: Discovery, path: str) -> None:
-    from .fsutil import write_atomic
+    from .util.files import write_atomic
 
     write_atomic(path, json.dumps(d.to_dict(), indent=1, sort_keys=True).encode(), 0o644)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ._record import asdict, factory, record
 from .discover import CONTROL_NODES, Discovery, device_node, expand_capabilities
 from .facts import GpuFacts
+from .util.record import asdict, factory, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:

@@ -61,14 +61,13 @@ import math
 import os
 import re
 import shutil
-import stat
 import subprocess
 import tempfile
 import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from . import fsutil
+from .util import files
 
 # The dockerd executable used for validation; tests point this at a fake.
 DOCKERD = "dockerd"
@@ -161,7 +160,7 @@ def _locked(real: str, dry_run: bool):
         yield
         return
     _makedirs(os.path.dirname(real) or ".")
-    with fsutil.Lock(real + LOCK_SUFFIX):
+    with files.Lock(real + LOCK_SUFFIX):
         yield
 
 
@@ -186,49 +185,6 @@ def _decode(path: str, data: bytes | None) -> str:
         ) from exc
 
 
-def _fsync_dir(directory: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write(
-    path: str,
-    data: bytes,
-    like: os.stat_result | None,
-    before_replace: Callable[[str], None] | None = None,
-) -> None:
-    """Write ``data`` to ``path`` atomically with the mode/owner of ``like`` (default 0644).
-
-    ``before_replace(tmp_path)`` runs after the temp file is complete and before it replaces
-    ``path``; if it raises, the temp file is removed and ``path`` is untouched.
-    """
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(
-        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".gpunode-tmp"
-    )
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if like is not None and (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
-                with contextlib.suppress(PermissionError):
-                    os.fchown(f.fileno(), like.st_uid, like.st_gid)
-            os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode) if like is not None else 0o644)
-            os.fsync(f.fileno())
-        if before_replace is not None:
-            before_replace(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-
-
 def _replace_with_backup(
     path: str,
     content: str,
@@ -245,10 +201,22 @@ def _replace_with_backup(
         if validate is not None:
             validate(tmp)
         if backup is not None and not os.path.lexists(backup):
-            _atomic_write(backup, old, old_stat)
+            _write(backup, old, old_stat)
 
-    _atomic_write(path, content.encode("utf-8"), old_stat, before_replace)
+    _write(path, content.encode("utf-8"), old_stat, before_replace)
     return backup
+
+
+def _write(
+    path: str,
+    data: bytes,
+    like: os.stat_result | None,
+    before_replace: Callable[[str], None] | None = None,
+) -> None:
+    """Replace ``path`` atomically and durably, keeping the mode and owner of ``like``."""
+    files.write_atomic(
+        path, data, skip_if_same=False, like=like, before_replace=before_replace, sync_dir=True
+    )
 
 
 # --------------------------------------------------------------------------- docker
@@ -766,7 +734,7 @@ def _configure_containerd(
         return result
     if drop_changed:  # first, so the import never points at a half-configured runtime
         _makedirs(os.path.dirname(drop_real) or ".")
-        _atomic_write(drop_real, drop_content.encode("utf-8"), old_drop_stat)
+        _write(drop_real, drop_content.encode("utf-8"), old_drop_stat)
     if main_changed:
         result.backup = _replace_with_backup(real, content, old, old_stat)
     return result

@@ -6,7 +6,7 @@ container create instead of initialising NVML (see gpunode.discover).
 
 from __future__ import annotations
 
-from ._record import asdict, factory, fields, record
+from .util.record import asdict, factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:

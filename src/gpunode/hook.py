@@ -71,8 +71,9 @@ import struct
 import sys
 import time
 
-from . import __version__, elf
-from .safepath import (
+from . import __version__
+from .util import elf
+from .util.safepath import (
     UnsafePath,
     mkdir_p_in_root,
     open_beneath_no_symlinks,

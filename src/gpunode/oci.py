@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from . import fsutil
 from .edits import Edits
+from .util import files
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -86,10 +86,10 @@ def apply(spec: dict[str, Any], edits: Edits) -> None:
 
 
 def write_atomic(path: str, spec: dict[str, Any]) -> None:
-    """Rewrite config.json atomically (temp file + rename), keeping its mode."""
+    """Rewrite config.json atomically (temp file + rename), keeping its mode and owner."""
     try:
-        mode = os.stat(path).st_mode & 0o7777
+        like = os.stat(path)
     except OSError:
-        mode = 0o600
+        like = None
     data = json.dumps(spec, separators=(",", ":")).encode()
-    fsutil.write_atomic(path, data, mode, skip_if_same=False)
+    files.write_atomic(path, data, 0o600, skip_if_same=False, like=like)

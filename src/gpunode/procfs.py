@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._record import record
 from .facts import parse_driver_version
+from .util.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from gpunode.config import ALL_CAPABILITIES, RuntimeConfig
 from gpunode.facts import GpuFacts, NodeFacts
 
-from ._record import record
+from .util.record import record
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"

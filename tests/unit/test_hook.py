@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from gpunode import edits, hook, install, oci, safepath
+from gpunode import edits, hook, install, oci
+from gpunode.util import safepath
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(SRC), "LC_ALL": "C"}

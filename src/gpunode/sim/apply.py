@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import procfs
-from ..fsutil import write_atomic
 from ..profiles import Profile, mock_payload
+from ..util.files import write_atomic
 from . import mocknvml
 
 NVIDIA_MAJOR = 195

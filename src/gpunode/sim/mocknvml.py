@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..fsutil import write_atomic
+from ..util.files import write_atomic
 
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
 BLOB_SIZE = 262144

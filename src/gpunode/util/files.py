@@ -1,12 +1,28 @@
-"""Atomic file writes: a temporary file in the same directory, fsync, rename."""
+"""Files written safely: atomic replacement (a temporary file in the same directory, fsync,
+rename) and an exclusive lock file for read-modify-write cycles that may race.
+
+Imports only ``os`` at load time: the runtime writes config.json with it on every GPU
+container start.
+"""
 
 from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 def write_atomic(
-    path: str | os.PathLike, data: bytes, mode: int = 0o644, *, skip_if_same: bool = True
+    path: str | os.PathLike,
+    data: bytes,
+    mode: int = 0o644,
+    *,
+    skip_if_same: bool = True,
+    like: os.stat_result | None = None,
+    before_replace: Callable[[str], None] | None = None,
+    sync_dir: bool = False,
 ) -> bool:
     """Write `data` to `path` (unless, with skip_if_same, it already holds exactly that);
     True when written.
@@ -14,6 +30,12 @@ def write_atomic(
     Readers see the old file or the new one, never a half-written one; a failure leaves
     no temporary file behind. Callers that know the content changed pass
     skip_if_same=False to spare the read.
+
+    * ``like``: the stat of the file being replaced; its mode and owner are kept (``mode``
+      is then ignored; the owner is changed only where allowed).
+    * ``before_replace(tmp_path)`` runs once the temporary file is complete, before it
+      replaces ``path``; if it raises, ``path`` is untouched.
+    * ``sync_dir``: fsync the directory after the rename, so the rename itself is durable.
     """
     path = os.fspath(path)
     if skip_if_same:
@@ -23,6 +45,8 @@ def write_atomic(
                     return False
         except OSError:
             pass
+    if like is not None:
+        mode = like.st_mode & 0o7777
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -31,13 +55,35 @@ def write_atomic(
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            if like is not None and (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+                try:  # noqa: SIM105 - contextlib is not needed on the start path
+                    os.fchown(fh.fileno(), like.st_uid, like.st_gid)
+                except PermissionError:
+                    pass
+            os.fchmod(fh.fileno(), mode)  # O_CREAT honours the umask; chown cleared set-id bits
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # O_CREAT honours the umask
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+    if sync_dir:
+        _fsync_dir(directory)
     return True
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class Lock:

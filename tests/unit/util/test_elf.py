@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpunode import discover, elf
+from gpunode import discover
+from gpunode.util import elf
 
 VERSION = "535.261.03"
 

@@ -15,10 +15,11 @@ from typing import Any
 
 from .discover import Discovery
 from .edits import HOOK_ENV, control_devices, file_mounts, gpu_device, hook_args
+from .nvidia.capabilities import ALL_CAPABILITIES
 from .util.files import write_atomic
 
 KIND = "nvidia.com/gpu"
-ALL_CAPS = {"compute", "utility", "video", "graphics", "display", "ngx", "compat32"}
+ALL_CAPS = set(ALL_CAPABILITIES)
 
 
 def _node(dev) -> dict[str, Any]:

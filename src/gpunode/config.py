@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 
+from .nvidia.capabilities import ALL_CAPABILITIES
 from .util.record import factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_PATH = "/etc/gpunode/runtime.toml"  # a str: pathlib costs ~3 ms per container start
-ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 

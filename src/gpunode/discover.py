@@ -25,94 +25,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 
-from .facts import (
-    GpuFacts,
-    NodeFacts,
-    cuda_version_text,
-    nvml_text,
-    parse_driver_version,
-)
+from .nvidia import nvml
+from .nvidia.capabilities import BINARIES, IPC, LIBRARIES, expand_capabilities
+from .nvidia.devices import under
+from .nvidia.facts import NodeFacts
+from .nvidia.procfs import parse_version
 from .util.record import asdict, factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
     from typing import Any
 
-NVIDIA_MAJOR = 195
 CACHE_SCHEMA = 5
 
-# Libraries per driver capability (file names start with these and end in the driver
-# version). Source: libnvidia-container nvc_info.c, via ../shared/reference.
-LIBRARIES: dict[str, tuple[str, ...]] = {
-    "utility": ("libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"),
-    "compute": (
-        "libcuda",
-        "libcudadebugger",
-        "libnvidia-opencl",
-        "libnvidia-gpucomp",
-        "libnvidia-ptxjitcompiler",
-        "libnvidia-fatbinaryloader",
-        "libnvidia-allocator",
-        "libnvidia-compiler",
-        "libnvidia-pkcs11",
-        "libnvidia-pkcs11-openssl3",
-        "libnvidia-nvvm",
-        "libnvidia-tileiras",
-    ),
-    "video": ("libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"),
-    "graphics": (
-        "libnvidia-eglcore",
-        "libnvidia-glcore",
-        "libnvidia-tls",
-        "libnvidia-glsi",
-        "libnvidia-fbc",
-        "libnvidia-ifr",
-        "libnvidia-rtcore",
-        "libnvoptix",
-        "libGLX_nvidia",
-        "libEGL_nvidia",
-        "libGLESv2_nvidia",
-        "libGLESv1_CM_nvidia",
-        "libnvidia-glvkspirv",
-        "libnvidia-cbl",
-    ),
-    "ngx": ("libnvidia-ngx",),
-}
-BINARIES: dict[str, tuple[str, ...]] = {
-    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
-    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
-}
-IPC: dict[str, tuple[str, ...]] = {
-    "utility": ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"),
-    "compute": ("/tmp/nvidia-mps",),
-}
 NVML_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
 BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin")
-# Capabilities that pull in others (nvc_info/options.h).
-IMPLIES = {"video": {"compute"}, "display": {"graphics"}}
-
-_BRANDS = {
-    0: "unknown",
-    1: "quadro",
-    2: "tesla",
-    3: "nvs",
-    4: "grid",
-    5: "geforce",
-    6: "titan",
-    7: "nvidiavapps",
-    8: "nvidiavpc",
-    9: "nvidiavcs",
-    10: "nvidiavws",
-    11: "nvidiacloudgaming",
-    12: "quadrortx",
-    13: "nvidiartx",
-    14: "nvidia",
-    15: "geforcertx",
-    16: "titanrtx",
-}
-
 
 class DiscoveryError(RuntimeError):
     """The driver cannot be discovered (no NVML, no driver). One-line message."""
@@ -143,13 +71,6 @@ class DriverFiles:
         return libs, bins, ipc
 
 
-def expand_capabilities(caps: set[str] | frozenset[str]) -> set[str]:
-    out = set(caps)
-    for cap in list(out):
-        out |= IMPLIES.get(cap, set())
-    return out
-
-
 @record
 class Discovery:
     node: NodeFacts
@@ -164,10 +85,6 @@ class Discovery:
             "node": self.node.to_dict(),
             "files": asdict(self.files),
         }
-
-
-def _root(driver_root: str, path: str) -> str:
-    return path if driver_root in ("", "/") else os.path.join(driver_root, path.lstrip("/"))
 
 
 def _real(driver_root: str, path: str) -> str | None:
@@ -196,7 +113,7 @@ def _real(driver_root: str, path: str) -> str | None:
 def ldcache_libraries(driver_root: str = "/") -> list[str]:
     """Library paths listed in the driver root's ld.so.cache (64-bit entries), as the
     driver sees them (without the driver root)."""
-    cache = _root(driver_root, "/etc/ld.so.cache")
+    cache = under(driver_root, "/etc/ld.so.cache")
     ldconfig = next(
         (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), "ldconfig"
     )
@@ -260,11 +177,11 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
                 if real is not None and os.path.isfile(real) and os.access(real, os.X_OK):
                     # the name is the mount's destination: keep the link when it differs
                     keep = os.path.basename(real) == name
-                    found.append(real if keep else _root(driver_root, f"{d}/{name}"))
+                    found.append(real if keep else under(driver_root, f"{d}/{name}"))
                     break
         if found:
             files.binaries[cap] = found
-    fw = _root(driver_root, f"/lib/firmware/nvidia/{driver_version}")
+    fw = under(driver_root, f"/lib/firmware/nvidia/{driver_version}")
     with contextlib.suppress(OSError):
         files.firmware = sorted(
             os.path.join(fw, n)
@@ -272,67 +189,27 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
             if n.startswith("gsp") and n.endswith(".bin")
         )
     for cap, paths in IPC.items():
-        found = [_root(driver_root, p) for p in paths if os.path.exists(_root(driver_root, p))]
+        found = [under(driver_root, p) for p in paths if os.path.exists(under(driver_root, p))]
         if found:
             files.ipc[cap] = found
     return files
 
 
 def nvml_facts(driver_root: str = "/") -> NodeFacts:
-    try:
-        import pynvml
-    except ImportError:
-        raise DiscoveryError("nvidia-ml-py is not installed") from None
+    """The node's facts from NVML: the driver root's own NVML for a containerised driver."""
+    library = None
     if driver_root not in ("", "/"):
-        # A containerised driver: its NVML, not whatever the host's loader finds.
-        lib = nvml_library(driver_root)
-        if lib is None:
+        library = nvml_library(driver_root)
+        if library is None:
             raise DiscoveryError(f"no libnvidia-ml.so.1 under the driver root {driver_root}")
-        import ctypes
-
-        try:
-            pynvml.nvmlLib = ctypes.CDLL(lib)
-        except OSError as exc:
-            raise DiscoveryError(f"cannot load {lib}: {exc}") from None
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise DiscoveryError(f"NVML cannot be initialised: {exc}") from None
-
-    try:
-        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
-        cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            try:
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            except pynvml.NVMLError:
-                continue  # a lost GPU cannot be given to a container
-            try:
-                brand = _BRANDS.get(pynvml.nvmlDeviceGetBrand(h), "unknown")
-            except pynvml.NVMLError:
-                brand = "unknown"
-            try:
-                cc = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-                cc_text = f"{cc[0]}.{cc[1]}"
-            except pynvml.NVMLError:
-                cc_text = ""
-            gpus.append(
-                GpuFacts(
-                    index=i,
-                    minor=pynvml.nvmlDeviceGetMinorNumber(h),
-                    uuid=nvml_text(pynvml.nvmlDeviceGetUUID(h)),
-                    pci_bus_id=nvml_text(pynvml.nvmlDeviceGetPciInfo(h).busId),
-                    name=nvml_text(pynvml.nvmlDeviceGetName(h)),
-                    brand=brand,
-                    compute_capability=cc_text,
-                )
-            )
-    finally:
-        pynvml.nvmlShutdown()
-    return NodeFacts(
-        driver_version=driver, cuda_version=cuda_version_text(cuda_int), gpus=tuple(gpus)
-    )
+        with nvml.Session(library) as nv:
+            driver, cuda = nvml.system(nv)
+            # a lost GPU (no handle) cannot be given to a container
+            gpus = tuple(nvml.gpu_facts(nv, i, h) for i, h, _ in nvml.handles(nv) if h is not None)
+    except nvml.NvmlError as exc:
+        raise DiscoveryError(str(exc)) from None
+    return NodeFacts(driver_version=driver, cuda_version=cuda, gpus=gpus)
 
 
 def _ident(path: str) -> list[int] | None:
@@ -354,20 +231,20 @@ def nvml_library(driver_root: str = "/") -> str | None:
 
 def cache_key(driver_root: str = "/") -> dict[str, Any]:
     try:
-        with open(_root(driver_root, "/proc/driver/nvidia/version")) as fh:
-            kernel = parse_driver_version(fh.readline())
+        with open(under(driver_root, "/proc/driver/nvidia/version")) as fh:
+            kernel = parse_version(fh.readline())
     except OSError:
         kernel = None
     # Only an identity to compare: a plain stat, no symlink walk inside the driver root.
     nvml = next(
-        (p for d in NVML_DIRS if os.path.exists(p := _root(driver_root, f"{d}/libnvidia-ml.so.1"))),
+        (p for d in NVML_DIRS if os.path.exists(p := under(driver_root, f"{d}/libnvidia-ml.so.1"))),
         None,
     )
     return {
         "driver_root": driver_root,
         "kernel_driver": kernel,
         "nvml": _ident(nvml) if nvml else None,
-        "ldcache": _ident(_root(driver_root, "/etc/ld.so.cache")),
+        "ldcache": _ident(under(driver_root, "/etc/ld.so.cache")),
     }
 
 
@@ -450,41 +327,3 @@ def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Disc
     with contextlib.suppress(OSError):  # read-only /var/cache: correct, only slower next time
         write_cache(d, cache_file)
     return d
-
-
-@record(frozen=True)
-class DeviceNode:
-    path: str  # in the container
-    host_path: str
-    major: int
-    minor: int
-    mode: int
-    uid: int
-    gid: int
-
-
-def device_node(path: str, dev_root: str = "/") -> DeviceNode | None:
-    """Stat a character device on the host; None when missing or not a char device."""
-    host = _root(dev_root, path)
-    try:
-        st = os.stat(host)
-    except OSError:
-        return None
-    if not stat.S_ISCHR(st.st_mode):
-        return None
-    return DeviceNode(
-        path,
-        host,
-        os.major(st.st_rdev),
-        os.minor(st.st_rdev),
-        stat.S_IMODE(st.st_mode),
-        st.st_uid,
-        st.st_gid,
-    )
-
-
-CONTROL_NODES = {
-    "always": ("/dev/nvidiactl",),
-    "compute": ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"),
-    "display": ("/dev/nvidia-modeset",),
-}

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 
-from .discover import CONTROL_NODES, Discovery, device_node, expand_capabilities
-from .facts import GpuFacts
+from .discover import Discovery
+from .nvidia.capabilities import expand_capabilities
+from .nvidia.devices import CONTROL_NODES, Device, gpu_node, stat_device
+from .nvidia.facts import GpuFacts
 from .util.record import asdict, factory, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
@@ -28,17 +30,6 @@ HOOK_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GPUNODE_HOOK=1"]
 
 class EditError(ValueError):
     """The request cannot be satisfied on this node. One-line message."""
-
-
-@record(frozen=True)
-class Device:
-    path: str
-    host_path: str
-    major: int
-    minor: int
-    mode: int
-    uid: int = 0
-    gid: int = 0
 
 
 @record(frozen=True)
@@ -72,13 +63,6 @@ class Edits:
         }
 
 
-def _device(path: str, dev_root: str) -> Device | None:
-    node = device_node(path, dev_root)
-    if node is None:
-        return None
-    return Device(path, node.host_path, node.major, node.minor, node.mode, node.uid, node.gid)
-
-
 def control_devices(caps: set[str], dev_root: str, *, require_ctl: bool = True) -> list[Device]:
     out = []
     wanted = list(CONTROL_NODES["always"])
@@ -87,7 +71,7 @@ def control_devices(caps: set[str], dev_root: str, *, require_ctl: bool = True) 
     if "display" in caps:
         wanted += CONTROL_NODES["display"]
     for path in wanted:
-        dev = _device(path, dev_root)
+        dev = stat_device(path, dev_root)
         if dev is None:
             if path == "/dev/nvidiactl" and require_ctl:
                 raise EditError(
@@ -99,11 +83,11 @@ def control_devices(caps: set[str], dev_root: str, *, require_ctl: bool = True) 
 
 
 def gpu_device(gpu: GpuFacts, dev_root: str) -> Device:
-    dev = _device(f"/dev/nvidia{gpu.minor}", dev_root)
+    dev = stat_device(gpu_node(gpu.minor), dev_root)
     if dev is None:
         raise EditError(
             f"GPU {gpu.index} ({gpu.uuid}, {gpu.pci_bus_id}) has no device node "
-            f"/dev/nvidia{gpu.minor} on this node"
+            f"{gpu_node(gpu.minor)} on this node"
         )
     return dev
 

@@ -72,6 +72,9 @@ import sys
 import time
 
 from . import __version__
+from .nvidia import procfs
+from .nvidia.busid import BusId
+from .nvidia.devices import is_gpu_node
 from .util import elf
 from .util.safepath import (
     UnsafePath,
@@ -800,36 +803,12 @@ def cmd_update_ldcache(args, root_path: str) -> int:
 
 # ------------------------------------------------------------------ mount-proc-driver
 
-_HEX = frozenset("0123456789abcdef")
-
-
 def busid_candidates(busid: str) -> list[str]:
-    """procfs names to try for a PCI bus id (32-bit domain first, then 16-bit).
-
-    Accepts dddd:bb:dd.f with a 4- to 8-digit hex domain (no regex: `re` is avoided on
-    the container start path)."""
-    text = busid.strip().lower()
-    parts = text.split(":")
-    ok = len(parts) == 3 and "." in parts[2]
-    if ok:
-        dom, bus = parts[0], parts[1]
-        dev, _, fn = parts[2].partition(".")
-        ok = (
-            4 <= len(dom) <= 8
-            and len(bus) == 2
-            and len(dev) == 2
-            and len(fn) == 1
-            and fn in "01234567"
-            and set(dom + bus + dev) <= _HEX
-        )
-    if not ok:
-        raise HookError(f"invalid PCI bus id {busid!r}")
-    domain = int(dom, 16)
-    rest = f"{bus}:{dev}.{fn}"
-    names = [f"{domain:08x}:{rest}"]
-    if domain <= 0xFFFF:
-        names.append(f"{domain:04x}:{rest}")
-    return names
+    """procfs names to try for a PCI bus id (32-bit domain first, then 16-bit)."""
+    try:
+        return BusId.parse(busid, strict=True).procfs_names()
+    except ValueError:
+        raise HookError(f"invalid PCI bus id {busid!r}") from None
 
 
 def _read_at(dir_fd: int, name: str) -> bytes | None:
@@ -849,19 +828,6 @@ def _read_at(dir_fd: int, name: str) -> bytes | None:
         return data
     finally:
         os.close(fd)
-
-
-def disable_modify_device_files(params: bytes) -> bytes:
-    lines = params.decode(errors="replace").splitlines()
-    found = False
-    for i, line in enumerate(lines):
-        key, sep, _ = line.partition(":")
-        if sep and key.strip() == "ModifyDeviceFiles":
-            lines[i] = "ModifyDeviceFiles: 0"
-            found = True
-    if not found:
-        lines.append("ModifyDeviceFiles: 0")
-    return ("\n".join(lines) + "\n").encode()
 
 
 def _create_file_at(dir_fd: int, name: str, data: bytes) -> None:
@@ -916,7 +882,7 @@ def cmd_mount_proc_driver(args, root_path: str) -> int:
                 raise HookError(f"GPU {cands[-1]} not found in {host_dir}/gpus")
         files = {n: _read_at(host_fd, n) for n in ("version", "registry", "params")}
         if files["params"] is not None:
-            files["params"] = disable_modify_device_files(files["params"])
+            files["params"] = procfs.set_param(files["params"], "ModifyDeviceFiles", "0")
 
         root_fd = open_root(root_path)
         fds.append(root_fd)
@@ -1055,7 +1021,7 @@ def gpus_from_container_devices(root_path: str, driver_root: str) -> list[str]:
                 if not (name.startswith("nvidia") and suffix.isascii() and suffix.isdigit()):
                     continue
                 st = os.stat(name, dir_fd=dev_fd, follow_symlinks=False)
-                if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195:
+                if is_gpu_node(st):
                     minors.add(os.minor(st.st_rdev))
         finally:
             os.close(dev_fd)
@@ -1066,11 +1032,10 @@ def gpus_from_container_devices(root_path: str, driver_root: str) -> list[str]:
     for bus in sorted(os.listdir(gpus_dir)) if os.path.isdir(gpus_dir) else []:
         try:
             with open(os.path.join(gpus_dir, bus, "information")) as fh:
-                for line in fh:
-                    key, _, value = line.partition(":")
-                    if key.strip() == "Device Minor" and int(value.strip()) in minors:
-                        out.append(bus)
-        except (OSError, ValueError):
+                info = procfs.parse_information(fh.read())
+            if int(info["Device Minor"]) in minors:
+                out.append(bus)
+        except (OSError, KeyError, ValueError):
             continue
     return out
 

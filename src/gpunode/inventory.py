@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import procfs
-from .facts import cuda_version_text, nvml_bus_id, nvml_text
+from .nvidia import nvml, procfs
+from .nvidia.busid import BusId
+from .nvidia.devices import is_gpu_node
+from .nvidia.facts import nvml_text
 
-NVIDIA_MAJOR = 195
 SCHEMA = "gpunode.inventory/v1"
 
 
@@ -79,18 +79,14 @@ def device_node_ok(minor: int, dev_root: Path = Path("/dev")) -> bool:
         st = os.stat(dev_root / f"nvidia{minor}")
     except OSError:
         return False
-    return (
-        stat.S_ISCHR(st.st_mode)
-        and os.major(st.st_rdev) == NVIDIA_MAJOR
-        and os.minor(st.st_rdev) == minor
-    )
+    return is_gpu_node(st, minor)
 
 
-def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-    except pynvml.NVMLError_GpuIsLost:
-        return GpuInfo(index, None, None, None, None, health=["fallen_off_bus"])
+def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuInfo:
+    if h is None:
+        if isinstance(error, pynvml.NVMLError_GpuIsLost):
+            return GpuInfo(index, None, None, None, None, health=["fallen_off_bus"])
+        raise error  # type: ignore[misc]
 
     def opt(fn: Any, *args: Any) -> Any:
         try:
@@ -98,19 +94,18 @@ def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
         except pynvml.NVMLError_NotSupported:
             return None
 
-    pci = pynvml.nvmlDeviceGetPciInfo(h)
+    facts = nvml.gpu_facts(pynvml, index, h)
     mem = pynvml.nvmlDeviceGetMemoryInfo(h)
     gpu = GpuInfo(
         index=index,
-        minor=pynvml.nvmlDeviceGetMinorNumber(h),
-        uuid=nvml_text(pynvml.nvmlDeviceGetUUID(h)),
-        name=nvml_text(pynvml.nvmlDeviceGetName(h)),
-        pci_bus_id=nvml_text(pci.busId),
+        minor=facts.minor,
+        uuid=facts.uuid,
+        name=facts.name,
+        pci_bus_id=facts.pci_bus_id,
         memory_total_mib=mem.total // (1024 * 1024),
         memory_used_mib=mem.used // (1024 * 1024),
+        compute_capability=facts.compute_capability or None,
     )
-    cc = opt(pynvml.nvmlDeviceGetCudaComputeCapability)
-    gpu.compute_capability = f"{cc[0]}.{cc[1]}" if cc else None
     persistence = opt(pynvml.nvmlDeviceGetPersistenceMode)
     gpu.persistence_mode = None if persistence is None else bool(persistence)
     ecc = opt(pynvml.nvmlDeviceGetEccMode)
@@ -163,25 +158,17 @@ def _nvml_gpu(pynvml: Any, index: int) -> GpuInfo:
 def from_nvml() -> Inventory:
     """Inventory through NVML. Raises NoDriver when NVML cannot be loaded or initialised."""
     try:
-        import pynvml
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise NoDriver(f"the NVML bindings (nvidia-ml-py) are not installed: {exc}") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise NoDriver(f"NVML: {exc}") from None
-    try:
-        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
-        nvml_version = nvml_text(pynvml.nvmlSystemGetNVMLVersion())
-        cuda = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
-        gpus = [_nvml_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
-    finally:
-        pynvml.nvmlShutdown()
+        with nvml.Session() as nv:
+            driver, cuda = nvml.system(nv)
+            nvml_version = nvml_text(nv.nvmlSystemGetNVMLVersion())
+            gpus = [_nvml_gpu(nv, i, h, error) for i, h, error in nvml.handles(nv)]
+    except nvml.NvmlError as exc:
+        raise NoDriver(str(exc)) from None
     return Inventory("nvml", driver, cuda, nvml_version, gpus)
 
 
 def from_procfs(
-    proc_root: Path = procfs.PROC_DRIVER_NVIDIA, dev_root: Path = Path("/dev")
+    proc_root: str | os.PathLike = procfs.PROC_DRIVER_NVIDIA, dev_root: Path = Path("/dev")
 ) -> Inventory:
     version, proc_gpus = procfs.read_driver(proc_root)
     if version is None:
@@ -196,13 +183,13 @@ def from_procfs(
                 minor=pg.minor,
                 uuid=pg.uuid,
                 name=pg.model,
-                pci_bus_id=nvml_bus_id(pg.bus_id),
+                pci_bus_id=BusId.parse(pg.bus_id).nvml,
             )
         )
     return Inventory("procfs", version, None, None, gpus)
 
 
-def _cross_check(inv: Inventory, proc_root: Path, dev_root: Path) -> None:
+def _cross_check(inv: Inventory, proc_root: str | os.PathLike, dev_root: Path) -> None:
     """Find GPUs the kernel module knows but that are unusable, and fill in lost GPUs."""
     _, proc_gpus = procfs.read_driver(proc_root)
     proc_sorted = sorted(proc_gpus, key=lambda g: g.bus_id)
@@ -214,7 +201,7 @@ def _cross_check(inv: Inventory, proc_root: Path, dev_root: Path) -> None:
                     "issue": "device_node_missing",
                     "detail": f"/dev/nvidia{pg.minor} is missing or not a 195:{pg.minor} device",
                     "uuid": pg.uuid,
-                    "pci_bus_id": nvml_bus_id(pg.bus_id),
+                    "pci_bus_id": BusId.parse(pg.bus_id).nvml,
                     "minor": pg.minor,
                 }
             )
@@ -222,11 +209,11 @@ def _cross_check(inv: Inventory, proc_root: Path, dev_root: Path) -> None:
         for gpu, pg in zip(inv.gpus, usable, strict=True):
             if gpu.uuid is None:  # lost: NVML gave no handle, the kernel still knows it
                 gpu.uuid, gpu.name, gpu.minor = pg.uuid, pg.model, pg.minor
-                gpu.pci_bus_id = nvml_bus_id(pg.bus_id)
+                gpu.pci_bus_id = BusId.parse(pg.bus_id).nvml
 
 
 def collect(
-    proc_root: Path = procfs.PROC_DRIVER_NVIDIA,
+    proc_root: str | os.PathLike = procfs.PROC_DRIVER_NVIDIA,
     dev_root: Path = Path("/dev"),
     use_nvml: bool = True,
 ) -> Inventory:

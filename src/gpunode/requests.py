@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from gpunode.config import ALL_CAPABILITIES, RuntimeConfig
-from gpunode.facts import GpuFacts, NodeFacts
-
+from .config import RuntimeConfig
+from .nvidia.busid import BusId
+from .nvidia.capabilities import ALL_CAPABILITIES
+from .nvidia.facts import GpuFacts, NodeFacts
 from .util.record import record
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -42,10 +43,6 @@ ENV_MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
 ENV_MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
 
 _MIG_INDEX_RE = re.compile(r"^[0-9]+:[0-9]+$")
-_PCI_RE = re.compile(
-    r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})"
-    r"\.(?P<fn>[0-7])$"
-)
 # What Go's golang.org/x/mod/semver accepts (after a "v" is prepended): vMAJOR, vMAJOR.MINOR
 # or vMAJOR.MINOR.PATCH[-pre][+build], no leading zeros.
 _SEMVER_RE = re.compile(
@@ -511,11 +508,11 @@ def is_privileged(spec: dict) -> bool:
 # --------------------------------------------------------------------------- selection
 
 
-def _pci_key(bus_id: str) -> tuple[int, int, int, int] | None:
-    m = _PCI_RE.fullmatch(bus_id.strip())
-    if not m:
+def _pci_key(bus_id: str) -> BusId | None:
+    try:
+        return BusId.parse(bus_id)
+    except ValueError:
         return None
-    return (int(m["dom"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"]))
 
 
 def _describe(gpus: Sequence[GpuFacts]) -> str:

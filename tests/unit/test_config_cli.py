@@ -9,7 +9,7 @@ import pytest
 
 from gpunode import cli, config, discover, install, nvhook
 from gpunode.discover import Discovery, DriverFiles
-from gpunode.facts import GpuFacts, NodeFacts
+from gpunode.nvidia.facts import GpuFacts, NodeFacts
 
 
 def test_defaults_without_file(tmp_path, monkeypatch):

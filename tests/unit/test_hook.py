@@ -1014,10 +1014,3 @@ def test_busid_candidates():
     for bad in ("0000:07:00", "../0000:07:00.0", "0000:07:00.0/..", ""):
         with pytest.raises(hook.HookError):
             hook.busid_candidates(bad)
-
-
-def test_disable_modify_device_files():
-    assert hook.disable_modify_device_files(PARAMS.encode()).decode() == PARAMS.replace(
-        "ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"
-    )
-    assert hook.disable_modify_device_files(b"A: 1\n") == b"A: 1\nModifyDeviceFiles: 0\n"

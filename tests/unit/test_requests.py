@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpunode.config import ALL_CAPABILITIES, RuntimeConfig
-from gpunode.facts import GpuFacts, NodeFacts
+from gpunode.config import RuntimeConfig
+from gpunode.nvidia.capabilities import ALL_CAPABILITIES
+from gpunode.nvidia.facts import GpuFacts, NodeFacts
 from gpunode.requests import (
     Request,
     RequestError,

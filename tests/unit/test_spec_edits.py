@@ -12,7 +12,7 @@ import yaml
 
 from gpunode import cdi, config, discover, edits, oci, runtime
 from gpunode.discover import Discovery, DriverFiles
-from gpunode.facts import GpuFacts, NodeFacts
+from gpunode.nvidia.facts import GpuFacts, NodeFacts
 
 GPUS = tuple(
     GpuFacts(

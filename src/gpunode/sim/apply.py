@@ -29,12 +29,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import procfs
+from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..profiles import Profile, mock_payload
 from ..util.files import write_atomic
-from . import mocknvml
+from . import mocknvml, procfs
 
-NVIDIA_MAJOR = 195
 # nvidia-uvm asks the kernel for a dynamic major. 510 is outside the range the kernel hands
 # out for built-in drivers here and must match the node container's device-cgroup rule.
 UVM_MAJOR = 510
@@ -104,8 +103,8 @@ def _remove(path: Path, res: Result) -> None:
 def apply_devices(profile: Profile, paths: Paths, res: Result) -> None:
     wanted: dict[str, tuple[int, int]] = {}
     if profile.driver is not None:
-        wanted["nvidiactl"] = (NVIDIA_MAJOR, 255)
-        wanted["nvidia-modeset"] = (NVIDIA_MAJOR, 254)
+        wanted["nvidiactl"] = (NVIDIA_MAJOR, CTL_MINOR)
+        wanted["nvidia-modeset"] = (NVIDIA_MAJOR, MODESET_MINOR)
         wanted["nvidia-uvm"] = (UVM_MAJOR, 0)
         wanted["nvidia-uvm-tools"] = (UVM_MAJOR, 1)
         for gpu in profile.gpus:

@@ -1,22 +1,11 @@
-"""The NVIDIA driver's /proc/driver/nvidia files: their formats, written and read in one place.
-
-Formats follow the kernel module's nv-procfs.c: ``version`` is two lines (``NVRM version:``
-and ``GCC version:``), ``params`` is ``Key: value`` lines, and each GPU has
-``gpus/<dddd:bb:dd.f>/information`` with tab-separated ``Key: value`` lines.
-"""
+"""The simulator's /proc/driver/nvidia files, rendered from a profile in the driver's
+formats (nv-procfs.c); gpunode.nvidia.procfs reads them (and the real driver's) back."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .facts import parse_driver_version
-from .util.record import record
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .profiles import Gpu, Profile
-
-PROC_DRIVER_NVIDIA = Path("/proc/driver/nvidia")
+    from ..profiles import Gpu, Profile
 
 # The leading integer parameters of a real driver's params file, in the driver's order
 # (nvidia-modprobe reads only these leading "Key: int" lines, so order matters).
@@ -101,68 +90,3 @@ def render_information(gpu: Gpu, profile: Profile) -> str:
         rows.append(("GPU Firmware: \t ", profile.driver.version))
     rows.append(("GPU Excluded:\t ", "No"))
     return "".join(f"{label}{value}\n" for label, value in rows)
-
-
-def parse_version(text: str) -> str | None:
-    """The driver version from /proc/driver/nvidia/version, or None."""
-    return parse_driver_version(text)
-
-
-def parse_information(text: str) -> dict[str, str]:
-    """``Key: value`` pairs of a gpus/<bus>/information file (keys as written)."""
-    info: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            info[key.strip()] = value.strip()
-    return info
-
-
-def parse_params(text: str) -> list[tuple[str, str]]:
-    out = []
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out.append((key.strip(), value.strip()))
-    return out
-
-
-@record(frozen=True)
-class ProcGpu:
-    bus_id: str  # as the directory is named: 0000:07:00.0
-    uuid: str
-    model: str
-    minor: int | None
-
-
-def read_driver(root: Path = PROC_DRIVER_NVIDIA) -> tuple[str | None, list[ProcGpu]]:
-    """Read driver version and GPUs from a /proc/driver/nvidia tree.
-
-    Returns (None, []) when the tree does not exist (no driver loaded, or inside a
-    container that was not given one).
-    """
-    try:
-        version = parse_version((root / "version").read_text())
-    except OSError:
-        return None, []
-    gpus = []
-    gpus_dir = root / "gpus"
-    try:
-        entries = sorted(gpus_dir.iterdir())
-    except OSError:
-        entries = []
-    for entry in entries:
-        try:
-            info = parse_information((entry / "information").read_text())
-        except OSError:
-            continue
-        minor_text = info.get("Device Minor", "")
-        gpus.append(
-            ProcGpu(
-                bus_id=entry.name,
-                uuid=info.get("GPU UUID", ""),
-                model=info.get("Model", ""),
-                minor=int(minor_text) if minor_text.isdigit() else None,
-            )
-        )
-    return version, gpus

@@ -1,12 +1,13 @@
 """Facts about a node's driver and GPUs, as the runtime needs them.
 
 Kept small and JSON-serialisable: the runtime reads them from the inventory cache on every
-container create instead of initialising NVML (see gpunode.discover).
+container create instead of initialising NVML (see gpunode.runtime.discovery).
 """
 
 from __future__ import annotations
 
-from .util.record import asdict, factory, fields, record
+from ..util.record import asdict, factory, fields, record
+from .busid import BusId
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -23,37 +24,6 @@ def cuda_version_text(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
 
-def nvml_bus_id(procfs_bus: str) -> str:
-    """0000:07:00.0 (the /proc/driver/nvidia/gpus name) -> 00000000:07:00.0 (NVML's)."""
-    dom, _, rest = procfs_bus.partition(":")
-    return f"{int(dom, 16):08X}:{rest.upper()}"
-
-
-def procfs_bus_id(nvml_bus: str) -> str:
-    """00000000:07:00.0 (NVML's) -> 0000:07:00.0 (the /proc/driver/nvidia/gpus name)."""
-    dom, _, rest = nvml_bus.partition(":")
-    return f"{int(dom, 16):04x}:{rest.lower()}"
-
-
-def parse_driver_version(text: str) -> str | None:
-    """The driver version from /proc/driver/nvidia/version, or None.
-
-    The token after "Kernel Module" (proprietary) or the architecture (open module).
-    Parsed without `re`, which is kept off the container start path.
-    """
-    for line in text.splitlines():
-        if not line.startswith("NVRM version:"):
-            continue
-        words = line.split()
-        for i, word in enumerate(words[:-1]):
-            if word in ("Module", "x86_64", "aarch64"):
-                candidate = words[i + 1]
-                parts = candidate.split(".")
-                if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
-                    return candidate
-    return None
-
-
 @record(frozen=True)
 class GpuFacts:
     index: int
@@ -67,7 +37,7 @@ class GpuFacts:
     @property
     def procfs_bus_id(self) -> str:
         """The /proc/driver/nvidia/gpus directory name: 0000:07:00.0."""
-        return procfs_bus_id(self.pci_bus_id)
+        return BusId.parse(self.pci_bus_id).procfs
 
 
 @record(frozen=True)

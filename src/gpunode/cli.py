@@ -53,7 +53,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from . import profiles
+    from .sim import profiles
 
     if args.action == "list":
         for name in profiles.builtin_names():
@@ -74,7 +74,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from .sim import apply as sim_apply
 
     if args.action == "apply-local":
-        from .profiles import load_profile
+        from .sim.profiles import load_profile
 
         if os.geteuid() != 0:
             raise UsageError("gpunode sim apply-local must run as root (it creates device nodes)")
@@ -377,11 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from .config import ConfigError
     from .discover import DiscoveryError
-    from .profiles import ProfileError
     from .sim.cluster import SimError
     from .sim.docker import DockerError
     from .sim.images import ImageError
     from .sim.mocknvml import MockBuildError
+    from .sim.profiles import ProfileError
 
     return (
         ConfigError,
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         from .engines import EngineConfigError, EngineRunError
-        from .profiles import ProfileError
+        from .sim.profiles import ProfileError
 
         if os.environ.get("GPUNODE_DEBUG"):
             raise

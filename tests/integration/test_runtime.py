@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.profiles import load_profile
 from gpunode.sim.docker import docker
+from gpunode.sim.profiles import load_profile
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from gpunode.profiles import load_profile
+from gpunode.sim.profiles import load_profile
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpunode.profiles import load_profile
+from gpunode.sim.profiles import load_profile
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,13 +9,13 @@ import textwrap
 
 import pytest
 
-from gpunode.profiles import load_profile
+from gpunode.sim.profiles import load_profile
 
 APPLY_THEN_INVENTORY = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    from gpunode.profiles import load_profile
+    from gpunode.sim.profiles import load_profile
     from gpunode.sim.apply import Paths, apply_profile
     from gpunode.cli import main
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
-from ..profiles import Profile, mock_payload
 from ..util.files import write_atomic
 from . import mocknvml, procfs
+from .profiles import Profile, mock_payload
 
 # nvidia-uvm asks the kernel for a dynamic major. 510 is outside the range the kernel hands
 # out for built-in drivers here and must match the node container's device-cgroup rule.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..profiles import Gpu, Profile
+    from .profiles import Gpu, Profile
 
 # The leading integer parameters of a real driver's params file, in the driver's order
 # (nvidia-modprobe reads only these leading "Key: int" lines, so order matters).

@@ -1,8 +1,8 @@
 """The simulator's /proc/driver/nvidia files: what it writes is what the parsers read."""
 
 from gpunode.nvidia import procfs
-from gpunode.profiles import load_profile
 from gpunode.sim import procfs as render
+from gpunode.sim.profiles import load_profile
 
 
 def test_rendered_files_parse_back():

@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from gpunode.profiles import (
+from gpunode.sim.profiles import (
     FAULTS,
     BusId,
     ProfileError,

@@ -33,6 +33,9 @@ from typing import Any
 
 import yaml
 
+from ..nvidia.busid import BusId
+from ..nvidia.nvml import BRANDS
+
 FAULTS = {
     "fallen_off_bus": "the GPU fell off the bus: NVML reports GPU_IS_LOST",
     "ecc_uncorrectable": "uncorrectable (double-bit) ECC errors counted",
@@ -42,36 +45,12 @@ FAULTS = {
     "device_node_missing": "the /dev/nvidia<minor> node was not created",
 }
 
-BRANDS = {
-    "unknown": 0,
-    "quadro": 1,
-    "tesla": 2,
-    "nvs": 3,
-    "grid": 4,
-    "geforce": 5,
-    "titan": 6,
-    "nvidiavapps": 7,
-    "nvidiavpc": 8,
-    "nvidiavcs": 9,
-    "nvidiavws": 10,
-    "nvidiacloudgaming": 11,
-    "quadrortx": 12,
-    "nvidiartx": 13,
-    "nvidia": 14,
-    "geforcertx": 15,
-    "titanrtx": 16,
-}
-
 # nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).
 _ARCH_BY_CC = {3: 2, 5: 3, 6: 4, 7: 5, 8: 7, 9: 9, 10: 10, 12: 10}
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _UUID_RE = re.compile(
     r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
-)
-_BUS_RE = re.compile(
-    r"^(?:(?P<dom>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$",
-    re.IGNORECASE,
 )
 _VERSION_RE = re.compile(r"^\d+(\.\d+){1,2}$")
 _CUDA_RE = re.compile(r"^(\d+)\.(\d+)$")
@@ -106,31 +85,6 @@ DRIVER_KEYS = {"version", "cuda_version", "kernel_module"}
 
 class ProfileError(ValueError):
     """A profile is invalid. The message is one line naming the value and what is accepted."""
-
-
-@dataclass(frozen=True)
-class BusId:
-    domain: int
-    bus: int
-    device: int
-    function: int
-
-    @classmethod
-    def parse(cls, text: str) -> BusId:
-        m = _BUS_RE.match(text.strip())
-        if not m:
-            raise ValueError(text)
-        return cls(int(m["dom"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"]))
-
-    @property
-    def nvml(self) -> str:
-        """NVML's form: ``00000000:07:00.0``."""
-        return f"{self.domain:08X}:{self.bus:02X}:{self.device:02X}.{self.function:X}"
-
-    @property
-    def procfs(self) -> str:
-        """The kernel's form, used as the /proc/driver/nvidia/gpus directory: ``0000:07:00.0``."""
-        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}.{self.function:x}"
 
 
 @dataclass(frozen=True)

@@ -109,11 +109,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_cdi(args: argparse.Namespace) -> int:
-    from . import cdi, config, discover
+    from .runtime import cdi, config, plan
 
     cfg = config.load(args.config)
-    disc = discover.load(cfg.cache_file, cfg.driver_root, refresh=True)
-    spec = cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root, ldconfig=cfg.ldconfig)
+    spec = plan.cdi_spec(cfg)
     if args.install:
         if args.output:
             raise UsageError("gpunode cdi generate: --install and --output exclude each other")
@@ -140,11 +139,11 @@ def cmd_cdi(args: argparse.Namespace) -> int:
 
 
 def cmd_runtime(args: argparse.Namespace) -> int:
-    from . import config, discover
+    from .runtime import config, discovery
 
     if args.action == "refresh":
         cfg = config.load(args.config)
-        disc = discover.load(cfg.cache_file, cfg.driver_root, refresh=True)
+        disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
         result = {
             "cache_file": cfg.cache_file,
             "driver_version": disc.node.driver_version,
@@ -192,7 +191,9 @@ def cmd_runtime(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from . import config, discover, edits, requests
+    from .runtime import config, plan
+    from .runtime.edits import EditError
+    from .runtime.request import RequestError, parse_request
 
     cfg = config.load(args.config)
     env = []
@@ -214,7 +215,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         annotations[key] = value
     out: dict[str, object] = {}
     try:
-        req = requests.parse_request(
+        req = parse_request(
             env, privileged=args.privileged, mounts=mounts, annotations=annotations, cfg=cfg
         )
         out["gpu_container"] = req.is_gpu
@@ -226,23 +227,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
             "requirements": list(req.requirements),
             "legacy": req.legacy,
         }
-        if req.is_gpu:
-            disc = discover.load(cfg.cache_file, cfg.driver_root)
-            selected = requests.select_gpus(req, disc.node.gpus)
-            requests.check_requirements(req, disc.node, selected, cfg)
+        p = plan.make(req, cfg, args.rootfs)
+        if p.edits is not None:
             out["selected"] = [
-                {"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in selected
+                {"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in p.selected
             ]
-            out["edits"] = edits.build(
-                disc,
-                req.capabilities,
-                selected,
-                hook_path=cfg.hook_path,
-                dev_root=cfg.dev_root,
-                rootfs=args.rootfs,
-                ldconfig=cfg.ldconfig,
-            ).to_dict()
-    except (requests.RequestError, edits.EditError, discover.DiscoveryError) as exc:
+            out["edits"] = p.edits.to_dict()
+    except (RequestError, EditError) as exc:
         out["error"] = str(exc)
     if args.json:
         _print_json(out)
@@ -375,8 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from .config import ConfigError
-    from .discover import DiscoveryError
+    from .runtime.config import ConfigError
+    from .runtime.discovery import DiscoveryError
     from .sim.cluster import SimError
     from .sim.docker import DockerError
     from .sim.images import ImageError

@@ -1,5 +1,8 @@
 """Fixtures shared by the unit tests of several packages."""
 
+import shutil
+import subprocess
+
 import pytest
 
 
@@ -12,3 +15,19 @@ def real_information() -> str:
         "DMA Mask: \t 0x7fffffffffff\nBus Location: \t 0000:00:1e.0\nDevice Minor: \t 3\n"
         "GPU Excluded:\t No\n"
     )
+
+
+@pytest.fixture
+def shared_lib(tmp_path):
+    """Build a tiny shared library: shared_lib(name, *ldflags) -> its path (gcc needed)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not available")
+
+    def build(name: str, *ldflags: str):
+        src = tmp_path / "lib.c"
+        src.write_text("int gpunode_test(void) { return 1; }\n")
+        out = tmp_path / name
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), *ldflags], check=True)
+        return out
+
+    return build

@@ -7,56 +7,10 @@ import os
 
 import pytest
 
-from gpunode import cli, config, discover, install, nvhook
-from gpunode.discover import Discovery, DriverFiles
+from gpunode import cli, install
 from gpunode.nvidia.facts import GpuFacts, NodeFacts
-
-
-def test_defaults_without_file(tmp_path, monkeypatch):
-    monkeypatch.delenv("GPUNODE_RUNTIME_CONFIG", raising=False)
-    monkeypatch.setattr(config, "DEFAULT_PATH", tmp_path / "none.toml")
-    cfg = config.load()
-    assert cfg.runtimes == ["runc", "crun"] and cfg.source == "<defaults>"
-
-
-def test_full_file(tmp_path):
-    f = tmp_path / "runtime.toml"
-    f.write_text(
-        'runtimes = ["crun"]\nlog-level = "debug"\ndriver-root = "/run/nvidia/driver"\n'
-        "accept-envvar-unprivileged = false\naccept-volume-mounts = true\n"
-        'default-capabilities = ["utility"]\n'
-    )
-    cfg = config.load(f)
-    assert cfg.runtimes == ["crun"] and cfg.log_level == "debug"
-    assert cfg.driver_root == "/run/nvidia/driver"
-    assert cfg.accept_envvar_unprivileged is False and cfg.accept_volume_mounts is True
-
-
-@pytest.mark.parametrize(
-    ("text", "expect"),
-    [
-        ("runtimes = 'runc'\n", "runtimes = 'runc' is not valid; expected a list of strings"),
-        ("log-level = 'loud'\n", "log-level 'loud' is not one of debug, info, warning, error"),
-        ("colour = 1\n", "unknown key 'colour'; accepted keys: accept-envvar-unprivileged"),
-        ("accept-volume-mounts = 'yes'\n", "expected true or false"),
-        ("default-capabilities = ['warp']\n", "default-capabilities has 'warp'"),
-        ("driver-root = 'relative'\n", "driver-root 'relative' must be an absolute path"),
-        ("runtimes = [\n", "not valid TOML"),
-        ("runtimes = []\n", "runtimes is empty"),
-    ],
-)
-def test_bad_config_is_one_line(tmp_path, text, expect):
-    f = tmp_path / "runtime.toml"
-    f.write_text(text)
-    with pytest.raises(config.ConfigError) as err:
-        config.load(f)
-    assert expect in str(err.value) and "\n" not in str(err.value)
-
-
-def test_explicit_missing_config(tmp_path):
-    with pytest.raises(config.ConfigError, match="does not exist"):
-        config.load(tmp_path / "missing.toml")
-
+from gpunode.runtime import discovery, shim
+from gpunode.runtime.discovery import Discovery, DriverFiles
 
 GPU = GpuFacts(
     0, 0, "GPU-00000000-0000-4000-8000-000000000000", "00000000:10:00.0", "Tesla T4", "tesla", "7.5"
@@ -81,7 +35,7 @@ def fake_node(tmp_path, monkeypatch):
         DriverFiles(libraries={"utility": ["/usr/lib/libnvidia-ml.so.535.261.03"]}),
         key={},
     )
-    monkeypatch.setattr(discover, "load", lambda *a, **k: disc)
+    monkeypatch.setattr(discovery, "load", lambda *a, **k: disc)
     return cfg_file
 
 
@@ -166,14 +120,6 @@ def test_runtime_configure_dangling_symlink_is_bad_input(tmp_path, capsys):
         "not exist; create the target or remove the link; left unchanged"
     ]
     assert not (tmp_path / "gone").exists()
-
-
-def test_nvidia_hook_stand_in_fails_clearly(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(nvhook, "NVIDIA_DIRS", ())  # no NVIDIA toolkit here
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert nvhook.main(["nvidia-container-runtime-hook", "prestart"]) == 1
-    assert "runtime is not gpunode" in capsys.readouterr().err
-    assert nvhook.main(["nvidia-container-runtime-hook", "poststop"]) == 0
 
 
 def test_install_links_respects_nvidia_toolkit(tmp_path, monkeypatch):
@@ -269,13 +215,11 @@ GPU_SPEC = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}})
     ],
 )
 def test_sh_dispatcher_matches_the_python_runtime(tmp_path, argv, spec, config, expect):
-    from gpunode import runtime
-
     assert _dispatch(tmp_path, argv, spec, config) == expect
     if expect == "runc" and not config:
         # the Python runtime would have made the same decision
-        parsed = runtime.parse_args(["rt", *argv])
-        assert not parsed[0] or runtime.surely_not_gpu(spec.encode(), config)
+        parsed = shim.parse_args(["rt", *argv])
+        assert not parsed[0] or shim.surely_not_gpu(spec.encode(), config)
 
 
 def test_cdi_generate_install_uses_the_first_spec_dir(fake_node, tmp_path, capsys):
@@ -290,151 +234,7 @@ def test_cdi_generate_install_uses_the_first_spec_dir(fake_node, tmp_path, capsy
     assert cli.main([*args, "--output", "/x.yaml"]) == 2
 
 
-def test_cdi_spec_dirs_must_be_absolute(tmp_path):
-    f = tmp_path / "runtime.toml"
-    f.write_text('cdi-spec-dirs = ["cdi"]\n')
-    with pytest.raises(config.ConfigError, match="must list absolute directories"):
-        config.load(f)
 
 
-# ------------------------------------------------------- low-level runtime exec (item 9)
 
 
-def _runtime_subprocess(tmp_path, runtimes, argv):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    conf = tmp_path / "runtime.toml"
-    conf.write_text(f"runtimes = {json.dumps(runtimes)}\nlog-file = ''\n")
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "GPUNODE_RUNTIME_CONFIG": str(conf)}
-    return subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-
-
-@pytest.fixture
-def bad_runtimes(tmp_path):
-    """Entries execve refuses: a directory, a non-executable format, a missing interpreter."""
-    d = tmp_path / "rt-dir"
-    d.mkdir()
-    garbage = tmp_path / "rt-garbage"
-    garbage.write_bytes(b"\x00\x01not an executable format\n")
-    garbage.chmod(0o755)
-    nointerp = tmp_path / "rt-nointerp"
-    nointerp.write_text("#!/nonexistent/interpreter\n")
-    nointerp.chmod(0o755)
-    return [str(d), str(garbage), str(nointerp)]
-
-
-@pytest.mark.parametrize("command", ["start", "create"])
-def test_runtime_skips_entries_that_cannot_be_executed(tmp_path, bad_runtimes, command):
-    good = tmp_path / "rt-good"
-    good.write_text('#!/bin/sh\necho fake-runc "$@"\n')
-    good.chmod(0o755)
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    (bundle / "config.json").write_text(PLAIN)
-    argv = [command, "--bundle", str(bundle), "id"] if command == "create" else [command, "id"]
-    proc = _runtime_subprocess(tmp_path, [*bad_runtimes, str(good)], argv)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["fake-runc", *argv]
-
-
-@pytest.mark.parametrize("log_format", ["json", "text"])
-def test_runtime_exec_failure_is_one_line_and_logged(tmp_path, bad_runtimes, log_format):
-    log = tmp_path / "runc.log"
-    argv = ["--log", str(log), "--log-format", log_format, "delete", "id"]
-    proc = _runtime_subprocess(tmp_path, bad_runtimes, argv)
-    assert proc.returncode == 1
-    (line,) = proc.stderr.splitlines()
-    assert line.startswith(
-        "gpunode-container-runtime: error: no low-level OCI runtime could be run from runtimes "
-    ), line
-    assert f"{bad_runtimes[0]}: is a directory" in line
-    assert f"{bad_runtimes[1]}: Exec format error" in line
-    assert f"{bad_runtimes[2]}: No such file or directory" in line
-    (logged,) = log.read_text().splitlines()
-    message = line.removeprefix("gpunode-container-runtime: error: ")
-    if log_format == "json":
-        assert json.loads(logged)["level"] == "error" and json.loads(logged)["msg"] == message
-    else:
-        assert "level=error" in logged and message in logged
-
-
-# ------------------------------------- NVIDIA's hook installed after gpunode ("Also")
-
-
-def _stand_in(path):
-    """gpunode's stand-in as install-links/pip put it on PATH: a launcher of gpunode.nvhook."""
-    import sys
-    from pathlib import Path
-
-    src = Path(__file__).resolve().parents[2] / "src"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(src)!r})\n"
-        "from gpunode.nvhook import main\nsys.exit(main())\n"
-    )
-    path.chmod(0o755)
-    return path
-
-
-def _fake_nvidia_hook(path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        '#!/bin/sh\necho "nvidia-hook $*"; cat; echo; echo "chained=$GPUNODE_NVHOOK_CHAINED"\n'
-    )
-    path.chmod(0o755)
-    return path
-
-
-def test_nvidia_toolkit_installed_later_is_not_shadowed(tmp_path):
-    """gpunode's link comes first on PATH (installed before NVIDIA's toolkit): a runc
-    container with --gpus still gets NVIDIA's own hook, with the same argv and stdin."""
-    import subprocess
-
-    ours = _stand_in(tmp_path / "usr-local-bin" / nvhook.NAME)
-    _fake_nvidia_hook(tmp_path / "usr-bin" / nvhook.NAME)
-    env = {"PATH": f"{ours.parent}:{tmp_path / 'usr-bin'}:/usr/bin:/bin"}
-    proc = subprocess.run(
-        [str(ours), "prestart"],
-        input='{"pid": 42, "bundle": "/b"}',
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [
-        "nvidia-hook prestart",
-        '{"pid": 42, "bundle": "/b"}',
-        "chained=1",
-    ]
-
-
-def test_nvidia_hook_stand_in_never_chains_to_itself(tmp_path, monkeypatch, capsys):
-    # Other copies of gpunode's stand-in (another venv, a copy) are not NVIDIA's hook.
-    monkeypatch.setattr(nvhook, "NVIDIA_DIRS", ())
-    monkeypatch.setenv("PATH", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
-    _stand_in(tmp_path / "a" / nvhook.NAME)
-    _stand_in(tmp_path / "b" / nvhook.NAME)
-    assert nvhook.nvidia_hook() is None
-    assert nvhook.main([nvhook.NAME, "prestart"]) == 1
-    assert "runtime is not gpunode" in capsys.readouterr().err
-    # and once chained, never again (whatever is on PATH)
-    nvidia = _fake_nvidia_hook(tmp_path / "c" / nvhook.NAME)
-    monkeypatch.setenv("PATH", str(nvidia.parent))
-    assert nvhook.nvidia_hook() == str(nvidia)
-    monkeypatch.setenv(nvhook.CHAINED, "1")
-    assert nvhook.main([nvhook.NAME, "prestart"]) == 1
-    # NVIDIA's install locations are searched after PATH
-    monkeypatch.setenv("PATH", str(tmp_path / "a"))
-    monkeypatch.setattr(nvhook, "NVIDIA_DIRS", (str(nvidia.parent),))
-    assert nvhook.nvidia_hook() == str(nvidia)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from gpunode import edits, hook, install, oci
+from gpunode import hook, install
+from gpunode.runtime import edits, oci
 from gpunode.util import safepath
 
 SRC = Path(__file__).resolve().parents[2] / "src"

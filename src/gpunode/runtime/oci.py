@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from ..util import files
 from .edits import Edits
-from .util import files
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:

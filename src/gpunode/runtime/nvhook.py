@@ -29,7 +29,7 @@ def _is_gpunode(path: str) -> bool:
     """gpunode's own stand-in (a Python launcher importing this module), by content."""
     try:
         with open(path, "rb") as fh:
-            return b"gpunode.nvhook" in fh.read(4096)
+            return b"gpunode.runtime.nvhook" in fh.read(4096)
     except OSError:
         return True  # unreadable: never exec it
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpunode.config import RuntimeConfig
 from gpunode.nvidia.capabilities import ALL_CAPABILITIES
 from gpunode.nvidia.facts import GpuFacts, NodeFacts
-from gpunode.requests import (
+from gpunode.runtime.config import RuntimeConfig
+from gpunode.runtime.request import (
     Request,
     RequestError,
     check_requirements,

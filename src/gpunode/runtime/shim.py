@@ -9,6 +9,10 @@ even when discovery is broken or the driver is gone.
 
 This module imports only ``os`` and ``sys`` at load time: ``start``, ``state``, ``delete``
 and the rest go straight to execve.
+
+Its public surface for `gpunode runtime install-links`, which generates the POSIX sh first
+stage from it (gpunode.cli.install): ``VALUE_OPTS``, ``REQUEST_MARKERS`` and
+``DEFAULT_RUNTIMES``.
 """
 
 import os
@@ -18,7 +22,7 @@ PROG = "gpunode-container-runtime"
 DEFAULT_RUNTIMES = ("runc", "crun")
 # Options (runc's global ones and create's) that take a value, without leading dashes:
 # their values are never mistaken for the `create` subcommand. runc accepts -x and --x.
-_VALUE_OPTS = {
+VALUE_OPTS = {
     "root",
     "log",
     "log-format",
@@ -66,7 +70,7 @@ def parse_args(argv):
         arg = argv[i]
         if arg.startswith("-") and arg not in ("-", "--"):
             name, eq, value = arg.lstrip("-").partition("=")
-            if name in _VALUE_OPTS:
+            if name in VALUE_OPTS:
                 if not eq:
                     i += 1
                     value = argv[i] if i < len(argv) else ""
@@ -156,61 +160,36 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     the caller has already read them."""
     import json
 
-    from . import discover, edits, oci, requests
+    from . import oci, plan
 
     path = os.path.join(bundle, "config.json")
     if raw is None:
         with open(path, "rb") as fh:
             raw = fh.read()
     spec = json.loads(raw)
-    process = spec.get("process") or {}
-    request = requests.parse_request(
-        process.get("env") or [],
-        privileged=requests.is_privileged(spec),
-        mounts=spec.get("mounts") or [],
-        annotations=spec.get("annotations") or {},
-        cfg=cfg,
-    )
+    request = plan.request_from_spec(spec, cfg)
     removed_hooks = oci.remove_nvidia_hooks(spec)
     if not request.is_gpu:
         if removed_hooks:
             # Docker's --gpus hook with no GPU request: drop the hook, nothing else.
             oci.write_atomic(path, spec)
         return None
-    try:
-        disc = discover.load(cfg.cache_file, cfg.driver_root)
-    except discover.DiscoveryError as exc:
-        raise edits.EditError(
-            f"GPUs requested but the NVIDIA driver is not usable: {exc}"
-        ) from None
-    selected = requests.select_gpus(request, disc.node.gpus)
-    requests.check_requirements(request, disc.node, selected, cfg)
-    root = (spec.get("root") or {}).get("path", "rootfs")
-    rootfs = root if os.path.isabs(root) else os.path.join(bundle, root)
-    e = edits.build(
-        disc,
-        request.capabilities,
-        selected,
-        hook_path=cfg.hook_path,
-        dev_root=cfg.dev_root,
-        rootfs=rootfs,
-        ldconfig=cfg.ldconfig,
-    )
-    oci.apply(spec, e)
+    p = plan.make(request, cfg, plan.rootfs_of(spec, bundle))
+    oci.apply(spec, p.edits)
     oci.write_atomic(path, spec)
     summary = (
-        f"GPUs {[g.index for g in selected]} "
-        f"({', '.join(g.uuid for g in selected) or 'none'}), "
+        f"GPUs {[g.index for g in p.selected]} "
+        f"({', '.join(g.uuid for g in p.selected) or 'none'}), "
         f"capabilities {','.join(sorted(request.capabilities))}, "
-        f"{len(e.devices)} devices, {len(e.mounts)} mounts, discovery "
-        f"{'cached' if disc.from_cache else 'fresh'}"
+        f"{len(p.edits.devices)} devices, {len(p.edits.mounts)} mounts, discovery "
+        f"{'cached' if p.discovery.from_cache else 'fresh'}"
     )
     log("info", f"{bundle}: {summary}")
     return summary
 
 
 # Byte strings whose absence proves a spec makes no GPU request (see surely_not_gpu).
-_REQUEST_MARKERS = (
+REQUEST_MARKERS = (
     b"NVIDIA_VISIBLE_DEVICES",
     b"CUDA_VERSION",
     b"nvidia-container-devices",
@@ -229,7 +208,7 @@ def surely_not_gpu(raw, config_exists):
     import alone (via re) costs more than the 3% budget for containers without GPUs.
     Any occurrence anywhere, even in an argument, sends the spec down the full path.
     """
-    if any(m in raw for m in _REQUEST_MARKERS):
+    if any(m in raw for m in REQUEST_MARKERS):
         return False
     return not (config_exists and b'"annotations"' in raw)
 
@@ -260,7 +239,7 @@ def main(argv=None):
         )
     except Exception as exc:  # every failure becomes one line for `docker run` to show
         from .edits import EditError
-        from .requests import RequestError
+        from .request import RequestError
 
         message = (
             str(exc)

@@ -13,63 +13,71 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .discover import Discovery
-from .edits import HOOK_ENV, control_devices, file_mounts, gpu_device, hook_args
-from .nvidia.capabilities import ALL_CAPABILITIES
-from .util.files import write_atomic
+from ..nvidia.capabilities import ALL_CAPABILITIES
+from ..util.files import write_atomic
+from .discovery import Discovery
+from .edits import EditError, Edits, build, gpu_device
 
 KIND = "nvidia.com/gpu"
-ALL_CAPS = set(ALL_CAPABILITIES)
 
 
-def _node(dev) -> dict[str, Any]:
-    entry: dict[str, Any] = {"path": dev.path}
-    if dev.host_path != dev.path:
-        entry["hostPath"] = dev.host_path
-    return entry
+def container_edits(edits: Edits) -> dict[str, Any]:
+    """An Edits value as CDI containerEdits (the keys it needs, in CDI's order)."""
+    out: dict[str, Any] = {}
+    if edits.env:
+        out["env"] = list(edits.env)
+    if edits.devices:
+        out["deviceNodes"] = [
+            {"path": d.path} | ({"hostPath": d.host_path} if d.host_path != d.path else {})
+            for d in edits.devices
+        ]
+    if edits.mounts:
+        out["mounts"] = [
+            {"hostPath": m.source, "containerPath": m.destination, "options": list(m.options)}
+            for m in edits.mounts
+        ]
+    if edits.hooks:
+        out["hooks"] = [
+            {
+                "hookName": "createContainer",
+                "path": h.path,
+                "args": list(h.args),
+                "env": list(h.env),
+            }
+            for h in edits.hooks
+        ]
+    return out
 
 
 def generate(
-    disc: Discovery,
-    *,
-    hook_path: str,
-    dev_root: str = "/",
-    libdir: str = "/usr/lib/x86_64-linux-gnu",
-    ldconfig: str = "",
+    disc: Discovery, *, hook_path: str, dev_root: str = "/", ldconfig: str = ""
 ) -> dict[str, Any]:
+    """The spec: one device per GPU with a device node (by index and by UUID) and "all";
+    the common edits are what a container with every capability gets, GPUs left to the
+    device nodes the engine creates."""
     devices = []
     gpu_nodes = []
     for gpu in disc.node.gpus:
         try:
-            node = _node(gpu_device(gpu, dev_root))
-        except ValueError:
+            node = gpu_device(gpu, dev_root)
+        except EditError:
             continue  # no device node: the GPU cannot be handed out, so it is not listed
         gpu_nodes.append(node)
         for name in (str(gpu.index), gpu.uuid):
-            devices.append({"name": name, "containerEdits": {"deviceNodes": [node]}})
+            devices.append({"name": name, "containerEdits": container_edits(Edits([node]))})
     if gpu_nodes:
-        devices.append({"name": "all", "containerEdits": {"deviceNodes": gpu_nodes}})
-    controls = [_node(d) for d in control_devices({"compute", "display"}, dev_root)]
-    mounts = [
-        {"hostPath": m.source, "containerPath": m.destination, "options": list(m.options)}
-        for m in file_mounts(disc, ALL_CAPS - {"compat32"}, libdir)
-    ]
-    args = [*hook_args(disc, ALL_CAPS, libdir, None, ldconfig), "--proc-driver"]
-    edits: dict[str, Any] = {
-        # Neutralise a legacy NVIDIA hook that might also be configured for this engine.
-        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-        "deviceNodes": controls,
-        "mounts": mounts,
-        "hooks": [
-            {
-                "hookName": "createContainer",
-                "path": hook_path,
-                "args": ["gpunode-hook", "configure", *args],
-                "env": list(HOOK_ENV),
-            }
-        ],
+        devices.append({"name": "all", "containerEdits": container_edits(Edits(gpu_nodes))})
+    common = build(
+        disc, set(ALL_CAPABILITIES), None, hook_path=hook_path, dev_root=dev_root, ldconfig=ldconfig
+    )
+    # Neutralise a legacy NVIDIA hook that might also be configured for this engine.
+    common.env.append("NVIDIA_VISIBLE_DEVICES=void")
+    spec = {
+        "cdiVersion": "0.3.0",
+        "kind": KIND,
+        "devices": devices,
+        "containerEdits": container_edits(common),
     }
-    spec = {"cdiVersion": "0.3.0", "kind": KIND, "devices": devices, "containerEdits": edits}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 

@@ -30,15 +30,15 @@ ldconfig = ""
 ```
 
 With a ``driver-root`` other than ``/`` the driver's files, NVML and /proc/driver/nvidia are
-looked up under it (see gpunode.discover); device nodes come from ``dev-root``.
+looked up under it (see gpunode.runtime.discovery); device nodes come from ``dev-root``.
 """
 
 from __future__ import annotations
 
 import os
 
-from .nvidia.capabilities import ALL_CAPABILITIES
-from .util.record import factory, fields, record
+from ..nvidia.capabilities import ALL_CAPABILITIES
+from ..util.record import factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:

@@ -26,12 +26,11 @@ import contextlib
 import json
 import os
 
-from .nvidia import nvml
-from .nvidia.capabilities import BINARIES, IPC, LIBRARIES, expand_capabilities
-from .nvidia.devices import under
-from .nvidia.facts import NodeFacts
-from .nvidia.procfs import parse_version
-from .util.record import asdict, factory, fields, record
+from ..nvidia.capabilities import BINARIES, IPC, LIBRARIES, expand_capabilities
+from ..nvidia.devices import under
+from ..nvidia.facts import NodeFacts
+from ..nvidia.procfs import parse_version
+from ..util.record import asdict, factory, fields, record
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -41,6 +40,7 @@ CACHE_SCHEMA = 5
 
 NVML_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
 BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin")
+
 
 class DiscoveryError(RuntimeError):
     """The driver cannot be discovered (no NVML, no driver). One-line message."""
@@ -61,6 +61,7 @@ class DriverFiles:
         if self.root in ("", "/"):
             return host_path
         return "/" + os.path.relpath(host_path, self.root)
+
     sonames: dict[str, str] = factory(dict)  # library path -> DT_SONAME, where it differs
 
     def for_capabilities(self, caps: set[str]) -> tuple[list[str], list[str], list[str]]:
@@ -92,7 +93,7 @@ def _real(driver_root: str, path: str) -> str | None:
     the driver root, as the driver's own processes would resolve it; None if missing."""
     if driver_root in ("", "/"):
         return os.path.realpath(path) if os.path.exists(path) else None
-    from .util.safepath import open_in_root, proc_fd_path
+    from ..util.safepath import open_in_root, proc_fd_path
 
     try:
         root_fd = os.open(driver_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -137,7 +138,7 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
 def library_sonames(paths: list[str]) -> dict[str, str]:
     """DT_SONAME of each library whose SONAME differs from its file name. The hook makes
     these links in the container (ldconfig there runs with -X and makes none)."""
-    from .util import elf
+    from ..util import elf
 
     out = {}
     for path in paths:
@@ -197,6 +198,8 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
 
 def nvml_facts(driver_root: str = "/") -> NodeFacts:
     """The node's facts from NVML: the driver root's own NVML for a containerised driver."""
+    from ..nvidia import nvml  # only for a fresh discovery, never on the cached path
+
     library = None
     if driver_root not in ("", "/"):
         library = nvml_library(driver_root)
@@ -256,7 +259,7 @@ def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Disco
 
 
 def write_cache(d: Discovery, path: str) -> None:
-    from .util.files import write_atomic
+    from ..util.files import write_atomic
 
     write_atomic(path, json.dumps(d.to_dict(), indent=1, sort_keys=True).encode(), 0o644)
 

@@ -1,19 +1,21 @@
 """Edits: what a GPU container gets — device nodes, mounts, hooks, environment.
 
-Built from a request (gpunode.requests), the node's discovery (gpunode.discover) and the
-selected GPUs, then applied in one of three places: an OCI spec (gpunode.oci, used by the
-runtime shim), a CDI spec (gpunode.cdi), or shown by `gpunode explain`.
+Built from a request's capabilities (gpunode.runtime.request), the node's discovery
+(gpunode.runtime.discovery) and the selected GPUs (gpunode.runtime.plan runs these steps),
+then applied in one of three places: an OCI spec (gpunode.runtime.oci, used by the runtime
+shim), a CDI spec (gpunode.runtime.cdi, which converts an Edits value), or shown by
+`gpunode explain`.
 """
 
 from __future__ import annotations
 
 import os
 
-from .discover import Discovery
-from .nvidia.capabilities import expand_capabilities
-from .nvidia.devices import CONTROL_NODES, Device, gpu_node, stat_device
-from .nvidia.facts import GpuFacts
-from .util.record import asdict, factory, record
+from ..nvidia.capabilities import expand_capabilities
+from ..nvidia.devices import CONTROL_NODES, Device, gpu_node, stat_device
+from ..nvidia.facts import GpuFacts
+from ..util.record import asdict, factory, record
+from .discovery import Discovery
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ class Edits:
         }
 
 
-def control_devices(caps: set[str], dev_root: str, *, require_ctl: bool = True) -> list[Device]:
+def control_devices(caps: set[str], dev_root: str) -> list[Device]:
     out = []
     wanted = list(CONTROL_NODES["always"])
     if "compute" in caps:
@@ -73,7 +75,7 @@ def control_devices(caps: set[str], dev_root: str, *, require_ctl: bool = True) 
     for path in wanted:
         dev = stat_device(path, dev_root)
         if dev is None:
-            if path == "/dev/nvidiactl" and require_ctl:
+            if path == "/dev/nvidiactl":
                 raise EditError(
                     f"driver device {path} is missing on this node: is the NVIDIA driver loaded?"
                 )
@@ -150,26 +152,31 @@ def hook_args(
     for gpu in gpus or []:
         args += ["--gpu", gpu.procfs_bus_id]
     if gpus is not None:
-        args += ["--gpus-selected", "--proc-driver"]
+        args.append("--gpus-selected")
+    args.append("--proc-driver")
     return args
 
 
 def build(
     disc: Discovery,
     caps: frozenset[str] | set[str],
-    selected: list[GpuFacts],
+    selected: list[GpuFacts] | None,
     *,
     hook_path: str,
     dev_root: str = "/",
     rootfs: str | None = None,
     ldconfig: str = "",
 ) -> Edits:
-    """Edits for a container given `selected` GPUs and driver capabilities `caps`."""
+    """Edits for a container given `selected` GPUs and driver capabilities `caps`.
+
+    `selected` None (CDI, whose spec cannot know which GPUs a container gets): no GPU
+    device nodes, and the hook works the GPUs out from the container's device nodes.
+    """
     caps = expand_capabilities(set(caps))
     libdir = container_libdir(rootfs)
     edits = Edits()
     edits.devices = control_devices(caps, dev_root)
-    edits.devices += [gpu_device(g, dev_root) for g in selected]
+    edits.devices += [gpu_device(g, dev_root) for g in selected or []]
     edits.mounts = file_mounts(disc, caps, libdir)
     args = hook_args(disc, caps, libdir, selected, ldconfig)
     # The rootfs is known here: passing it spares the hook reading the OCI state and

@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from ..nvidia.busid import BusId
+from ..nvidia.capabilities import ALL_CAPABILITIES
+from ..nvidia.facts import GpuFacts, NodeFacts
+from ..util.record import record
 from .config import RuntimeConfig
-from .nvidia.busid import BusId
-from .nvidia.capabilities import ALL_CAPABILITIES
-from .nvidia.facts import GpuFacts, NodeFacts
-from .util.record import record
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"

@@ -1,0 +1,170 @@
+"""The container start path's import budget.
+
+Each entry a container start runs is started as the launchers start it (a fresh
+``python -IS``), and the modules it imports beyond the interpreter's own start-up must be
+exactly those listed here. Every module costs start-up time on each ``docker run``;
+dataclasses, typing, argparse, pathlib, yaml and pynvml cost milliseconds each and must
+never appear (nor ``re`` where the path does not parse JSON). A new import fails naming
+the module: remove it, import it lazily, or (if it is worth its cost) add it here.
+
+The standard-library lists were measured on CPython 3.11 (the interpreter scripts/setup
+installs); another version's internals differ and need a new measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpunode.nvidia.facts import GpuFacts, NodeFacts
+from gpunode.runtime import discovery
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+FORBIDDEN = {"dataclasses", "typing", "argparse", "pathlib", "yaml", "pynvml"}
+
+# What `json` brings (the GPU path reads config.json and the inventory cache).
+JSON = {
+    "_json",
+    "_sre",
+    "collections",
+    "copyreg",
+    "enum",
+    "functools",
+    "_functools",
+    "itertools",
+    "json",
+    "json.decoder",
+    "json.encoder",
+    "json.scanner",
+    "keyword",
+    "operator",
+    "_operator",
+    "re",
+    "re._casefix",
+    "re._compiler",
+    "re._constants",
+    "re._parser",
+    "reprlib",
+    "types",
+    "_collections",
+}
+ALLOWED = {
+    # create without a GPU request: straight to execve, nothing but the shim
+    "runtime, no GPU request": {"gpunode", "gpunode.runtime", "gpunode.runtime.shim"},
+    # create with one: request, cached discovery, edits, config.json rewritten
+    "runtime, GPU request": JSON
+    | {"__future__", "collections.abc", "contextlib"}
+    | {
+        "gpunode",
+        "gpunode.nvidia",
+        "gpunode.nvidia.busid",
+        "gpunode.nvidia.capabilities",
+        "gpunode.nvidia.devices",
+        "gpunode.nvidia.facts",
+        "gpunode.nvidia.procfs",
+        "gpunode.runtime",
+        "gpunode.runtime.config",
+        "gpunode.runtime.discovery",
+        "gpunode.runtime.edits",
+        "gpunode.runtime.oci",
+        "gpunode.runtime.plan",
+        "gpunode.runtime.request",
+        "gpunode.runtime.shim",
+        "gpunode.util",
+        "gpunode.util.files",
+        "gpunode.util.record",
+    },
+}
+
+HARNESS = """
+import os, sys
+base = set(sys.modules)
+sys.path[:0] = [{src!r}]
+
+def report(*args):
+    os.write(1, "\\n".join(sorted(set(sys.modules) - base)).encode())
+    os._exit(0)
+
+os.execve = report  # where the runtime hands over to runc
+{setup}
+from {module} import main
+main({argv!r})
+report()
+"""
+
+
+def imported(module: str, argv: list[str], setup: str = "") -> set[str]:
+    """Modules an entry imports in a fresh `python -IS`, as the launchers run it."""
+    code = HARNESS.format(src=str(SRC), module=module, argv=argv, setup=setup)
+    proc = subprocess.run(
+        [sys.executable, "-IS", "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.split())
+
+
+def check(entry: str, modules: set[str], forbidden: set[str] = FORBIDDEN) -> None:
+    bad = sorted(modules & forbidden)
+    assert not bad, f"{entry}: imports {', '.join(bad)}, which the start path must never import"
+    new = sorted(modules - ALLOWED[entry])
+    assert not new, f"{entry}: imports {', '.join(new)}, beyond its allow-list (see this test)"
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    b = tmp_path / "bundle"
+    (b / "rootfs" / "etc").mkdir(parents=True)
+    (b / "rootfs" / "etc" / "debian_version").write_text("12\n")
+    return b
+
+
+def test_runtime_create_without_gpu_request(bundle):
+    spec = {"process": {"env": ["PATH=/bin"], "args": ["true"]}, "root": {"path": "rootfs"}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    modules = imported("gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"])
+    check("runtime, no GPU request", modules, FORBIDDEN | {"re", "json"})
+
+
+def test_runtime_create_with_gpu_request(bundle, tmp_path):
+    """A node with a valid inventory cache and no runtime.toml. The device nodes are links
+    to /dev/null (a character device: enough for the imports, and no mknod needed)."""
+    dev = tmp_path / "devroot" / "dev"
+    dev.mkdir(parents=True)
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0"):
+        (dev / name).symlink_to("/dev/null")
+    driver = tmp_path / "driver"
+    (driver / "proc/driver/nvidia").mkdir(parents=True)
+    (driver / "proc/driver/nvidia/version").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Thu Jan  1 2026\n"
+    )
+    gpu = GpuFacts(0, 0, "GPU-00000000-0000-4000-8000-000000000000", "00000000:07:00.0")
+    lib = f"{driver}/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"
+    files = discovery.DriverFiles(root=str(driver), libraries={"compute": [lib]})
+    cache = tmp_path / "inventory.json"
+    key = discovery.cache_key(str(driver))
+    discovery.write_cache(
+        discovery.Discovery(NodeFacts("535.261.03", "12.2", (gpu,)), files, key), str(cache)
+    )
+    spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "root": {"path": "rootfs"}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    # runtime.toml's values without a runtime.toml (whose tomllib would be measured too)
+    setup = (
+        "from gpunode.runtime import config\n"
+        f"config.load = lambda path=None: config.RuntimeConfig(cache_file={str(cache)!r}, "
+        f"driver_root={str(driver)!r}, dev_root={str(dev.parent)!r}, log_file='')\n"
+    )
+    modules = imported(
+        "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup
+    )
+    edited = json.loads((bundle / "config.json").read_text())
+    assert edited["hooks"]["createContainer"], "the GPU path did not run to the end"
+    assert lib in [m["source"] for m in edited["mounts"]]
+    check("runtime, GPU request", modules)

@@ -18,7 +18,7 @@ EXECUTABLES = ("gpunode",)
 # script) and puts gpunode's own directory on sys.path.
 LAUNCHERS = {
     "gpunode-container-runtime.py": "gpunode.runtime.shim",
-    "gpunode-hook": "gpunode.hook",
+    "gpunode-hook": "gpunode.hook.main",
 }
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 LAUNCHER = """#!{python} -IS

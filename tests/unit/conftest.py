@@ -5,6 +5,8 @@ import subprocess
 
 import pytest
 
+from gpunode.util import safepath
+
 
 @pytest.fixture
 def real_information() -> str:
@@ -31,3 +33,30 @@ def shared_lib(tmp_path):
         return out
 
     return build
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A host directory the hostile images aim at, with a victim file in it."""
+    d = tmp_path / "hostdir"
+    d.mkdir()
+    (d / "victim").write_text("host data\n")
+    return d
+
+
+@pytest.fixture
+def rootfs(tmp_path):
+    r = tmp_path / "rootfs"
+    (r / "etc").mkdir(parents=True)
+    (r / "usr/lib").mkdir(parents=True)
+    return r
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request, monkeypatch):
+    """Both ways gpunode.util.safepath resolves: openat2(2), and its own walk."""
+    if request.param == "walk":
+        monkeypatch.setattr(safepath, "_HAVE_OPENAT2", False)
+    elif not safepath.have_openat2():
+        pytest.skip("openat2 not available on this kernel")
+    return request.param

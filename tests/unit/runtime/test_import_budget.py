@@ -1,4 +1,4 @@
-"""The container start path's import budget.
+"""The container start path's import budget (runtime create, hook configure).
 
 Each entry a container start runs is started as the launchers start it (a fresh
 ``python -IS``), and the modules it imports beyond the interpreter's own start-up must be
@@ -14,6 +14,7 @@ installs); another version's internals differ and need a new measurement.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,53 @@ ALLOWED = {
         "gpunode.util",
         "gpunode.util.files",
         "gpunode.util.record",
+    },
+    # the hook as the runtime calls it (--root given: no OCI state, no json)
+    "hook configure": {
+        "__future__",
+        "_collections",
+        "_ctypes",
+        "_functools",
+        "_operator",
+        "_struct",
+        "collections",
+        "contextlib",
+        "ctypes",
+        "ctypes._endian",
+        "enum",
+        "errno",
+        "fcntl",
+        "functools",
+        "itertools",
+        "keyword",
+        "operator",
+        "reprlib",
+        "resource",
+        "select",
+        "signal",
+        "struct",
+        "types",
+    }
+    | {
+        "gpunode",
+        "gpunode.hook",
+        "gpunode.hook.configure",
+        "gpunode.hook.errors",
+        "gpunode.hook.fileops",
+        "gpunode.hook.ldcache",
+        "gpunode.hook.linux",
+        "gpunode.hook.main",
+        "gpunode.hook.procdriver",
+        "gpunode.hook.state",
+        "gpunode.hook.symlinks",
+        "gpunode.nvidia",
+        "gpunode.nvidia.busid",
+        "gpunode.nvidia.devices",
+        "gpunode.nvidia.procfs",
+        "gpunode.util",
+        "gpunode.util.elf",
+        "gpunode.util.record",
+        "gpunode.util.safepath",
     },
 }
 
@@ -168,3 +216,16 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path):
     assert edited["hooks"]["createContainer"], "the GPU path did not run to the end"
     assert lib in [m["source"] for m in edited["mounts"]]
     check("runtime, GPU request", modules)
+
+
+def test_hook_configure(tmp_path):
+    """As the runtime's spec runs it: --root, links, and /proc/driver/nvidia of a driver root
+    without one (the hook says so and leaves it; every module is imported at load time, so
+    the path taken after that does not change the set)."""
+    root = tmp_path / "rootfs"
+    root.mkdir()
+    argv = ["--root", str(root), "configure", "--link", "libcuda.so.1::/usr/lib/libcuda.so"]
+    argv += ["--proc-driver", "--gpus-selected", "--driver-root", str(tmp_path / "none")]
+    modules = imported("gpunode.hook.main", argv)
+    assert os.readlink(root / "usr/lib/libcuda.so") == "libcuda.so.1"
+    check("hook configure", modules, FORBIDDEN | {"re", "json"})

@@ -1,0 +1,88 @@
+"""File primitives relative to a directory fd, never following a link: what the hook
+writes into a (hostile) container root, and reads from the host's driver procfs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from .errors import HookError
+
+MAX_PROC_FILE = 1 << 20
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until all of ``data`` is written."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_file_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Atomically (temp name + renameat) write ``name`` in ``dir_fd``; never follows links."""
+    tmp = f".{name}.gpunode-{os.urandom(6).hex()}"
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        mode,
+        dir_fd=dir_fd,
+    )
+    try:
+        try:
+            os.fchmod(fd, mode)
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def split_container_path(path: str) -> tuple[str, str]:
+    if "\0" in path or not path.startswith("/"):
+        raise HookError(f"path must be absolute: {path!r}")
+    parent, _, name = path.rstrip("/").rpartition("/")
+    if name in ("", ".", ".."):
+        raise HookError(f"invalid path: {path!r}")
+    return parent or "/", name
+
+
+def read_at(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HookError(f"host /proc/driver/nvidia/{name} is not a regular file")
+        data = b""
+        while len(data) < MAX_PROC_FILE:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
+
+
+def create_file_at(dir_fd: int, name: str, data: bytes) -> None:
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o444,
+        dir_fd=dir_fd,
+    )
+    try:
+        os.fchmod(fd, 0o444)
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def open_dir_nofollow(dir_fd: int, name: str, flags: int = os.O_PATH) -> int:
+    return os.open(name, flags | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)

@@ -1,0 +1,77 @@
+"""Running gpunode-hook as runc runs it: a subprocess with a clean environment, for mount
+work inside a private mount namespace (``unshare -m``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(SRC), "LC_ALL": "C"}
+
+HOOK = [sys.executable, "-m", "gpunode.hook"]
+
+LIBZ = Path("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13")
+
+
+def _unshare_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("unshare") is None:
+        return "unshare(1) not found"
+    proc = subprocess.run(
+        ["unshare", "-m", "-p", "-f", "sh", "-c", "mount -t tmpfs none /mnt"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return f"unshare not permitted: {proc.stderr.strip()}"
+    return None
+
+
+UNSHARE_PROBLEM = _unshare_problem()
+
+
+def run_hook(
+    *args: str,
+    env: dict | None = None,
+    stdin: str | None = None,
+    before: str = "",
+    after: str = "",
+):
+    """Run the hook; with ``before``/``after``, inside ``unshare -m`` between those shell
+    snippets (``before`` must succeed).
+
+    Returns (returncode of the hook, stdout, stderr).
+    """
+    cmd = [*HOOK, *args]
+    full_env = {**CLEAN_ENV, **(env or {})}
+    if before or after:
+        script = (
+            f"set -e; {before or 'true'}; set +e; "
+            + '"$@"; rc=$?; echo "--- after"; '
+            + (after or "true")
+            + '\nexit "$rc"'
+        )
+        cmd = ["unshare", "-m", "sh", "-c", script, "sh", *cmd]
+    proc = subprocess.run(
+        cmd, input=stdin, capture_output=True, text=True, env=full_env, timeout=120, check=False
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _cc(out: Path, source: str, *flags: str) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not available")
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["gcc", "-O1", "-o", str(out), str(src), *flags], check=True)
+    return out

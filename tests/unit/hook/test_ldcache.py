@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunode import install
+from gpunode.cli import install
 from gpunode.runtime import edits, oci
 
 from ..helpers import snapshot

@@ -24,7 +24,7 @@ def test_nvidia_hook_stand_in_fails_clearly(capsys, monkeypatch, tmp_path):
 
 
 def _stand_in(path):
-    """gpunode's stand-in as install-links/pip put it on PATH: a launcher of gpunode.nvhook."""
+    """gpunode's stand-in as install-links/pip put it on PATH: a launcher of gpunode.runtime.nvhook."""
 
     src = SRC
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,27 +1,4 @@
-"""`gpunode runtime configure docker|containerd`: register gpunode's OCI runtime with an engine.
-
-Behaves like `nvidia-ctk runtime configure`, with these differences (see
-container-toolkit.md section 5):
-
-* every other setting is kept, including other ``features`` keys in daemon.json, and the
-  operator's key order (new keys are appended; nothing is sorted);
-* files are replaced atomically (temp file in the same directory, fsync, ``os.replace``) with
-  the old mode and owner;
-* backups: the first time gpunode replaces an existing file, the file as it was is kept as
-  ``<path>.gpunode-backup``, and an existing backup is never overwritten, so however many runs
-  follow it holds the operator's original, not gpunode's own earlier output (a file gpunode
-  created has no backup, until a later run changes it: then the backup is gpunode's first
-  output). Remove the backup to have the next changing run take a new one;
-* runs are serialized: an exclusive flock on ``<path>.gpunode-lock`` (beside the real file,
-  removed on release) is held across read, validate and replace, so concurrent runs with
-  different options keep each other's change;
-* a config path that is a symlink is followed (the link stays); a dangling one is refused,
-  and no directory is ever created for a symlink's target;
-* nothing is written when the result is semantically unchanged, so Ansible can use
-  ``changed`` from :meth:`ConfigureResult.to_dict`;
-* daemon.json is checked with ``dockerd --validate`` (Docker >= 23) before it is replaced;
-* invalid input raises :class:`EngineConfigError` (one line naming the file) and leaves every
-  file untouched.
+"""`gpunode runtime configure containerd`: register gpunode's OCI runtime with containerd.
 
 containerd: the runtime goes into the drop-in ``<drop_in_dir>/99-gpunode.toml`` and the main
 config only gains ``<drop_in_dir>/*.toml`` in its top-level ``imports``, edited textually so that
@@ -52,312 +29,41 @@ nothing else would be loaded; if another imported file exists the run is refused
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime as _dt
 import glob
-import json
 import math
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import tomllib
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
-from .util import files
+from .common import (
+    ConfigureResult,
+    EngineConfigError,
+    EngineRunError,
+    Registration,
+    decode,
+    locked,
+    makedirs,
+    one_line,
+    prepare,
+    read,
+    real_path,
+    replace_with_backup,
+    run_tool,
+    write,
+)
 
-# The dockerd executable used for validation; tests point this at a fake.
-DOCKERD = "dockerd"
-DOCKERD_VALIDATE_MIN_MAJOR = 23  # `dockerd --validate` appeared in Docker 23.0
-VALIDATE_TIMEOUT = 60
 # The containerd executable whose `config dump` gives the merged configuration; tests point
 # this at a fake.
 CONTAINERD = "containerd"
-
-BACKUP_SUFFIX = ".gpunode-backup"
-LOCK_SUFFIX = ".gpunode-lock"
 DROP_IN_NAME = "99-gpunode.toml"
 RUNC_SHIM = "io.containerd.runc.v2"
 CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
-
-
-class EngineConfigError(ValueError):
-    """An engine config cannot be read or changed safely; the message is one line.
-
-    As such it is bad input (a config file or path the operator must fix; CLI exit 2); the
-    subclass :class:`EngineRunError` is a failure that is not the input's fault."""
-
-
-class EngineRunError(EngineConfigError):
-    """The change could not be made although the input may be fine: a file cannot be read,
-    a tool the change needs is missing or could not run (CLI exit 1)."""
-
-
-@dataclass
-class ConfigureResult:
-    path: str
-    changed: bool
-    backup: str | None
-    content: str  # the main file's content after the run (what would be written on dry_run)
-    validated: str | None = None  # e.g. "dockerd --validate: ok"; None when not run
-    drop_in: str | None = None  # containerd only
-    drop_in_content: str | None = None  # containerd only
-    dry_run: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# --------------------------------------------------------------------------- file helpers
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _dangling(link: str) -> EngineConfigError:
-    return EngineConfigError(
-        f"{link}: symbolic link to {os.readlink(link)}, which does not exist; "
-        "create the target or remove the link; left unchanged"
-    )
-
-
-def _real_path(path: str) -> str:
-    """Follow a symlinked config to its target, so the link itself is not replaced; refuse a
-    link whose target does not exist (writing there would create directories anywhere)."""
-    if not os.path.islink(path):
-        return path
-    real = os.path.realpath(path)
-    if not os.path.exists(real):
-        raise _dangling(path)
-    return real
-
-
-def _makedirs(directory: str) -> None:
-    """Create ``directory`` and missing parents (mkdir never follows a dangling symlink; the
-    error names it)."""
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-    except OSError as exc:
-        d = directory
-        while d != os.path.dirname(d):
-            if os.path.islink(d) and not os.path.exists(d):
-                raise _dangling(d) from exc
-            d = os.path.dirname(d)
-        where = exc.filename or directory
-        why = "it is not a directory" if isinstance(exc, FileExistsError) else exc.strerror
-        raise EngineConfigError(f"{where}: cannot create the directory ({why})") from exc
-
-
-@contextlib.contextmanager
-def _locked(real: str, dry_run: bool):
-    """Hold ``<real>.gpunode-lock`` across read, validate and replace (not for a dry run,
-    which writes nothing, not even the config's directory)."""
-    if dry_run:
-        yield
-        return
-    _makedirs(os.path.dirname(real) or ".")
-    with files.Lock(real + LOCK_SUFFIX):
-        yield
-
-
-def _read(path: str) -> tuple[bytes | None, os.stat_result | None]:
-    try:
-        with open(path, "rb") as f:
-            return f.read(), os.fstat(f.fileno())
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        raise EngineRunError(f"{path}: cannot read ({exc.strerror})") from exc
-
-
-def _decode(path: str, data: bytes | None) -> str:
-    if data is None:
-        return ""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise EngineConfigError(
-            f"{path}: not valid UTF-8 (byte {exc.start}); left unchanged"
-        ) from exc
-
-
-def _replace_with_backup(
-    path: str,
-    content: str,
-    old: bytes | None,
-    old_stat: os.stat_result | None,
-    validate: Callable[[str], None] | None = None,
-) -> str | None:
-    """Atomically replace ``path``. The first time an existing file is replaced, its bytes
-    are kept as ``<path>.gpunode-backup``; an existing backup is never overwritten, so it keeps
-    the operator's original. Returns the backup's path when ``path`` existed."""
-    backup = path + BACKUP_SUFFIX if old is not None else None
-
-    def before_replace(tmp: str) -> None:
-        if validate is not None:
-            validate(tmp)
-        if backup is not None and not os.path.lexists(backup):
-            _write(backup, old, old_stat)
-
-    _write(path, content.encode("utf-8"), old_stat, before_replace)
-    return backup
-
-
-def _write(
-    path: str,
-    data: bytes,
-    like: os.stat_result | None,
-    before_replace: Callable[[str], None] | None = None,
-) -> None:
-    """Replace ``path`` atomically and durably, keeping the mode and owner of ``like``."""
-    files.write_atomic(
-        path, data, skip_if_same=False, like=like, before_replace=before_replace, sync_dir=True
-    )
-
-
-# --------------------------------------------------------------------------- docker
-
-
-def _load_daemon_json(path: str, text: str) -> dict:
-    if not text.strip():
-        return {}
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EngineConfigError(
-            f"{path}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
-            "left unchanged"
-        ) from exc
-    if not isinstance(config, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-            type(config), "a number"
-        )
-        raise EngineConfigError(
-            f"{path}: not valid JSON for daemon.json (top level is {kind}, not an object); "
-            "left unchanged"
-        )
-    return config
-
-
-def _merge_docker(
-    path: str, config: dict, name: str, runtime_path: str, set_default: bool, cdi: bool
-) -> dict:
-    new = copy.deepcopy(config)
-    runtimes = new.setdefault("runtimes", {})
-    if not isinstance(runtimes, dict):
-        raise EngineConfigError(f"{path}: key 'runtimes' is not an object; left unchanged")
-    entry = runtimes.get(name)
-    if entry is None:
-        runtimes[name] = {"path": runtime_path}
-    elif isinstance(entry, dict):
-        entry["path"] = runtime_path  # keeps runtimeArgs and any other keys
-    else:
-        raise EngineConfigError(f"{path}: key 'runtimes.{name}' is not an object; left unchanged")
-    if set_default:
-        new["default-runtime"] = name
-    if cdi:
-        features = new.setdefault("features", {})
-        if not isinstance(features, dict):
-            raise EngineConfigError(f"{path}: key 'features' is not an object; left unchanged")
-        features["cdi"] = True
-    return new
-
-
-def _canonical(obj: object) -> str:
-    # sort_keys makes key order irrelevant; unlike ==, it tells true from 1.
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
-
-
-def _run_tool(path: str, what: str, argv: list[str]) -> subprocess.CompletedProcess:
-    """Run an engine's tool for the change of ``path``; it not running is an EngineRunError."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise EngineRunError(
-            f"{path}: {what} could not run ({_one_line(str(exc))}); left unchanged"
-        ) from exc
-
-
-def _dockerd_major(exe: str) -> int | None:
-    try:
-        proc = subprocess.run(
-            [exe, "--version"], capture_output=True, text=True, timeout=VALIDATE_TIMEOUT
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"version\s+v?(\d+)\.\d+", proc.stdout + proc.stderr)
-    return int(m.group(1)) if proc.returncode == 0 and m else None
-
-
-def _dockerd_validator(path: str) -> tuple[Callable[[str], None] | None, str | None]:
-    """A ``validate(tmp)`` callable when dockerd >= 23 is available, else (None, reason)."""
-    exe = shutil.which(DOCKERD)
-    if exe is None:
-        return None, None
-    major = _dockerd_major(exe)
-    if major is None or major < DOCKERD_VALIDATE_MIN_MAJOR:
-        return None, None
-
-    def validate(tmp: str) -> None:
-        proc = _run_tool(path, "dockerd --validate", [exe, "--validate", "--config-file", tmp])
-        if proc.returncode != 0:
-            lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
-            first = next((ln for ln in lines if ln), f"exit status {proc.returncode}")
-            raise EngineConfigError(
-                f"{path}: dockerd --validate rejected the new configuration: {first}; "
-                "left unchanged"
-            )
-
-    return validate, "dockerd --validate: ok"
-
-
-def configure_docker(
-    path: str = "/etc/docker/daemon.json",
-    *,
-    runtime_name: str = "gpunode",
-    runtime_path: str = "/usr/local/bin/gpunode-container-runtime",
-    set_default: bool = False,
-    cdi: bool = False,
-    dry_run: bool = False,
-    validate: bool = True,
-) -> ConfigureResult:
-    """Register ``runtime_name`` in daemon.json, keeping everything else."""
-    if not runtime_name or not runtime_path:
-        raise EngineConfigError(f"{path}: runtime name and path must not be empty")
-    real = _real_path(path)
-    with _locked(real, dry_run):
-        return _configure_docker(
-            path, real, runtime_name, runtime_path, set_default, cdi, dry_run, validate
-        )
-
-
-def _configure_docker(
-    path: str,
-    real: str,
-    runtime_name: str,
-    runtime_path: str,
-    set_default: bool,
-    cdi: bool,
-    dry_run: bool,
-    validate: bool,
-) -> ConfigureResult:
-    old, old_stat = _read(real)
-    text = _decode(path, old)
-    config = _load_daemon_json(path, text)
-    new = _merge_docker(path, config, runtime_name, runtime_path, set_default, cdi)
-    changed = old is None or _canonical(new) != _canonical(config)
-    if not changed:
-        return ConfigureResult(path, False, None, text, dry_run=dry_run)
-    content = json.dumps(new, indent=4, ensure_ascii=False) + "\n"
-    if dry_run:
-        return ConfigureResult(path, True, None, content, dry_run=True)
-    validator, validated = _dockerd_validator(path) if validate else (None, None)
-    backup = _replace_with_backup(real, content, old, old_stat, validator)
-    return ConfigureResult(path, True, backup, content, validated)
+CONFIG_TOML = "/etc/containerd/config.toml"
+DROP_IN_DIR = "/etc/containerd/conf.d"
 
 
 # --------------------------------------------------------------------------- TOML writing
@@ -459,11 +165,9 @@ def _drop_in_data(
     data: dict,
     version: int,
     old_drop_in: dict,
-    name: str,
-    runtime_path: str,
-    set_default: bool,
-    cdi: bool,
+    reg: Registration,
 ) -> dict:
+    name = reg.runtime_name
     plugin = CRI_PLUGINS[version]
     main = copy.deepcopy(data)
     plugins = _table(path, main, "plugins", "plugins")
@@ -485,7 +189,7 @@ def _drop_in_data(
     entry["runtime_type"] = RUNC_SHIM
     options = entry.get("options")
     entry["options"] = options = options if isinstance(options, dict) else {}
-    options["BinaryName"] = runtime_path
+    options["BinaryName"] = reg.runtime_path
     runtimes[name] = entry
 
     # Like docker's default-runtime and features.cdi, what an earlier run set is not taken back.
@@ -493,9 +197,9 @@ def _drop_in_data(
     old_cri = old_cri if isinstance(old_cri, dict) else {}
     old_ctd = old_cri.get("containerd", {})
     old_default = old_ctd.get("default_runtime_name") if isinstance(old_ctd, dict) else None
-    if set_default or old_default == name:
+    if reg.set_default or old_default == name:
         ctd["default_runtime_name"] = name
-    if cdi or old_cri.get("enable_cdi") is True:
+    if reg.cdi or old_cri.get("enable_cdi") is True:
         cri["enable_cdi"] = True
     return {"version": version, "plugins": {plugin: cri}}
 
@@ -590,7 +294,7 @@ def _containerd_dump(path: str, data: dict, version: int, imports: list[str]) ->
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(toml_dumps({**data, "version": version, "imports": imports}))
         cmd = f"{exe} config dump"
-        proc = _run_tool(path, f"`{cmd}`", [exe, "--config", tmp, "config", "dump"])
+        proc = run_tool(path, f"`{cmd}`", [exe, "--config", tmp, "config", "dump"])
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.replace(tmp, path).splitlines()]
         first = next((ln for ln in reversed(lines) if ln), f"exit status {proc.returncode}")
@@ -599,7 +303,7 @@ def _containerd_dump(path: str, data: dict, version: int, imports: list[str]) ->
         return tomllib.loads(proc.stdout)
     except tomllib.TOMLDecodeError as exc:
         raise EngineRunError(
-            f"{path}: cannot read the output of `{cmd}` ({_one_line(str(exc))}); left unchanged"
+            f"{path}: cannot read the output of `{cmd}` ({one_line(str(exc))}); left unchanged"
         ) from exc
 
 
@@ -627,34 +331,20 @@ def _merged_config(
 
 
 def configure_containerd(
-    path: str = "/etc/containerd/config.toml",
+    path: str = CONFIG_TOML,
     *,
-    runtime_name: str = "gpunode",
-    runtime_path: str = "/usr/local/bin/gpunode-container-runtime",
-    set_default: bool = False,
-    cdi: bool = False,
     dry_run: bool = False,
-    drop_in_dir: str = "/etc/containerd/conf.d",
+    drop_in_dir: str = DROP_IN_DIR,
+    **registration,
 ) -> ConfigureResult:
-    """Write the gpunode runtime drop-in and make the main config import it."""
-    if not runtime_name or not runtime_path:
-        raise EngineConfigError(f"{path}: runtime name and path must not be empty")
-    real = _real_path(path)
+    """Write the drop-in registering the runtime (keywords of :class:`Registration`) and make
+    the main config import it."""
+    reg = Registration(**registration)
+    real = prepare(path, reg)
     drop_in = os.path.join(drop_in_dir, DROP_IN_NAME)
-    drop_real = _real_path(drop_in)
-    with _locked(real, dry_run):
-        return _configure_containerd(
-            path,
-            real,
-            drop_in,
-            drop_real,
-            drop_in_dir,
-            runtime_name,
-            runtime_path,
-            set_default,
-            cdi,
-            dry_run,
-        )
+    drop_real = real_path(drop_in)
+    with locked(real, dry_run):
+        return _configure_containerd(path, real, drop_in, drop_real, drop_in_dir, reg, dry_run)
 
 
 def _configure_containerd(
@@ -663,19 +353,16 @@ def _configure_containerd(
     drop_in: str,
     drop_real: str,
     drop_in_dir: str,
-    runtime_name: str,
-    runtime_path: str,
-    set_default: bool,
-    cdi: bool,
+    reg: Registration,
     dry_run: bool,
 ) -> ConfigureResult:
-    old, old_stat = _read(real)
-    text = _decode(path, old)
+    old, old_stat = read(real)
+    text = decode(path, old)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise EngineConfigError(
-            f"{path}: not valid TOML ({_one_line(str(exc))}); left unchanged"
+            f"{path}: not valid TOML ({one_line(str(exc))}); left unchanged"
         ) from exc
     version, version_missing = _containerd_version(path, data)
     glob_ = os.path.join(drop_in_dir, "*.toml")
@@ -686,7 +373,7 @@ def _configure_containerd(
     final_imports = [*imports, glob_] if main_changed else imports
 
     # The drop-in: fully generated, compared byte for byte.
-    old_drop, old_drop_stat = _read(drop_real)
+    old_drop, old_drop_stat = read(drop_real)
     try:
         old_drop_data = tomllib.loads(old_drop.decode("utf-8")) if old_drop else {}
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -694,15 +381,13 @@ def _configure_containerd(
     merged, drop_version, source = _merged_config(
         path, data, version, _resolved_imports(path, final_imports, glob_, drop_in)
     )
-    drop_data = _drop_in_data(
-        path, merged, drop_version, old_drop_data, runtime_name, runtime_path, set_default, cdi
-    )
+    drop_data = _drop_in_data(path, merged, drop_version, old_drop_data, reg)
     drop_content = (
         "# Written by `gpunode runtime configure containerd`; regenerated on every run.\n"
         "# Carries a copy of the whole CRI plugin section, because containerd < 2.1\n"
         "# replaces, rather than merges, a plugin section defined in an imported file.\n"
         "# Run configure again after changing CRI settings elsewhere or upgrading containerd.\n"
-        f"# Main config: {_one_line(path)}\n"
+        f"# Main config: {one_line(path)}\n"
         f"# CRI section from: {source}\n" + toml_dumps(drop_data)
     )
     if tomllib.loads(drop_content) != drop_data:  # pragma: no cover - writer self-check
@@ -733,8 +418,8 @@ def _configure_containerd(
     if dry_run:
         return result
     if drop_changed:  # first, so the import never points at a half-configured runtime
-        _makedirs(os.path.dirname(drop_real) or ".")
-        _write(drop_real, drop_content.encode("utf-8"), old_drop_stat)
+        makedirs(os.path.dirname(drop_real) or ".")
+        write(drop_real, drop_content.encode("utf-8"), old_drop_stat)
     if main_changed:
-        result.backup = _replace_with_backup(real, content, old, old_stat)
+        result.backup = replace_with_backup(real, content, old, old_stat)
     return result

@@ -17,7 +17,7 @@ APPLY_THEN_INVENTORY = textwrap.dedent(
     from pathlib import Path
     from gpunode.sim.profiles import load_profile
     from gpunode.sim.apply import Paths, apply_profile
-    from gpunode.cli import main
+    from gpunode.cli.main import main
 
     tmp, profile, mock, remove, *flags = sys.argv[1:]
     paths = Paths(dev=Path("/dev"), proc_driver=Path(tmp, "proc"), libdir=Path(tmp, "lib"),
@@ -146,7 +146,7 @@ def test_human_table(private_dev, tmp_path, mock_lib):
 
 @pytest.mark.parametrize("argv", [["inventory", "--bogus"], ["profile", "show", "zzz"], ["sim"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
-    from gpunode.cli import main
+    from gpunode.cli.main import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,4 +1,5 @@
-"""What GPUs and driver a node has: NVML first, /proc/driver/nvidia + /dev as the fallback.
+"""`gpunode inventory`: what GPUs and driver a node has: NVML first, /proc/driver/nvidia +
+/dev as the fallback.
 
 NVML is the authority when it loads (it is what CUDA and every tool sees). When the library
 is missing or cannot initialise, the procfs tree the kernel module publishes still tells the
@@ -7,16 +8,19 @@ driver version and GPUs, so an operator gets an answer on a node whose userspace
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .nvidia import nvml, procfs
-from .nvidia.busid import BusId
-from .nvidia.devices import is_gpu_node
-from .nvidia.facts import nvml_text
+from ..nvidia import nvml, procfs
+from ..nvidia.busid import BusId
+from ..nvidia.devices import is_gpu_node
+from ..nvidia.facts import nvml_text
+from .base import EXIT_NO_DRIVER, EXIT_OK, print_json
 
 SCHEMA = "gpunode.inventory/v1"
 
@@ -260,3 +264,30 @@ def format_table(inv: Inventory) -> str:
     for p in inv.problems:
         lines.append(f"problem: {p['issue']}: {p['detail']}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- command
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-nvml", action="store_true", help="read /proc and /dev only")
+    p.add_argument("--proc-root", default=procfs.PROC_DRIVER_NVIDIA, help=argparse.SUPPRESS)
+    p.add_argument("--dev-root", default="/dev", help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        inv = collect(
+            proc_root=Path(args.proc_root), dev_root=Path(args.dev_root), use_nvml=not args.no_nvml
+        )
+    except NoDriver as exc:
+        if args.json:
+            print_json({"schema": SCHEMA, "error": "no_driver", "detail": str(exc)})
+        print(f"gpunode: {exc}", file=sys.stderr)
+        return EXIT_NO_DRIVER
+    if args.json:
+        print_json(inv.to_dict())
+    else:
+        print(format_table(inv))
+    return EXIT_OK

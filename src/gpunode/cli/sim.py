@@ -1,0 +1,71 @@
+"""`gpunode sim images|up|down|apply|apply-local`: the simulated GPU cluster (development
+and tests)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from .base import EXIT_OK, Parser, UsageError, print_json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    simsub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
+    for name, helptext in (
+        ("images", "build the node images (debootstrap + docker import, cached)"),
+        ("up", "start the nodes of an inventory and apply their profiles"),
+        ("down", "remove the nodes and their volumes"),
+        ("apply", "apply a profile to a running node"),
+        ("apply-local", "apply a profile on this machine (inside a node, as root)"),
+    ):
+        sp = simsub.add_parser(name, help=helptext)
+        if name == "apply":
+            sp.add_argument("node")
+        if name in ("apply", "apply-local"):
+            sp.add_argument("profile", help="built-in profile name or path to a .yaml file")
+        if name in ("up", "down"):
+            sp.add_argument("-i", "--inventory", default="inventories/sim/hosts.yml")
+        if name == "up":
+            sp.add_argument("--build-dir", default="build", help="where host artifacts go")
+            sp.add_argument("--project", default=".", help="gpunode source tree (for the wheel)")
+        if name == "images":
+            sp.add_argument("--release", action="append", help="Debian release (repeatable)")
+        sp.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "apply-local":
+        from ..sim import apply as sim_apply
+        from ..sim.profiles import load_profile
+
+        if os.geteuid() != 0:
+            raise UsageError("gpunode sim apply-local must run as root (it creates device nodes)")
+        res = sim_apply.apply_profile(load_profile(args.profile))
+        if args.json:
+            print_json({"changed": bool(res.changed), "changes": res.changed})
+        else:
+            print("\n".join(res.changed) if res.changed else "unchanged")
+        return EXIT_OK
+
+    from ..sim import cluster, images
+
+    if args.action == "images":
+        for release in args.release or list(images.RELEASES):
+            images.build("node", release)
+        images.build("workload", "bookworm")
+        return EXIT_OK
+    if args.action == "up":
+        inventory = Path(args.inventory)
+        art = cluster.Artifacts.build(Path(args.build_dir), Path(args.project))
+        nodes = cluster.up(inventory, art)
+        print(f"simulated cluster up: {', '.join(n.name for n in nodes)}")
+        return EXIT_OK
+    if args.action == "down":
+        inventory = Path(args.inventory)
+        cluster.down(inventory if inventory.exists() else None)
+        return EXIT_OK
+    if args.action == "apply":
+        cluster.apply(args.node, args.profile)
+        return EXIT_OK
+    raise UsageError(f"unknown sim action {args.action!r}")

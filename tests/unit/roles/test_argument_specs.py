@@ -1,0 +1,77 @@
+"""Every role's defaults/main.yml and meta/argument_specs.yml describe the same variables.
+
+For each role under roles/: every key of defaults/main.yml is an option of the ``main``
+entry point of meta/argument_specs.yml, every option has a default there unless it is
+``required: true``, and a ``default:`` the spec documents is the value defaults/main.yml
+sets. A role with defaults needs argument specs. Failures name the role and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[3] / "roles"
+
+
+def _yaml(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return data or {}
+
+
+def problems(role: Path) -> list[str]:
+    defaults = _yaml(role / "defaults" / "main.yml")
+    specs = _yaml(role / "meta" / "argument_specs.yml").get("argument_specs") or {}
+    if not specs:
+        return (
+            [f"{role.name}: defaults/main.yml without meta/argument_specs.yml"] if defaults else []
+        )
+    options = (specs.get("main") or {}).get("options") or {}
+    out = []
+    for key in defaults:
+        if key not in options:
+            out.append(f"{role.name}: default {key} is not an option in meta/argument_specs.yml")
+    for key, spec in options.items():
+        spec = spec or {}
+        if key not in defaults:
+            if not spec.get("required"):
+                out.append(f"{role.name}: option {key} has no default in defaults/main.yml")
+        elif spec.get("required"):
+            out.append(f"{role.name}: option {key} is required but has a default")
+        elif "default" in spec and spec["default"] != defaults[key]:
+            out.append(
+                f"{role.name}: option {key} documents default {spec['default']!r}, "
+                f"defaults/main.yml sets {defaults[key]!r}"
+            )
+    return out
+
+
+def test_there_are_roles_to_check():
+    assert sorted(p.name for p in ROLES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("role", sorted(p.name for p in ROLES.iterdir() if p.is_dir()))
+def test_defaults_match_argument_specs(role):
+    assert problems(ROLES / role) == []
+
+
+def test_a_stray_or_missing_default_is_named(tmp_path):
+    role = tmp_path / "demo"
+    (role / "defaults").mkdir(parents=True)
+    (role / "meta").mkdir()
+    (role / "defaults" / "main.yml").write_text("demo_a: 1\ndemo_stray: x\n")
+    (role / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n"
+        "      demo_a: {type: int, default: 2}\n"
+        "      demo_b: {type: str}\n"
+        "      demo_c: {type: str, required: true}\n"
+    )
+    assert problems(role) == [
+        "demo: default demo_stray is not an option in meta/argument_specs.yml",
+        "demo: option demo_a documents default 2, defaults/main.yml sets 1",
+        "demo: option demo_b has no default in defaults/main.yml",
+    ]
+    (role / "meta" / "argument_specs.yml").unlink()
+    assert problems(role) == ["demo: defaults/main.yml without meta/argument_specs.yml"]

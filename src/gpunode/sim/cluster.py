@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +106,9 @@ class Artifacts:
         wheels.mkdir(exist_ok=True)
         for old in wheels.glob("gpunode-*.whl"):
             old.unlink()
+        # setuptools builds in the project's build/lib and never removes what the source
+        # no longer has: a moved module would ship from there too.
+        shutil.rmtree(project / "build" / "lib", ignore_errors=True)
         _pip(
             ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(project)],
             "building the gpunode wheel",

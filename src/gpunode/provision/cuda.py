@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib import resources
 
 from . import ProvisionError
 from .versions import at_least, check_cuda, key, major_minor
 
-TABLE = Path(__file__).resolve().parent.parent / "data" / "cuda-driver-table.json"
+TABLE = resources.files("gpunode") / "data" / "cuda-driver-table.json"  # works from a wheel too
 POLICIES = ("strict", "minor", "forward")
 # Minor-version compatibility minimum per CUDA major (NVIDIA's CUDA compatibility guide;
 # the table's `minor_version_compat_min_driver` text says the same, a unit test checks).
@@ -49,7 +49,7 @@ class Release:
     confidence: str
 
 
-def load_table(path: Path = TABLE) -> dict[str, Release]:
+def load_table(path=TABLE) -> dict[str, Release]:
     rows = json.loads(path.read_text())
     return {
         r["cuda"]: Release(

@@ -154,8 +154,17 @@ def test_disk(tmp_path):
             "gpunode: error: cuda_toolkit_versions: CUDA '12.7' is not a known release",
         ),
         (
-            ["--distro", "debian", "--release", "12", "--driver-branch", "550"],
-            "gpunode: error: nvidia_driver_branch: 550 is not available from Debian on debian 12",
+            [
+                "--distro",
+                "ubuntu",
+                "--release",
+                "24.04",
+                "--driver-branch",
+                "515",
+                "--driver-source",
+                "cuda-repo",
+            ],
+            "gpunode: error: nvidia_driver_branch: 515 is not available from NVIDIA's CUDA repository",
         ),
         (
             [

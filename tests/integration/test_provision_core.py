@@ -148,11 +148,11 @@ def test_converge_idempotent_and_check_mode(prov_node, tmp_path):
         "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' nvidia-smi libcuda1 libnvidia-ml1 "
         "libcudart11.0",
     )
-    assert status.splitlines() == [
-        "nvidia-smi 535.261.03-1 hold ok installed",
+    assert sorted(status.splitlines()) == [
         "libcuda1 535.261.03-1 hold ok installed",
-        "libnvidia-ml1 535.261.03-1 hold ok installed",
         "libcudart11.0 11.8.89~11.8.0-5~deb12u1 hold ok installed",
+        "libnvidia-ml1 535.261.03-1 hold ok installed",
+        "nvidia-smi 535.261.03-1 hold ok installed",
     ]
     assert "Pin: version 535.261.03-*" in sh(
         prov_node, "cat /etc/apt/preferences.d/gpunode-nvidia-driver"

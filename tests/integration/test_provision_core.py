@@ -135,6 +135,20 @@ def recap(proc: subprocess.CompletedProcess, node: str) -> dict[str, int]:
 
 
 def test_converge_idempotent_and_check_mode(prov_node, tmp_path):
+    # check mode on the fresh node: the plan is shown, nothing is installed
+    dry = play(prov_node, tmp_path, "--check", "--diff")
+    assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-2000:]
+    assert "install nvidia-smi=535.261.03-1 libcuda1=535.261.03-1 libnvidia-ml1=535.261.03-1" in (
+        re.sub(r"\s+", " ", dry.stdout)
+    )
+    assert "nvidia_driver : Install the driver packages (apt)" in changed_tasks(dry.stdout)
+    assert sh(
+        prov_node, "dpkg-query -W -f '${db:Status-Status}' nvidia-smi 2>/dev/null || true"
+    ) in (
+        "",
+        "not-installed",
+    )
+
     first = play(prov_node, tmp_path)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     assert recap(first, prov_node)["changed"] > 0

@@ -16,7 +16,8 @@ MAY_USE = {
     "runtime": {"util", "nvidia", "runtime"},
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
-    "cli": {"util", "nvidia", "runtime", "sim", "cli", ""},
+    "provision": {"util", "nvidia", "provision", ""},
+    "cli": {"util", "nvidia", "runtime", "sim", "provision", "cli", ""},
 }
 
 

@@ -18,6 +18,9 @@ MAY_USE = {
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
     "cli": {"util", "nvidia", "runtime", "sim", "provision", "cli", ""},
+    # validate sits above cli: it reuses the inventory and the engines' daemon.json rules;
+    # cli/main.py names it only as a string in the lazy table.
+    "validate": {"util", "nvidia", "provision", "cli", "validate", ""},
 }
 
 

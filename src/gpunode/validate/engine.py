@@ -53,9 +53,14 @@ def engine_info(engine: str) -> tuple[dict[str, Any] | None, str]:
         why = one_line(proc.stderr) or f"exit status {proc.returncode}"
         return None, f"`{engine} info` failed: {why}"
     try:
-        return json.loads(proc.stdout), ""
+        data = json.loads(proc.stdout)
     except json.JSONDecodeError:
         return None, f"`{engine} info` printed no JSON: {one_line(proc.stdout)[:120]}"
+    # Docker's CLI exits 0 when the daemon does not answer and says so in ServerErrors.
+    errors = data.get("ServerErrors") if isinstance(data, dict) else None
+    if errors:
+        return None, f"`{engine} info` failed: {one_line(str(errors[0]))}"
+    return data, ""
 
 
 def evaluate(

@@ -56,6 +56,11 @@ def _escape(value: object) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _number(value: float) -> str:
+    """Exactly, in the exposition format: integers without exponent or fraction."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _labels(**labels: object) -> str:
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
@@ -67,7 +72,7 @@ def textfile(result: Result) -> str:
     def family(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} gauge")
-        out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+        out.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
 
     def check_labels(c) -> str:
         gpu = "" if c.gpu is None else c.gpu

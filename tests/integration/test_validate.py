@@ -113,6 +113,17 @@ def _profile(name: str) -> dict:
     return yaml.safe_load((PROFILES / f"{name}.yaml").read_text())
 
 
+def validate_with(node: Node, tmp_path: Path, profile: dict) -> tuple[int, dict]:
+    """Validate the node with ``profile`` applied, then put the healthy a100x4 back."""
+    path = tmp_path / f"{profile['name']}.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    try:
+        node.apply(str(path))
+        return validate(node)
+    finally:
+        node.apply("a100x4")
+
+
 # fault -> (the check that must show it on GPU 2, its status)
 FAULTS = {
     "fallen_off_bus": ("gpu.lost", "fail"),
@@ -129,13 +140,7 @@ def test_fault_shows_on_exactly_that_gpu(vnode, tmp_path, fault):
     profile = _profile("a100x4")
     profile["name"] = f"a100x4-{fault.replace('_', '-')}"
     profile["gpus"][FAULTY]["faults"] = [fault]
-    path = tmp_path / f"{profile['name']}.yaml"
-    path.write_text(yaml.safe_dump(profile))
-    try:
-        vnode.apply(str(path))
-        rc, res = validate(vnode)
-    finally:
-        vnode.apply("a100x4")
+    rc, res = validate_with(vnode, tmp_path, profile)
     check, status = FAULTS[fault]
     grid = by_gpu(res)
     assert grid[FAULTY][check]["status"] == status, grid[FAULTY][check]
@@ -155,13 +160,7 @@ def test_old_module_loaded_after_a_package_upgrade(vnode, tmp_path):
     profile = _profile("a100x4")
     profile["name"] = "a100x4-old-module"
     profile["driver"]["version"] = "535.247.01"
-    path = tmp_path / "a100x4-old-module.yaml"
-    path.write_text(yaml.safe_dump(profile))
-    try:
-        vnode.apply(str(path))
-        rc, res = validate(vnode)
-    finally:
-        vnode.apply("a100x4")
+    rc, res = validate_with(vnode, tmp_path, profile)
     failed = [c for c in res["checks"] if c["status"] == "fail"]
     assert [c["id"] for c in failed] == ["driver.version_match"] and rc == 1
     assert (

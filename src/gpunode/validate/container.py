@@ -26,7 +26,6 @@ import re
 import shutil
 import subprocess
 import tarfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from ..cli import inventory
 from ..nvidia.busid import BusId
 from . import probe
 from .expect import Expectations
-from .model import FAIL, PASS, SKIP, Check
+from .model import FAIL, PASS, SKIP, Check, titled
 
 REPOSITORY = "gpunode-validate-probe"
 PROBE_PATH = "/gpunode-probe.py"
@@ -208,13 +207,7 @@ def evaluate(
     *, proc_gpus: str = "/proc/driver/nvidia/gpus",
 ) -> list[Check]:  # fmt: skip
     checks: list[Check] = []
-    start = time.monotonic()
-
-    def add(cid: str, status: str, detail: str) -> None:
-        nonlocal start
-        now = time.monotonic()
-        checks.append(Check(cid, TITLES[cid], status, detail, duration_s=now - start))
-        start = now
+    add = titled(checks, TITLES)
 
     usable = [g for g in (inv.gpus if inv else []) if g.uuid and "fallen_off_bus" not in g.health]
     reason = None

@@ -15,13 +15,12 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from typing import Any
 
 from ..cli.engines.common import RUNTIME_PATH, EngineConfigError, decode, read
 from ..cli.engines.docker import DAEMON_JSON, _load_daemon_json
 from .expect import Expectations
-from .model import FAIL, PASS, SKIP, Check
+from .model import FAIL, PASS, SKIP, Check, titled
 
 TITLES = {
     "engine.active": "Container engine answers",
@@ -69,13 +68,7 @@ def evaluate(
     """(the engine's info or None, the engine checks). ``info``: a precomputed
     engine_info() result (tests)."""
     checks: list[Check] = []
-    start = time.monotonic()
-
-    def add(cid: str, status: str, detail: str) -> None:
-        nonlocal start
-        now = time.monotonic()
-        checks.append(Check(cid, TITLES[cid], status, detail, duration_s=now - start))
-        start = now
+    add = titled(checks, TITLES)
 
     if expect.engine == "none":
         for cid in TITLES:

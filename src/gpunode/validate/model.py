@@ -10,8 +10,7 @@ could not run (bad input: an expectation, the vars file, the textfile path).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -91,17 +90,16 @@ class Result:
         }
 
 
-@contextmanager
-def timed(checks: list[Check]) -> Iterator[Callable[..., Check]]:
-    """``with timed(out) as add: ... add(id, title, status, detail, gpu=, uuid=)``: the
-    checks added get the time since the block started (or since the previous add)."""
+def titled(checks: list[Check], titles: dict[str, str]) -> Callable[..., Check]:
+    """``add = titled(out, TITLES)``, then ``add(id, status, detail, gpu=, uuid=)``: appends
+    the check titled from ``titles``, timed from this call (or from the previous add)."""
     last = [time.monotonic()]
 
-    def add(cid: str, title: str, status: str, detail: str, **kw: Any) -> Check:
+    def add(cid: str, status: str, detail: str, **kw: Any) -> Check:
         now = time.monotonic()
-        check = Check(cid, title, status, detail, duration_s=now - last[0], **kw)
+        check = Check(cid, titles[cid], status, detail, duration_s=now - last[0], **kw)
         last[0] = now
         checks.append(check)
         return check
 
-    yield add
+    return add

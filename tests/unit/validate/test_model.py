@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.validate.model import Check, timed
+from gpunode.validate.model import Check, titled
 
 from .fakes import result
 
@@ -31,10 +31,10 @@ def test_contract_fields():
     assert d["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
 
 
-def test_timed_attributes_time_between_adds():
+def test_titled_adds_title_and_time_between_adds():
     out = []
-    with timed(out) as add:
-        add("a", "A", "pass", "x")
-        add("b", "B", "fail", "y", gpu=1, uuid="GPU-1")
-    assert [c.id for c in out] == ["a", "b"] and out[1].gpu == 1
+    add = titled(out, {"a": "A", "b": "B"})
+    add("a", "pass", "x")
+    add("b", "fail", "y", gpu=1, uuid="GPU-1")
+    assert [(c.id, c.title) for c in out] == [("a", "A"), ("b", "B")] and out[1].gpu == 1
     assert all(c.duration_s >= 0 for c in out)

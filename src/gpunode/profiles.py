@@ -114,7 +114,6 @@ MIG_INSTANCE_KEYS = {"profile", "placement", "uuid"}
 
 # Compute capabilities of the MIG-capable GPUs (A100/A30, H100/H200, B200).
 MIG_CAPABLE_CC = {(8, 0), (9, 0), (10, 0)}
-MIG_COMPUTE_SLICES = 7
 MIG_MEMORY_SLICES = 8
 
 
@@ -445,7 +444,6 @@ def _parse_mig(
     shapes = {shape.name(memory_mib): shape for shape in MIG_SHAPES}
     instances: list[MigInstance] = []
     used_memory: dict[int, int] = {}
-    compute = 0
     for i, entry in enumerate(entries):
         at = f"{where}[{i}]"
         entry = _mapping(at, entry, MIG_INSTANCE_KEYS)
@@ -464,20 +462,16 @@ def _parse_mig(
             )
         uuid = str(entry["uuid"])
         if not _MIG_UUID_RE.match(uuid):
-            raise _err(f"{at}.uuid", entry["uuid"], "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
+            raise _err(
+                f"{at}.uuid", entry["uuid"], "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)"
+            )
         for slot in range(start, start + shape.size):
             if slot in used_memory:
                 raise ProfileError(
                     f"{at}: placement {start} of {entry['profile']} overlaps "
-                    f"{where}[{used_memory[slot]}]"
+                    f"mig[{used_memory[slot]}]"
                 )
             used_memory[slot] = i
-        compute += shape.slices
-        if compute > MIG_COMPUTE_SLICES:
-            raise ProfileError(
-                f"{at}: the instances use {compute} compute slices; a GPU has "
-                f"{MIG_COMPUTE_SLICES}"
-            )
         instances.append(MigInstance(str(entry["profile"]), start, uuid, shape))
     return enabled, tuple(instances)
 

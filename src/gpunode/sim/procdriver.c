@@ -9,10 +9,12 @@
  * roles, both installed by `gpunode sim apply`:
  *
  *  - as the node's runc and crun (the real binaries are diverted with dpkg to
- *    <path>.gpunode-real): on `create` and `run` it adds itself as the FIRST
- *    prestart hook to the bundle's config.json, then execs the real runtime
- *    with the same arguments.  Every other call is exec'ed untouched.  Docker,
- *    containerd, podman and gpunode's own runtime all end up here.
+ *    <path>.gpunode-real): on `create` and `run` it writes BUNDLE/.gpunode-sim/
+ *    config.json, the engine's spec with itself as the FIRST prestart hook,
+ *    and execs the real runtime with the same arguments and that bundle.  The
+ *    engine's config.json stays byte for byte as the engine wrote it.  Every
+ *    other call is exec'ed untouched.  Docker, containerd, podman and
+ *    gpunode's own runtime all end up here.
  *
  *  - as that hook (`<itself> --gpunode-sim-hook ROOTFS`): runc
  *    and crun run prestart hooks in the runtime's namespaces after the
@@ -230,19 +232,20 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* Write head + insert + tail to path atomically (temp file + rename), keeping the mode. */
-static int replace_with(const char *path, const char *head, size_t hlen, const char *insert,
-                        const char *tail, size_t tlen)
+/* Write text[0:a] + ins_a + text[a:b] + ins_b + text[b:] to path atomically (temp
+ * file + rename), with ins_a replacing text[a:a_end] (a <= a_end <= b). */
+static int write_edited(const char *path, const char *text, size_t len, size_t a, size_t a_end,
+                        const char *ins_a, size_t b, const char *ins_b)
 {
     char tmp[PATH_MAX];
-    struct stat st;
-    if (stat(path, &st) != 0 || snprintf(tmp, sizeof(tmp), "%s.gpunode-sim.tmp", path) >= (int)sizeof(tmp))
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
         return -1;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, st.st_mode & 07777);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -1;
-    int bad = write_all(fd, head, hlen) || write_all(fd, insert, strlen(insert)) ||
-              write_all(fd, tail, tlen) || fsync(fd);
+    int bad = write_all(fd, text, a) || write_all(fd, ins_a, strlen(ins_a)) ||
+              write_all(fd, text + a_end, b - a_end) || write_all(fd, ins_b, strlen(ins_b)) ||
+              write_all(fd, text + b, len - b) || fsync(fd);
     bad |= close(fd);
     if (bad || rename(tmp, path) != 0) {
         unlink(tmp);
@@ -251,13 +254,19 @@ static int replace_with(const char *path, const char *head, size_t hlen, const c
     return 0;
 }
 
-static int add_hook(const char *bundle, const char *self)
+/* Write BUNDLE/.gpunode-sim/config.json: the engine's spec with the absolute rootfs and
+ * this program as the first prestart hook.  The engine's own config.json is left as it
+ * wrote it.  On success *shadow is that directory. */
+static int add_hook(const char *bundle, const char *self, char *shadow, size_t shadow_cap)
 {
-    char config[PATH_MAX], rootfs[PATH_MAX], root_path[PATH_MAX];
+    char config[PATH_MAX], out[PATH_MAX], rootfs[PATH_MAX], root_path[PATH_MAX];
     char esc_self[PATH_MAX * 2], esc_rootfs[PATH_MAX * 2], hook[PATH_MAX * 5];
+    char root_value[PATH_MAX * 2 + 2];
     size_t len = 0;
 
-    if (snprintf(config, sizeof(config), "%s/config.json", bundle) >= (int)sizeof(config))
+    if (snprintf(config, sizeof(config), "%s/config.json", bundle) >= (int)sizeof(config) ||
+        snprintf(shadow, shadow_cap, "%s/.gpunode-sim", bundle) >= (int)shadow_cap ||
+        snprintf(out, sizeof(out), "%s/config.json", shadow) >= (int)sizeof(out))
         return -1;
     char *text = read_file(config, &len);
     if (!text)
@@ -266,19 +275,18 @@ static int add_hook(const char *bundle, const char *self)
     const char *top = ws(text, end);
     const char *root = member(top, end, "root");
     const char *path = root ? member(root, end, "path") : NULL;
+    const char *path_end = path ? skip_string(path, end) : NULL;
     int rc = -1;
-    if (!path || plain_string(path, end, root_path, sizeof(root_path)) != 0)
+    if (!path_end || plain_string(path, end, root_path, sizeof(root_path)) != 0 ||
+        strstr(text, HOOK_FLAG))
         goto out;
     if (root_path[0] == '/')
         memcpy(rootfs, root_path, sizeof(rootfs));
     else if (snprintf(rootfs, sizeof(rootfs), "%s/%s", bundle, root_path) >= (int)sizeof(rootfs))
         goto out;
-    if (strstr(text, HOOK_FLAG)) { /* already there (create retried) */
-        rc = 0;
-        goto out;
-    }
     if (escape(self, esc_self, sizeof(esc_self)) || escape(rootfs, esc_rootfs, sizeof(esc_rootfs)))
         goto out;
+    snprintf(root_value, sizeof(root_value), "\"%s\"", esc_rootfs);
     snprintf(hook, sizeof(hook), "{\"path\":\"%s\",\"args\":[\"%s\",\"%s\",\"%s\"]}", esc_self, PROG,
              HOOK_FLAG, esc_rootfs);
 
@@ -303,7 +311,24 @@ static int add_hook(const char *bundle, const char *self)
     } else {
         goto out; /* "hooks": null or not JSON we understand: leave it to the runtime */
     }
-    rc = replace_with(config, text, (size_t)(at - text), insert, at, (size_t)(end - at));
+    if (mkdir(shadow, 0700) != 0 && errno != EEXIST)
+        goto out;
+    /* the two edits in file order */
+    size_t p0 = (size_t)(path - text), p1 = (size_t)(path_end - text), ins = (size_t)(at - text);
+    if (ins <= p0) {
+        /* text[:ins] insert text[ins:p0] root_value text[p1:] */
+        char *copy = malloc(len + 1);
+        if (copy) {
+            /* drop the old root.path value, then insert both pieces */
+            memcpy(copy, text, p0);
+            memcpy(copy + p0, text + p1, len - p1);
+            rc = write_edited(out, copy, len - (p1 - p0), ins, ins, insert, p0, root_value);
+            free(copy);
+        }
+    } else {
+        /* text[:p0] root_value text[p1:ins] insert text[ins:] */
+        rc = write_edited(out, text, len, p0, p1, root_value, ins, insert);
+    }
 out:
     free(text);
     return rc;
@@ -359,8 +384,31 @@ static int wrap(int argc, char **argv)
         }
         /* Failing to add the hook must not fail the container: it then starts as on a
          * node without the simulator's driver tree. */
-        if (!fits || add_hook(bundle, exe) != 0)
-            fprintf(stderr, "%s: warning: %s/config.json left unchanged\n", PROG, bundle);
+        static char shadow[PATH_MAX];
+        static char *args[4096];
+        if (fits && add_hook(bundle, exe, shadow, sizeof(shadow)) == 0 && argc + 3 < 4096) {
+            /* the same call with --bundle SHADOW (replacing any -b/--bundle) */
+            int k = 0;
+            for (int i = 0; i < argc; i++) {
+                if (i > sub && (!strcmp(argv[i], "--bundle") || !strcmp(argv[i], "-b")) &&
+                    i + 1 < argc) {
+                    i++;
+                    continue;
+                }
+                if (i > sub && (!strncmp(argv[i], "--bundle=", 9) || !strncmp(argv[i], "-b=", 3)))
+                    continue;
+                args[k++] = argv[i];
+                if (i == sub) {
+                    args[k++] = "--bundle";
+                    args[k++] = shadow;
+                }
+            }
+            args[k] = NULL;
+            argv = args;
+        } else {
+            fprintf(stderr, "%s: warning: no driver tree for the container of %s\n", PROG,
+                    bundle);
+        }
     }
     execv(real, argv);
     fprintf(stderr, "%s: cannot run the real runtime %s: %s\n", PROG, real, strerror(errno));

@@ -293,23 +293,29 @@ def run_probe(
 ) -> dict:
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    cmd = [sys.executable, str(probe), json.dumps(args or {})]
+    proc = in_private_dev(cmd, minors, ctl, extra, env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def in_private_dev(cmd, minors, ctl=True, extra=(), env=None) -> subprocess.CompletedProcess:
+    """Run cmd under `unshare -m` with a tmpfs /dev holding /dev/null, /dev/nvidiactl
+    (if ctl) and /dev/nvidia<minor> for each minor."""
     setup = ["mount -t tmpfs none /dev", "mknod /dev/null c 1 3"]
     if ctl:
         setup.append("mknod /dev/nvidiactl c 195 255")
-    for m in minors:
-        setup.append(f"mknod /dev/nvidia{m} c 195 {m}")
+    setup += [f"mknod /dev/nvidia{m} c 195 {m}" for m in minors]
     setup += extra
     script = " && ".join(setup) + ' && exec "$0" "$@"'
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script, sys.executable, str(probe), json.dumps(args or {})],
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, *map(str, cmd)],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------
@@ -714,15 +720,7 @@ def run_harness(harness, lib, tmp_path, mode, kind, minors=(0, 1, 2, 3)):
     names = sorted(n for n in exported(lib) if n.startswith("nvml"))
     listfile = tmp_path / "names.txt"
     listfile.write_text("\n".join(names) + "\n")
-    setup = ["mount -t tmpfs none /dev", "mknod /dev/null c 1 3", "mknod /dev/nvidiactl c 195 255"]
-    setup += [f"mknod /dev/nvidia{m} c 195 {m}" for m in minors]
-    script = " && ".join(setup) + ' && exec "$0" "$@"'
-    proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script, str(harness), str(lib), str(listfile), mode, kind],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = in_private_dev([harness, lib, listfile, mode, kind], minors)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, f"exit {proc.returncode}; last call: {lines[-1:]}"
     results = {}
@@ -840,17 +838,8 @@ MIG_PROBE = textwrap.dedent(
 def run_mig_probe(tmp_path, libdir, minors=(0, 1, 2, 3)):
     probe = tmp_path / "mig_probe.py"
     probe.write_text(MIG_PROBE)
-    setup = ["mount -t tmpfs none /dev", "mknod /dev/null c 1 3", "mknod /dev/nvidiactl c 195 255"]
-    setup += [f"mknod /dev/nvidia{m} c 195 {m}" for m in minors]
-    script = " && ".join(setup) + ' && exec "$0" "$@"'
     env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script, sys.executable, str(probe)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = in_private_dev([sys.executable, probe], minors, env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -1032,16 +1032,32 @@ static nvmlReturn_t lookup_any(nvmlDevice_t device, const gpu_t **gpu, const mig
             return NVML_ERROR_INVALID_ARGUMENT;     \
     } while (0)
 
+/* A query that writes one value computed from the GPU's record g (GPU_GETTER: full
+ * GPUs only; ANY_GETTER: MIG devices too, answering for their parent). */
+#define GPU_GETTER(fn, type, expr)                             \
+    EXPORT nvmlReturn_t fn(nvmlDevice_t device, type *out)     \
+    {                                                          \
+        GET_GPU(device, g);                                    \
+        (void)g;                                               \
+        REQUIRE(out);                                          \
+        *out = (expr);                                         \
+        return NVML_SUCCESS;                                   \
+    }
+
+#define ANY_GETTER(fn, type, expr)                             \
+    EXPORT nvmlReturn_t fn(nvmlDevice_t device, type *out)     \
+    {                                                          \
+        GET_ANY(device, g, m);                                 \
+        (void)m;                                               \
+        REQUIRE(out);                                          \
+        *out = (expr);                                         \
+        return NVML_SUCCESS;                                   \
+    }
+
 /* ------------------------------------------------------------------ */
 /* device identity                                                      */
 
-EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
-{
-    GET_GPU(device, g);
-    REQUIRE(index);
-    *index = g->index;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetIndex, unsigned int, g->index)
 
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
@@ -1072,23 +1088,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version
     return copy_out(version, length, g->vbios);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
-{
-    GET_ANY(device, g, m);
-    (void)m;
-    REQUIRE(type);
-    *type = g->brand;
-    return NVML_SUCCESS;
-}
+ANY_GETTER(nvmlDeviceGetBrand, int, g->brand)
 
-EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
-{
-    GET_ANY(device, g, m);
-    (void)m;
-    REQUIRE(arch);
-    *arch = g->architecture;
-    return NVML_SUCCESS;
-}
+ANY_GETTER(nvmlDeviceGetArchitecture, unsigned int, g->architecture)
 
 static void fill_pci(const gpu_t *g, nvmlPciInfo_t *pci, int full)
 {
@@ -1145,39 +1147,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
-{
-    GET_GPU(device, g);
-    REQUIRE(minorNumber);
-    *minorNumber = g->minor;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetMinorNumber, unsigned int, g->minor)
 
-EXPORT nvmlReturn_t nvmlDeviceGetIrqNum(nvmlDevice_t device, unsigned int *irqNum)
-{
-    GET_GPU(device, g);
-    REQUIRE(irqNum);
-    *irqNum = g->irq;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetIrqNum, unsigned int, g->irq)
 
-EXPORT nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, int *type)
-{
-    GET_GPU(device, g);
-    (void)g;
-    REQUIRE(type);
-    *type = BUS_TYPE_PCIE;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetBusType, int, BUS_TYPE_PCIE)
 
-EXPORT nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
-{
-    GET_GPU(device, g);
-    (void)g;
-    REQUIRE(multiGpuBool);
-    *multiGpuBool = 0;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetMultiGpuBoard, unsigned int, 0)
 
 /* ------------------------------------------------------------------ */
 /* memory                                                               */
@@ -1618,13 +1594,7 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInst
 /* ------------------------------------------------------------------ */
 /* modes                                                                */
 
-EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode)
-{
-    GET_GPU(device, g);
-    REQUIRE(mode);
-    *mode = g->persistence ? 1 : 0;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetPersistenceMode, int, g->persistence ? 1 : 0)
 
 EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int *pending)
 {
@@ -1635,60 +1605,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int 
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetCurrentEccMode(nvmlDevice_t device, int *current)
-{
-    GET_GPU(device, g);
-    REQUIRE(current);
-    *current = g->ecc_enabled ? 1 : 0;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetCurrentEccMode, int, g->ecc_enabled ? 1 : 0)
 
-EXPORT nvmlReturn_t nvmlDeviceGetPendingEccMode(nvmlDevice_t device, int *pending)
-{
-    GET_GPU(device, g);
-    REQUIRE(pending);
-    *pending = g->ecc_enabled ? 1 : 0;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetPendingEccMode, int, g->ecc_enabled ? 1 : 0)
 
-EXPORT nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, int *defaultMode)
-{
-    GET_GPU(device, g);
-    REQUIRE(defaultMode);
-    *defaultMode = g->ecc_enabled ? 1 : 0;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetDefaultEccMode, int, g->ecc_enabled ? 1 : 0)
 
-EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, int *mode)
-{
-    GET_GPU(device, g);
-    REQUIRE(mode);
-    *mode = g->compute_mode;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetComputeMode, int, g->compute_mode)
 
-EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, int *display)
-{
-    GET_GPU(device, g);
-    (void)g;
-    REQUIRE(display);
-    *display = 0; /* no display attached to a data-center GPU */
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetDisplayMode, int, 0 /* no display on a data-center GPU */)
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, int *isActive)
 {
     return nvmlDeviceGetDisplayMode(device, isActive);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, int *pVirtualMode)
-{
-    GET_GPU(device, g);
-    (void)g;
-    REQUIRE(pVirtualMode);
-    *pVirtualMode = 0; /* NVML_GPU_VIRTUALIZATION_MODE_NONE: bare metal */
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetVirtualizationMode, int, 0 /* NONE: bare metal */)
 
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major_, int *minor_)
 {
@@ -1932,13 +1864,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, int cause,
     return retired_pages(device, cause, pageCount, addresses, timestamps);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *isPending)
-{
-    GET_GPU(device, g);
-    REQUIRE(isPending);
-    *isPending = g->retired_pending ? 1 : 0;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetRetiredPagesPendingStatus, int, g->retired_pending ? 1 : 0)
 
 EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
                                               unsigned int *uncRows, unsigned int *isPending,
@@ -1975,41 +1901,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperatu
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
-{
-    GET_GPU(device, g);
-    REQUIRE(power);
-    *power = g->power_usage;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetPowerUsage, unsigned int, g->power_usage)
 
-EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
-{
-    GET_GPU(device, g);
-    REQUIRE(limit);
-    *limit = g->power_limit;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetEnforcedPowerLimit, unsigned int, g->power_limit)
 
-EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
-{
-    GET_GPU(device, g);
-    REQUIRE(limit);
-    *limit = g->power_limit;
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetPowerManagementLimit, unsigned int, g->power_limit)
 
 /* ------------------------------------------------------------------ */
 /* power                                                                */
 
-EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, int *mode)
-{
-    GET_GPU(device, g);
-    (void)g;
-    REQUIRE(mode);
-    *mode = 1; /* enabled */
-    return NVML_SUCCESS;
-}
+GPU_GETTER(nvmlDeviceGetPowerManagementMode, int, 1 /* enabled */)
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
                                                              unsigned int *defaultLimit)

@@ -1048,8 +1048,22 @@ static nvmlReturn_t lookup_any(nvmlDevice_t device, const gpu_t **gpu, const mig
     EXPORT nvmlReturn_t fn(nvmlDevice_t device, type *out)     \
     {                                                          \
         GET_ANY(device, g, m);                                 \
+        (void)g;                                               \
         (void)m;                                               \
         REQUIRE(out);                                          \
+        *out = (expr);                                         \
+        return NVML_SUCCESS;                                   \
+    }
+
+/* A query of MIG devices only (m); a full GPU answers NOT_SUPPORTED. */
+#define MIG_GETTER(fn, type, expr)                             \
+    EXPORT nvmlReturn_t fn(nvmlDevice_t device, type *out)     \
+    {                                                          \
+        GET_ANY(device, g, m);                                 \
+        (void)g;                                               \
+        REQUIRE(out);                                          \
+        if (!m)                                                \
+            return NVML_ERROR_NOT_SUPPORTED;                   \
         *out = (expr);                                         \
         return NVML_SUCCESS;                                   \
     }
@@ -1221,14 +1235,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
-{
-    GET_ANY(device, g, m);
-    (void)g;
-    REQUIRE(isMigDevice);
-    *isMigDevice = m ? 1 : 0;
-    return NVML_SUCCESS;
-}
+ANY_GETTER(nvmlDeviceIsMigDeviceHandle, unsigned int, m ? 1 : 0)
 
 /* "Returns zero if MIG is not supported or enabled." */
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
@@ -1276,27 +1283,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mi
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
-{
-    GET_ANY(device, g, m);
-    (void)g;
-    REQUIRE(id);
-    if (!m)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *id = m->gi_id;
-    return NVML_SUCCESS;
-}
+MIG_GETTER(nvmlDeviceGetGpuInstanceId, unsigned int, m->gi_id)
 
-EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
-{
-    GET_ANY(device, g, m);
-    (void)g;
-    REQUIRE(id);
-    if (!m)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *id = m->ci_id;
-    return NVML_SUCCESS;
-}
+MIG_GETTER(nvmlDeviceGetComputeInstanceId, unsigned int, m->ci_id)
 
 /* "This API currently only supports MIG device handles." */
 EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,

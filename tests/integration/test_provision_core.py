@@ -5,7 +5,9 @@ bad inventory values failing in preflight before any change, and a GPU-less host
 
 Real Debian packages come from the archive; the node's /var/cache/apt/archives is the host
 directory ~/.cache/gpunode/apt/bookworm, so later runs download nothing (about 12 MB the
-first time). Wall time: ~3 min in all (converge ~1 min, each further run ~40 s).
+first time). Wall time on this 2-core machine: 6-7.5 min in all, of which the converge test
+(check mode, converge, second run, check mode: four playbook runs) takes 4-4.5 min and is
+marked `slow`; without it the mismatch test converges the node itself (~1 min more).
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ def recap(proc: subprocess.CompletedProcess, node: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
 
 
+@pytest.mark.slow
 def test_converge_idempotent_and_check_mode(prov_node, tmp_path):
     # check mode on the fresh node: the plan is shown, nothing is installed
     dry = play(prov_node, tmp_path, "--check", "--diff")
@@ -188,6 +191,9 @@ def test_converge_idempotent_and_check_mode(prov_node, tmp_path):
 def test_loaded_module_older_than_package_fails_with_fix(prov_node, tmp_path):
     """'Package upgraded, old module still loaded': the profile's driver (what NVML and
     /proc report) is 535.247.01 while dpkg has 535.261.03."""
+    if "535.261.03" not in sh(prov_node, "dpkg-query -W -f '${Version}' libnvidia-ml1 || true"):
+        converge = play(prov_node, tmp_path)  # when the slow converge test was deselected
+        assert converge.returncode == 0, converge.stdout[-4000:]
     profile = yaml.safe_load((ROOT / "src/gpunode/data/profiles/a100x4.yaml").read_text())
     profile["name"] = "a100x4-old-module"
     profile["driver"]["version"] = "535.247.01"

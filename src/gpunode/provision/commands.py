@@ -153,8 +153,7 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_driver_check(args: argparse.Namespace) -> int:
-    from .. import facts as nvfacts
-    from .. import inventory
+    from ..nvidia import inventory, procfs
 
     family = "apt" if _which("dpkg-query") else "dnf"
     nvml = nvml_error = None
@@ -167,7 +166,7 @@ def cmd_driver_check(args: argparse.Namespace) -> int:
     except inventory.NoDriver as exc:
         nvml_error = str(exc)
     try:
-        loaded = nvfacts.parse_driver_version(Path(args.proc_version).read_text())
+        loaded = procfs.parse_version(Path(args.proc_version).read_text())
     except OSError:
         loaded = None
     pin = args.pin
@@ -183,7 +182,7 @@ def cmd_driver_check(args: argparse.Namespace) -> int:
 
 
 def _node_driver() -> tuple[str, bool | None]:
-    from .. import inventory
+    from ..nvidia import inventory
 
     try:
         inv = inventory.collect()

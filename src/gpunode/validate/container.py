@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..cli import inventory
+from ..nvidia import inventory
 from ..nvidia.busid import BusId
 from . import probe
 from .expect import Expectations

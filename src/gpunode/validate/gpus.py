@@ -1,5 +1,5 @@
 """node.gpu_count and the per-GPU health checks, from gpunode's inventory (the one NVML walk,
-gpunode.cli.inventory over gpunode.nvidia.nvml) — validate reads no NVML itself.
+gpunode.nvidia.inventory over gpunode.nvidia.nvml) — validate reads no NVML itself.
 
 GPU index: the GPUs are listed in PCI bus order, the order NVML and CUDA enumerate them by
 default, counting every GPU the node has: those NVML shows (lost ones included) and those
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..cli import inventory
+from ..nvidia import inventory
 from .expect import Expectations
 from .model import FAIL, PASS, SKIP, WARN, Check, Gpu
 

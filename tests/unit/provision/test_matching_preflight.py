@@ -146,6 +146,9 @@ def test_disk(tmp_path):
     assert not f.ok and "gpu_preflight_min_free_mib" in f.to_dict()["message"]
 
 
+D12 = ["--distro", "debian", "--release", "12", "--driver-branch", "535"]
+
+
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
@@ -168,19 +171,21 @@ def test_disk(tmp_path):
         ),
         (
             [
-                "--distro",
-                "debian",
-                "--release",
-                "12",
-                "--driver-branch",
-                "535",
+                *D12,
                 "--driver-version",
                 "535.2x",
             ],
             "gpunode: error: nvidia_driver_version: '535.2x' is not a driver version",
         ),
         (
-            ["--cuda", "12.4", "--driver-version", "535.261.03"],
+            # the gate speaks before the package plan (which would say "ships CUDA 11.8 only")
+            [
+                "--cuda",
+                "12.4",
+                "--driver-version",
+                "535.261.03",
+                *D12,
+            ],
             "gpunode: error: cuda_toolkit_versions: CUDA 12.4 needs NVIDIA driver >= 550.54.14 (strict policy)",
         ),
     ],
@@ -189,26 +194,6 @@ def test_validate_cli_one_line_exit_2(capsys, argv, line):
     assert cli_main(["provision", "validate", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1
-
-
-def test_validate_gate_before_plan_and_bad_pin_is_one_line(capsys):
-    base = [
-        "provision",
-        "validate",
-        "--distro",
-        "debian",
-        "--release",
-        "12",
-        "--driver-branch",
-        "535",
-    ]
-    assert cli_main([*base, "--driver-version", "535.261.03", "--cuda", "12.4"]) == 2
-    assert "CUDA 12.4 needs NVIDIA driver >= 550.54.14" in capsys.readouterr().err
-    assert cli_main([*base, "--driver-version", "535.26x", "--cuda", "12.4"]) == 2
-    err = capsys.readouterr().err
-    assert (
-        err.startswith("gpunode: error: nvidia_driver_version: '535.26x'") and err.count("\n") == 1
-    )
 
 
 def test_validate_cli_ok_json(capsys):
@@ -243,3 +228,27 @@ def test_cuda_gate_cli_exit_1_with_driver(capsys):
     )
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and "550.54.14" in out["message"]
+
+
+def test_driver_check_cli_reads_the_loaded_module_and_packages(tmp_path, monkeypatch, capsys):
+    """`provision driver-check` end to end through the CLI: the loaded module from procfs,
+    the package from the package manager, NVML from the inventory (here: no driver)."""
+    from gpunode.nvidia import inventory
+    from gpunode.provision import packages
+
+    def no_driver(**_kw):
+        raise inventory.NoDriver("no NVIDIA driver: /proc/driver/nvidia is missing")
+
+    monkeypatch.setattr(inventory, "collect", no_driver)
+    monkeypatch.setattr(packages, "installed", lambda family, name: "535.261.03-1")
+    version = tmp_path / "version"
+    version.write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.247.01  Tue Jun 10 2025\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    argv = ["provision", "driver-check", "--package", "libnvidia-ml1", "--pin", "535.261.03"]
+    code = cli_main([*argv, "--proc-version", str(version), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code != 0 and out["ok"] is False
+    assert out["loaded"] == "535.247.01" and out["installed"] == "535.261.03-1"
+    assert "535.247.01" in out["message"] and "535.261.03" in out["message"]

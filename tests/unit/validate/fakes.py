@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.cli.inventory import GpuInfo, Inventory
+from gpunode.nvidia.inventory import GpuInfo, Inventory
 from gpunode.validate.model import Check, Gpu, Result
 
 UUIDS = [f"GPU-0000000{i}-0000-4000-8000-00000000000{i}" for i in range(4)]

@@ -1,0 +1,263 @@
+"""What GPUs and driver a node has (the operator's inventory, `gpunode inventory`): NVML first, /proc/driver/nvidia +
+/dev as the fallback.
+
+NVML is the authority when it loads (it is what CUDA and every tool sees). When the library
+is missing or cannot initialise, the procfs tree the kernel module publishes still tells the
+driver version and GPUs, so an operator gets an answer on a node whose userspace is broken.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import nvml, procfs
+from .busid import BusId
+from .devices import is_gpu_node
+from .facts import nvml_text
+
+SCHEMA = "gpunode.inventory/v1"
+
+
+class NoDriver(RuntimeError):
+    """Neither NVML nor /proc/driver/nvidia shows an NVIDIA driver."""
+
+
+@dataclass
+class GpuInfo:
+    index: int | None
+    minor: int | None
+    uuid: str | None
+    name: str | None
+    pci_bus_id: str | None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    compute_capability: str | None = None
+    persistence_mode: bool | None = None
+    ecc_mode: bool | None = None
+    mig_mode: bool | None = None
+    ecc_errors: dict[str, int] = field(default_factory=dict)
+    retired_pages: dict[str, Any] = field(default_factory=dict)
+    remapped_rows: dict[str, int] = field(default_factory=dict)
+    temperature_c: int | None = None
+    health: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Inventory:
+    source: str
+    driver_version: str | None
+    cuda_driver_version: str | None
+    nvml_version: str | None
+    gpus: list[GpuInfo]
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    hostname: str = field(default_factory=socket.gethostname)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems and all(not g.health for g in self.gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "hostname": self.hostname,
+            "source": self.source,
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "nvml_version": self.nvml_version,
+            "gpu_count": len(self.gpus),
+            "gpus": [asdict(g) for g in self.gpus],
+            "problems": self.problems,
+            "healthy": self.healthy,
+        }
+
+
+def device_node_ok(minor: int, dev_root: Path = Path("/dev")) -> bool:
+    try:
+        st = os.stat(dev_root / f"nvidia{minor}")
+    except OSError:
+        return False
+    return is_gpu_node(st, minor)
+
+
+def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuInfo:
+    if h is None:
+        if isinstance(error, pynvml.NVMLError_GpuIsLost):
+            return GpuInfo(index, None, None, None, None, health=["fallen_off_bus"])
+        raise error  # type: ignore[misc]
+
+    def opt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(h, *args)
+        except pynvml.NVMLError_NotSupported:
+            return None
+
+    facts = nvml.gpu_facts(pynvml, index, h)
+    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+    gpu = GpuInfo(
+        index=index,
+        minor=facts.minor,
+        uuid=facts.uuid,
+        name=facts.name,
+        pci_bus_id=facts.pci_bus_id,
+        memory_total_mib=mem.total // (1024 * 1024),
+        memory_used_mib=mem.used // (1024 * 1024),
+        compute_capability=facts.compute_capability or None,
+    )
+    persistence = opt(pynvml.nvmlDeviceGetPersistenceMode)
+    gpu.persistence_mode = None if persistence is None else bool(persistence)
+    ecc = opt(pynvml.nvmlDeviceGetEccMode)
+    gpu.ecc_mode = None if ecc is None else bool(ecc[0])
+    mig = opt(pynvml.nvmlDeviceGetMigMode)
+    gpu.mig_mode = None if mig is None else bool(mig[0])
+    gpu.temperature_c = opt(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
+    if gpu.ecc_mode:
+        for kind, err in (("corrected", 0), ("uncorrected", 1)):
+            for scope, counter in (("volatile", 0), ("aggregate", 1)):
+                value = opt(pynvml.nvmlDeviceGetTotalEccErrors, err, counter)
+                if value is not None:
+                    gpu.ecc_errors[f"{kind}_{scope}"] = int(value)
+    sbe = opt(
+        pynvml.nvmlDeviceGetRetiredPages,
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+    )
+    dbe = opt(
+        pynvml.nvmlDeviceGetRetiredPages, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    )
+    pending = opt(pynvml.nvmlDeviceGetRetiredPagesPendingStatus)
+    if sbe is not None or dbe is not None or pending is not None:
+        gpu.retired_pages = {
+            "single_bit": len(sbe or []),
+            "double_bit": len(dbe or []),
+            "pending": bool(pending),
+        }
+    rows = opt(pynvml.nvmlDeviceGetRemappedRows)
+    if rows is not None:
+        corr, unc, is_pending, failure = (int(x) for x in rows)
+        gpu.remapped_rows = {
+            "correctable": corr,
+            "uncorrectable": unc,
+            "pending": is_pending,
+            "failure": failure,
+        }
+    if gpu.ecc_errors.get("uncorrected_volatile", 0) > 0:
+        gpu.health.append("ecc_uncorrectable")
+    if gpu.retired_pages.get("pending"):
+        gpu.health.append("retired_pages_pending")
+    if gpu.remapped_rows.get("failure"):
+        gpu.health.append("row_remap_failure")
+    if gpu.remapped_rows.get("pending"):
+        gpu.health.append("row_remap_pending")
+    if gpu.persistence_mode is False:
+        gpu.health.append("persistence_off")
+    return gpu
+
+
+def from_nvml() -> Inventory:
+    """Inventory through NVML. Raises NoDriver when NVML cannot be loaded or initialised."""
+    try:
+        with nvml.Session() as nv:
+            driver, cuda = nvml.system(nv)
+            nvml_version = nvml_text(nv.nvmlSystemGetNVMLVersion())
+            gpus = [_nvml_gpu(nv, i, h, error) for i, h, error in nvml.handles(nv)]
+    except nvml.NvmlError as exc:
+        raise NoDriver(str(exc)) from None
+    return Inventory("nvml", driver, cuda, nvml_version, gpus)
+
+
+def from_procfs(
+    proc_root: str | os.PathLike = procfs.PROC_DRIVER_NVIDIA, dev_root: Path = Path("/dev")
+) -> Inventory:
+    version, proc_gpus = procfs.read_driver(proc_root)
+    if version is None:
+        raise NoDriver(f"{proc_root}/version is missing: no NVIDIA kernel driver is loaded")
+    gpus = []
+    for pg in sorted(proc_gpus, key=lambda g: g.bus_id):
+        if pg.minor is None or not device_node_ok(pg.minor, dev_root):
+            continue
+        gpus.append(
+            GpuInfo(
+                index=len(gpus),
+                minor=pg.minor,
+                uuid=pg.uuid,
+                name=pg.model,
+                pci_bus_id=BusId.parse(pg.bus_id).nvml,
+            )
+        )
+    return Inventory("procfs", version, None, None, gpus)
+
+
+def _cross_check(inv: Inventory, proc_root: str | os.PathLike, dev_root: Path) -> None:
+    """Find GPUs the kernel module knows but that are unusable, and fill in lost GPUs."""
+    _, proc_gpus = procfs.read_driver(proc_root)
+    proc_sorted = sorted(proc_gpus, key=lambda g: g.bus_id)
+    usable = [g for g in proc_sorted if g.minor is not None and device_node_ok(g.minor, dev_root)]
+    for pg in proc_sorted:
+        if pg not in usable:
+            inv.problems.append(
+                {
+                    "issue": "device_node_missing",
+                    "detail": f"/dev/nvidia{pg.minor} is missing or not a 195:{pg.minor} device",
+                    "uuid": pg.uuid,
+                    "pci_bus_id": BusId.parse(pg.bus_id).nvml,
+                    "minor": pg.minor,
+                }
+            )
+    if len(usable) == len(inv.gpus):
+        for gpu, pg in zip(inv.gpus, usable, strict=True):
+            if gpu.uuid is None:  # lost: NVML gave no handle, the kernel still knows it
+                gpu.uuid, gpu.name, gpu.minor = pg.uuid, pg.model, pg.minor
+                gpu.pci_bus_id = BusId.parse(pg.bus_id).nvml
+
+
+def collect(
+    proc_root: str | os.PathLike = procfs.PROC_DRIVER_NVIDIA,
+    dev_root: Path = Path("/dev"),
+    use_nvml: bool = True,
+) -> Inventory:
+    """NVML when it works, else procfs. Raises NoDriver when neither shows a driver."""
+    nvml_error = None
+    if use_nvml:
+        try:
+            inv = from_nvml()
+        except NoDriver as exc:
+            nvml_error = str(exc)
+        else:
+            _cross_check(inv, proc_root, dev_root)
+            return inv
+    try:
+        inv = from_procfs(proc_root, dev_root)
+    except NoDriver as exc:
+        reason = f"{nvml_error}; {exc}" if nvml_error else str(exc)
+        raise NoDriver(f"no NVIDIA driver found ({reason})") from None
+    if nvml_error:
+        inv.problems.append({"issue": "nvml_unavailable", "detail": nvml_error})
+    _cross_check(inv, proc_root, dev_root)
+    return inv
+
+
+def format_table(inv: Inventory) -> str:
+    cuda = inv.cuda_driver_version or "unknown"
+    lines = [
+        f"{inv.hostname}: NVIDIA driver {inv.driver_version}, CUDA {cuda} "
+        f"(source: {inv.source}), {len(inv.gpus)} GPU(s)"
+    ]
+    header = (
+        f"{'IDX':>3}  {'MINOR':>5}  {'PCI BUS ID':<16}  {'UUID':<40}  {'MEMORY':>9}  NAME / HEALTH"
+    )
+    if inv.gpus:
+        lines.append(header)
+    for g in inv.gpus:
+        mem = f"{g.memory_total_mib} MiB" if g.memory_total_mib is not None else "-"
+        health = ", ".join(g.health) if g.health else "ok"
+        lines.append(
+            f"{g.index if g.index is not None else '-':>3}  "
+            f"{g.minor if g.minor is not None else '-':>5}  {g.pci_bus_id or '-':<16}  "
+            f"{g.uuid or '-':<40}  {mem:>9}  {g.name or '-'} [{health}]"
+        )
+    for p in inv.problems:
+        lines.append(f"problem: {p['issue']}: {p['detail']}")
+    return "\n".join(lines)

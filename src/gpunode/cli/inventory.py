@@ -10,7 +10,6 @@ from ..nvidia import procfs
 from ..nvidia.inventory import SCHEMA, NoDriver, collect, format_table
 from .base import EXIT_NO_DRIVER, EXIT_OK, print_json
 
-
 # --------------------------------------------------------------------------- command
 
 

@@ -16,8 +16,7 @@ import shutil
 import time
 from typing import Any
 
-from ..nvidia import inventory
-from ..nvidia import procfs
+from ..nvidia import inventory, procfs
 from ..provision import ProvisionError, cuda, matching, packages
 from ..provision.versions import cuda_of_package, driver_of_package, key, major_minor
 from .expect import Expectations

@@ -5,9 +5,9 @@ bad inventory values failing in preflight before any change, and a GPU-less host
 
 Real Debian packages come from the archive; the node's /var/cache/apt/archives is the host
 directory ~/.cache/gpunode/apt/bookworm, so later runs download nothing (about 12 MB the
-first time). Wall time on this 2-core machine: 6-7.5 min in all, of which the converge test
-(check mode, converge, second run, check mode: four playbook runs) takes 4-4.5 min and is
-marked `slow`; without it the mismatch test converges the node itself (~1 min more).
+first time). Wall time on this 2-core machine (shared with other runs): 6-8.5 min, of
+which the converge test (check mode, converge, second run, check mode: four playbook
+runs) takes 4-4.5 min and is marked `slow`; without it the mismatch test converges the node itself (~1 min more).
 """
 
 from __future__ import annotations

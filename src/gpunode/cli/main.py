@@ -31,6 +31,7 @@ COMMANDS = {
     ),
     "explain": ("gpunode.cli.explain", "what a container with this request would get"),
     "sim": ("gpunode.cli.sim", "the simulated GPU cluster (development and tests)"),
+    "report": ("gpunode.cli.report", "the cluster report from validation results"),
 }
 
 

@@ -24,7 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "results", nargs="*", help="result files or directories of *.json (not with --run)"
     )
     p.add_argument("-o", "--output", default="reports", help="report directory (default: reports)")
-    p.add_argument("--run", dest="run_validation", action="store_true", help="run the validation first (ansible-runner)")
+    p.add_argument(
+        "--run",
+        dest="run_validation",
+        action="store_true",
+        help="run the validation first (ansible-runner)",
+    )
     p.add_argument("-i", "--inventory", help="inventory for --run")
     p.add_argument("--limit", help="host pattern for --run")
     p.add_argument("--playbook", default=PLAYBOOK, help="validation playbook for --run")
@@ -61,8 +66,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     s = model["summary"]
     if not args.quiet:
-        verdict = f"{s['nodes_failed']} of {s['nodes']} nodes failed" if s["failed"] else (
-            f"all {s['nodes']} nodes passed"
+        verdict = (
+            f"{s['nodes_failed']} of {s['nodes']} nodes failed"
+            if s["failed"]
+            else (f"all {s['nodes']} nodes passed")
         )
         print(f"{verdict}; junit {paths['junit.xml']}, summary {paths['summary.md']}")
     print(f"report: {paths['index.html']}")
@@ -101,7 +108,9 @@ def run_validation(inventory: str, playbook: str, results: str, limit, quiet: bo
     try:
         import ansible_runner
     except ImportError:
-        raise UsageError("report: --run needs ansible-runner (pip install ansible-runner)") from None
+        raise UsageError(
+            "report: --run needs ansible-runner (pip install ansible-runner)"
+        ) from None
 
     def on_event(event: dict) -> bool:
         line = progress_line(event)
@@ -123,7 +132,9 @@ def run_validation(inventory: str, playbook: str, results: str, limit, quiet: bo
         )
         if r.rc != 0:
             tail = [ln for ln in r.stdout.read().splitlines() if ln.strip()][-3:]
-            print(f"gpunode: error: validation run failed (rc {r.rc}): {' / '.join(tail)}",
-                  file=sys.stderr)
+            print(
+                f"gpunode: error: validation run failed (rc {r.rc}): {' / '.join(tail)}",
+                file=sys.stderr,
+            )
             return EXIT_FAIL
     return None

@@ -1,4 +1,4 @@
-"""The cluster report as one self-contained HTML page: a node × check grid (a row per node,
+"""The cluster report as one self-contained HTML page: a node-by-check grid (a row per node,
 a row per GPU under it for the per-GPU checks), coloured by status, details on click.
 
 No external assets and no framework: inline CSS, and a dozen lines of JS that show a cell's
@@ -12,7 +12,7 @@ from html import escape
 
 from .results import worst
 
-SYMBOL = {"pass": "✔", "warn": "!", "fail": "✘", "skip": "–"}
+SYMBOL = {"pass": "✔", "warn": "!", "fail": "✘", "skip": "&ndash;"}
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d1d1f;background:#fff}
@@ -79,9 +79,7 @@ def _node_header(n: dict) -> str:
         cuda = ", ".join(v.get("cuda_installed") or []) or "none"
         lines.append(f"driver {driver}{extra} · CUDA max {v.get('cuda_driver_max') or '?'}")
         lines.append(f"toolkit {cuda} · gpunode {n.get('gpunode_version') or '?'}")
-        lines.append(
-            ", ".join(f"{c}× {m}" for m, c in models.items()) if models else "no GPUs"
-        )
+        lines.append(", ".join(f"{c}x {m}" for m, c in models.items()) if models else "no GPUs")
     small = "".join(f"<small>{escape(t)}</small>" for t in lines)
     bad = " bad" if n["status"] == "fail" else ""
     return f'<th class="node{bad}" scope="row">{escape(n["node"])}{small}</th>'
@@ -91,11 +89,11 @@ def _cell(node: str, label: str, col: dict, checks: list[dict]) -> str:
     if not checks:
         return '<td class="cell s-none" title="not reported">·</td>'
     status = worst(c["status"] for c in checks)
-    detail = "\n".join(
-        f"{c['status'].upper():5} {('GPU %s ' % c['gpu']) if c['gpu'] is not None else ''}"
-        f"{c['detail']}".rstrip()
-        for c in checks
-    )
+    lines = []
+    for c in checks:
+        where = "" if c["gpu"] is None else f"GPU {c['gpu']} "
+        lines.append(f"{c['status'].upper():5} {where}{c['detail']}".rstrip())
+    detail = "\n".join(lines)
     head = f"{node} · {label} · {col['title']} ({col['id']})"
     text = f"{head}\n{detail}"
     return (
@@ -114,7 +112,9 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
     for col in columns:  # the node row: node checks, and per-GPU checks summed up
         checks = [c for c in n["checks"] if c["id"] == col["id"]]
         cells.append(_cell(node, "node", col, checks))
-    rows = [f'<tr class="noderow" data-node="{escape(node)}">{_node_header(n)}{"".join(cells)}</tr>']
+    rows = [
+        f'<tr class="noderow" data-node="{escape(node)}">{_node_header(n)}{"".join(cells)}</tr>'
+    ]
     indices = sorted(
         {c["gpu"] for c in n["checks"] if c["gpu"] is not None}
         | {g["index"] for g in n.get("gpus") or [] if isinstance(g.get("index"), int)}
@@ -151,7 +151,7 @@ def _details(n: dict) -> str:
     opened = " open" if n["status"] == "fail" else ""
     return (
         f'<details{opened}><summary class="s-{n["status"]}-text">{escape(n["node"])}: '
-        f"{n['status']}</summary><table class=\"checks\"><tr><th>status</th><th>check</th>"
+        f'{n["status"]}</summary><table class="checks"><tr><th>status</th><th>check</th>'
         f"<th>GPU</th><th>title</th><th>detail</th></tr>{rows}</table></details>"
     )
 
@@ -164,9 +164,7 @@ def render(model: dict) -> str:
     )
     body = "\n".join(r for n in model["nodes"] for r in _rows(n, cols))
     s = model["summary"]
-    totals = " ".join(
-        f'<span class="s-{k}">{v} {k}</span>' for k, v in s["checks"].items()
-    )
+    totals = " ".join(f'<span class="s-{k}">{v} {k}</span>' for k, v in s["checks"].items())
     verdict = (
         f"{s['nodes_failed']} of {s['nodes']} nodes failed: {', '.join(s['failed'])}"
         if s["failed"]
@@ -188,7 +186,7 @@ def render(model: dict) -> str:
 {body}
 </tbody></table>
 <p class="legend"><span class="s-pass">✔ pass</span><span class="s-warn">! warn</span>
-<span class="s-fail">✘ fail</span><span class="s-skip">– skip</span>
+<span class="s-fail">✘ fail</span><span class="s-skip">&ndash; skip</span>
 <span class="s-none">· not reported</span> Click a cell for its details.</p>
 <div id="panel" role="status">Click a cell for its details.</div>
 <h2>Checks per node</h2>

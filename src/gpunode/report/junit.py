@@ -48,7 +48,10 @@ def render(model: dict) -> bytes:
             ET.SubElement(props, "property", name=f"versions.{key}", value=text)
         for g in n.get("gpus") or []:
             ET.SubElement(
-                props, "property", name=f"gpu{g.get('index')}", value=f"{g.get('model')} {g.get('uuid')}"
+                props,
+                "property",
+                name=f"gpu{g.get('index')}",
+                value=f"{g.get('model')} {g.get('uuid')}",
             )
         for c in checks:
             case = ET.SubElement(

@@ -22,7 +22,7 @@ def render(model: dict) -> str:
     for n in model["nodes"]:
         v = n.get("versions") or {}
         models = Counter(g.get("model") or "unknown" for g in n.get("gpus") or [])
-        gpus = ", ".join(f"{c}× {m}" for m, c in models.items()) or "—"
+        gpus = ", ".join(f"{c}x {m}" for m, c in models.items()) or "—"
         cuda = ", ".join(v.get("cuda_installed") or []) or "—"
         status = "unreachable" if n.get("unreachable") else n["status"]
         out.append(

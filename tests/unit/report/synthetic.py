@@ -1,5 +1,5 @@
 """Synthetic `gpunode validate --json` results (schema gpunode.validate/v1) of a small
-cluster: a healthy 4×A100 node, a 2×T4 node whose GPU 1 has uncorrectable ECC errors (and a
+cluster: a healthy 4xA100 node, a 2xT4 node whose GPU 1 has uncorrectable ECC errors (and a
 warning), and an unreachable node. Used until (and besides) the real producer."""
 
 from __future__ import annotations
@@ -44,15 +44,29 @@ def result(node: str, model: str, count: int, faults: dict | None = None) -> dic
         if cid == "container.cuda" and (cid, None) not in faults:
             status, detail = "skip", "no CUDA device: cuInit failed (libcuda absent)"
         checks.append(
-            {"id": cid, "title": title, "gpu": None, "uuid": None, "status": status,
-             "detail": detail, "duration_s": 0.0123}
+            {
+                "id": cid,
+                "title": title,
+                "gpu": None,
+                "uuid": None,
+                "status": status,
+                "detail": detail,
+                "duration_s": 0.0123,
+            }
         )
     for g in gpus:
         for cid, title in GPU_CHECKS:
             status, detail = faults.get((cid, g["index"]), ("pass", "0"))
             checks.append(
-                {"id": cid, "title": title, "gpu": g["index"], "uuid": g["uuid"],
-                 "status": status, "detail": detail, "duration_s": 0.001}
+                {
+                    "id": cid,
+                    "title": title,
+                    "gpu": g["index"],
+                    "uuid": g["uuid"],
+                    "status": status,
+                    "detail": detail,
+                    "duration_s": 0.001,
+                }
             )
     summary = {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail", "skip")}
     return {
@@ -62,9 +76,13 @@ def result(node: str, model: str, count: int, faults: dict | None = None) -> dic
         "started": "2026-11-22T08:00:00Z",
         "duration_s": 4.2,
         "gpunode_version": "0.1.0",
-        "versions": {"driver_loaded": "535.261.03", "driver_installed": "535.261.03",
-                     "driver_pinned": "535.261.03", "cuda_driver_max": "12.2",
-                     "cuda_installed": ["11.8"]},
+        "versions": {
+            "driver_loaded": "535.261.03",
+            "driver_installed": "535.261.03",
+            "driver_pinned": "535.261.03",
+            "cuda_driver_max": "12.2",
+            "cuda_installed": ["11.8"],
+        },
         "gpus": gpus,
         "checks": checks,
         "summary": summary,
@@ -81,12 +99,22 @@ def cluster() -> dict[str, dict]:
     return {
         "sim-a100-bookworm.json": result("sim-a100-bookworm", "NVIDIA A100-SXM4-80GB", 4),
         "sim-t4-bookworm.json": result(
-            FAULTY, "Tesla T4", 2,
-            {("gpu.ecc_uncorrectable", FAULTY_GPU): ("fail", "12 volatile uncorrected ECC errors"),
-             ("gpu.persistence", 0): ("warn", "persistence mode is off")},
+            FAULTY,
+            "Tesla T4",
+            2,
+            {
+                ("gpu.ecc_uncorrectable", FAULTY_GPU): (
+                    "fail",
+                    "12 volatile uncorrected ECC errors",
+                ),
+                ("gpu.persistence", 0): ("warn", "persistence mode is off"),
+            },
         ),
-        "sim-down.json": {"node": "sim-down", "unreachable": True,
-                          "detail": "Failed to connect to the host via ssh"},
+        "sim-down.json": {
+            "node": "sim-down",
+            "unreachable": True,
+            "detail": "Failed to connect to the host via ssh",
+        },
     }
 
 

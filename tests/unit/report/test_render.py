@@ -43,7 +43,7 @@ def test_html_grid_cells_and_faulty_gpu_row(model):
     assert set(healthy.values()) == {"pass", "skip"} and len(healthy) > 20
     assert re.search(r'<th class="gpu bad" scope="row">GPU 1<small>Tesla T4', page)
     assert "http://" not in page and "https://" not in page and "<link" not in page
-    assert "535.261.03" in page and "4× NVIDIA A100-SXM4-80GB" in page
+    assert "535.261.03" in page and "4x NVIDIA A100-SXM4-80GB" in page
 
 
 def test_html_escapes_node_text(model):

@@ -26,9 +26,7 @@ def test_merge_sorts_nodes_adds_reachability_and_counts(tmp_path):
     assert (first["id"], first["status"]) == ("node.reachable", "pass")
     cols = {c["id"]: c["per_gpu"] for c in model["columns"]}
     assert cols["gpu.ecc_uncorrectable"] is True and cols["engine.active"] is False
-    ecc = [
-        c for c in model["nodes"][2]["checks"] if c["id"] == "gpu.ecc_uncorrectable"
-    ]
+    ecc = [c for c in model["nodes"][2]["checks"] if c["id"] == "gpu.ecc_uncorrectable"]
     assert [(c["gpu"], c["status"]) for c in ecc] == [(0, "pass"), (FAULTY_GPU, "fail")]
 
 
@@ -40,9 +38,12 @@ def test_healthy_node_status_is_its_worst_check():
 
 BAD = [
     ("[]", "expected a JSON object, found list"),
-    ('{"node": "n", "schema": "x/v9", "checks": []}', "schema is \"x/v9\"; expected"),
+    ('{"node": "n", "schema": "x/v9", "checks": []}', 'schema is "x/v9"; expected'),
     ('{"schema": "gpunode.validate/v1", "checks": []}', "node is null; expected the node's name"),
-    ('{"schema": "gpunode.validate/v1", "node": "n", "checks": {}}', "checks is {}; expected a list"),
+    (
+        '{"schema": "gpunode.validate/v1", "node": "n", "checks": {}}',
+        "checks is {}; expected a list",
+    ),
     (
         '{"schema": "gpunode.validate/v1", "node": "n", "checks": [{"id": "a", "status": "ok"}]}',
         'checks[0].status is "ok"; expected one of pass, warn, fail, skip',
@@ -82,7 +83,7 @@ def test_duplicate_node_names_both_files(tmp_path):
 def test_no_files_and_missing_path(tmp_path):
     with pytest.raises(results.ResultError, match="no result files"):
         results.result_files([str(tmp_path)])
-    with pytest.raises(results.ResultError, match="nope.json: no such file"):
+    with pytest.raises(results.ResultError, match=r"nope\.json: no such file"):
         results.result_files([str(tmp_path / "nope.json")])
 
 

@@ -36,6 +36,8 @@ td.cell{min-width:1.6em;cursor:pointer;font-weight:700}
 .s-fail{background:#c62828;color:#fff}
 .s-skip{background:#9e9e9e;color:#fff}
 .s-none{background:#f5f5f5;color:#bbb;cursor:default;font-weight:400}
+tr.unreachable td.s-none{background:#fbe3e1;color:#c62828}
+.grid small.uuid{font-size:.72em;font-family:monospace}
 td.cell:focus,td.cell.sel{outline:3px solid #1565c0;outline-offset:-3px}
 #panel{border:1px solid #d0d0d0;border-left:6px solid #9e9e9e;padding:.6em 1em;
  margin:1em 0;min-height:2.6em;max-width:70em;white-space:pre-wrap}
@@ -112,9 +114,8 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
     for col in columns:  # the node row: node checks, and per-GPU checks summed up
         checks = [c for c in n["checks"] if c["id"] == col["id"]]
         cells.append(_cell(node, "node", col, checks))
-    rows = [
-        f'<tr class="noderow" data-node="{escape(node)}">{_node_header(n)}{"".join(cells)}</tr>'
-    ]
+    kind = "noderow unreachable" if n.get("unreachable") else "noderow"
+    rows = [f'<tr class="{kind}" data-node="{escape(node)}">{_node_header(n)}{"".join(cells)}</tr>']
     indices = sorted(
         {c["gpu"] for c in n["checks"] if c["gpu"] is not None}
         | {g["index"] for g in n.get("gpus") or [] if isinstance(g.get("index"), int)}
@@ -125,10 +126,12 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
         label = _gpu_label(g)
         row_checks = [c for c in n["checks"] if c["gpu"] == i]
         bad = " bad" if worst(c["status"] for c in row_checks) == "fail" else ""
-        info = " · ".join(
-            escape(str(x)) for x in (g.get("model"), g.get("pci_bus_id"), g.get("uuid")) if x
+        info = " · ".join(escape(str(x)) for x in (g.get("model"), g.get("pci_bus_id")) if x)
+        uuid = escape(str(g.get("uuid") or ""))
+        head = (
+            f'<th class="gpu{bad}" scope="row">{escape(label)}<small>{info}</small>'
+            f'<small class="uuid">{uuid}</small></th>'
         )
-        head = f'<th class="gpu{bad}" scope="row">{escape(label)}<small>{info}</small></th>'
         cells = []
         for col in columns:
             if col["per_gpu"]:

@@ -6,7 +6,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
-from tests.unit.report.synthetic import cluster  # noqa: E402
+from tests.unit.report.synthetic import cluster
 
 node = sys.argv[1]
 with open(os.environ["FAKE_LOG"], "a") as fh:

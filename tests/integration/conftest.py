@@ -74,20 +74,26 @@ class Node:
         return self.json(f"/opt/gpunode/bin/python -c {shlex.quote(probe)}")
 
 
-@pytest.fixture(scope="session")
-def nodes(artifacts, image_tags) -> dict[str, Node]:
-    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
-    specs = [cluster.NodeSpec(f"{prefix}-{r}", r, "a100x4") for r in RELEASES]
-    cluster.down_names([s.name for s in specs])
+def start_nodes(specs: list[cluster.NodeSpec], artifacts, image_tags) -> None:
+    """Start fresh nodes with gpunode installed and their profiles applied."""
+    cluster.down_names([s.name for s in specs], log=lambda *_: None)
     for spec in specs:
         cluster.start_node(spec, image_tags[f"node-{spec.release}"], log=lambda *_: None)
-    out = {}
     for spec in specs:
         cluster.wait_booted(spec.name)
         cluster.tune_node(spec.name)
         cluster.install_gpunode(spec.name, artifacts, log=lambda *_: None)
         cluster.copy_mock(spec.name, artifacts)
         cluster.apply(spec.name, spec.profile, log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def nodes(artifacts, image_tags) -> dict[str, Node]:
+    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
+    specs = [cluster.NodeSpec(f"{prefix}-{r}", r, "a100x4") for r in RELEASES]
+    start_nodes(specs, artifacts, image_tags)
+    out = {}
+    for spec in specs:
         # The workload image goes into the node's own engine, as a registry would put it.
         save = subprocess.Popen(
             [shutil.which("docker"), "save", image_tags["workload-bookworm"]],

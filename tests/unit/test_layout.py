@@ -16,7 +16,11 @@ MAY_USE = {
     "runtime": {"util", "nvidia", "runtime"},
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
-    "cli": {"util", "nvidia", "runtime", "sim", "cli", ""},
+    "provision": {"util", "nvidia", "provision", ""},
+    "cli": {"util", "nvidia", "runtime", "sim", "provision", "cli", ""},
+    # validate sits above cli: it reuses the inventory and the engines' daemon.json rules;
+    # cli/main.py names it only as a string in the lazy table.
+    "validate": {"util", "nvidia", "provision", "cli", "validate", ""},
 }
 
 

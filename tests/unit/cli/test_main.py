@@ -39,6 +39,7 @@ COMMAND_MODULES = {module for module, _ in cli.COMMANDS.values()}
     [
         (["profile", "list"], "profile"),
         (["explain", "--help"], "explain"),
+        (["validate", "--help"], "validate"),
         (["--help"], None),
         (["--version"], None),
     ],

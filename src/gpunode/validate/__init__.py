@@ -1,0 +1,17 @@
+"""`gpunode validate`: prove one node works — GPUs healthy, versions as pinned, the engine
+configured, and containers seeing exactly the GPUs they request.
+
+Modules:
+  model      Check, Result, statuses, the summary and exit code (schema gpunode.validate/v1)
+  expect     what the node should be (flags and an inventory vars file)
+  gpus       node.gpu_count and the per-GPU health checks, from gpunode's inventory
+  versions   driver loaded / installed / pinned, CUDA installed and compatible
+  engine     daemon.json, the runtime's registration, the engine answering
+  container  the probe image (built on the node) and the isolation and CUDA smoke tests
+  probe      what runs inside the containers (stdlib only: ctypes on the injected NVML)
+  output     JSON, the human table, the Prometheus textfile
+  command    the CLI subcommand
+
+It sits above gpunode.cli (it reuses the inventory and the engines' daemon.json rules) and
+is loaded only by `gpunode validate`, never on the container start path.
+"""

@@ -1,0 +1,93 @@
+"""`gpunode validate`: run every check on this node; print a table, or JSON with --json;
+optionally write a Prometheus textfile. Exit 0 all passed (warn and skip allowed), 1 a
+check failed, 2 could not run (bad input, printed as one line)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+
+from .. import __version__
+from ..cli.base import print_json
+from . import output
+from .expect import ENGINES, BadInput, Expectations, build
+from .model import EXIT_BAD_INPUT, Result
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="the result as JSON (gpunode.validate/v1)")
+    p.add_argument("--textfile", metavar="PATH",
+                   help="also write a Prometheus textfile (node_exporter textfile collector)")  # fmt: skip
+    p.add_argument("--node", help="the node's name in the result (default: the host name)")
+    p.add_argument("--vars", metavar="FILE", help="inventory variables (YAML/JSON) to expect")
+    p.add_argument("--expect-gpus", metavar="N", help="expected GPU count")
+    p.add_argument("--driver-pin", metavar="V", help="pinned driver version or branch")
+    p.add_argument("--driver-package", metavar="PKG",
+                   help="the package whose version is the driver's (default: found)")  # fmt: skip
+    p.add_argument(
+        "--cuda", action="append", metavar="V", help="expected CUDA release (repeatable)"
+    )
+    p.add_argument("--policy", help="CUDA compatibility policy: strict (default), minor, forward")
+    p.add_argument("--runtime-default", action="store_true", default=None,
+                   help="gpunode must be the engine's default runtime")  # fmt: skip
+    p.add_argument("--runtime-name", help="the runtime's name in the engine (default gpunode)")
+    p.add_argument("--engine", help=f"{'|'.join(ENGINES)} (default docker)")
+
+
+def validate(expect: Expectations, node: str | None = None) -> Result:
+    """Run every check (no output). The checks' modules load here, not for --help."""
+    from . import container, engine, gpus, versions
+
+    started = time.gmtime()
+    t0 = time.monotonic()
+    host = socket.gethostname()
+    result = Result(node=node or host, hostname=host,
+                    started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
+                    gpunode_version=__version__)  # fmt: skip
+    inv, no_driver, seconds = gpus.collect()
+    result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
+    result.checks += checks
+    result.versions, checks = versions.evaluate(inv, expect)
+    result.checks += checks
+    info, checks = engine.evaluate(expect)
+    result.checks += checks
+    result.checks += container.evaluate(inv, expect, engine_up=info is not None)
+    result.duration_s = time.monotonic() - t0
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        expect = build(
+            vars_file=args.vars,
+            expect_gpus=args.expect_gpus,
+            driver_pin=args.driver_pin,
+            driver_package=args.driver_package,
+            cuda=args.cuda,
+            policy=args.policy,
+            runtime_default=args.runtime_default,
+            runtime_name=args.runtime_name,
+            engine=args.engine,
+        )
+        if args.textfile and (why := output.check_textfile_path(args.textfile)):
+            raise BadInput(why)
+    except BadInput as exc:
+        print(f"gpunode validate: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = validate(expect, args.node)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print(output.table(result))
+        for missing in expect.missing():
+            print(f"not given: {missing}")
+    if args.textfile:
+        try:
+            output.write_textfile(args.textfile, result)
+        except OSError as exc:
+            print(f"gpunode validate: --textfile {args.textfile}: cannot write "
+                  f"({exc.strerror or exc}); the previous file is unchanged", file=sys.stderr)  # fmt: skip
+            return EXIT_BAD_INPUT
+    return result.exit_code

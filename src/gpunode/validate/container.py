@@ -1,0 +1,284 @@
+"""container.image, container.isolation, container.cuda: containers started through the
+real engine and gpunode's runtime see exactly the GPUs they request.
+
+The probe image is built on the node from the node's own files — its python3, the modules
+and shared libraries the probe needs, and gpunode.validate.probe — with ``<engine>
+import``: no registry, so air-gapped nodes validate too. It is tagged by the hash of its
+content, so repeated runs reuse it and a python3 upgrade builds a new one.
+
+Two containers run side by side: one requesting a single GPU (by UUID) and one requesting
+all. Each must show exactly the requested GPUs three ways: the ``/dev/nvidia<N>`` nodes,
+the UUIDs NVML lists through the injected library, and ``/proc/driver/nvidia/gpus`` (where
+the node has one to filter). "All" is every GPU NVML can read (a lost GPU is not given to
+containers; a GPU without a device node cannot be). container.cuda: in the same containers,
+cuInit and cuDeviceGetCount must give the requested count; when the node reports no
+CUDA-capable device (no libcuda.so.1 on the node, or cuInit answers
+CUDA_ERROR_NO_DEVICE) it is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..cli import inventory
+from ..nvidia.busid import BusId
+from . import probe
+from .expect import Expectations
+from .model import FAIL, PASS, SKIP, Check, titled
+
+REPOSITORY = "gpunode-validate-probe"
+PROBE_PATH = "/gpunode-probe.py"
+RUN_TIMEOUT = 120
+CUDA_ERROR_NO_DEVICE = 100
+TITLES = {
+    "container.image": "Probe image (built on the node)",
+    "container.isolation": "Containers see exactly the requested GPUs",
+    "container.cuda": "CUDA in a container",
+}
+# What the probe imports, found by running the node's python3 the way the container does.
+_MODULES = (
+    "import sys, ctypes, json, os\n"
+    "print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values())"
+    " if getattr(m, '__file__', None)})))"
+)
+_LDD = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
+
+
+class ImageError(RuntimeError):
+    """The probe image cannot be built (one line)."""
+
+
+def _python() -> str:
+    exe = shutil.which("python3")
+    if exe is None:
+        raise ImageError("python3 is not on this node's PATH: the probe image needs it")
+    return os.path.realpath(exe)
+
+
+def _ldd(paths: list[str]) -> set[str]:
+    if not paths:
+        return set()
+    proc = subprocess.run(["ldd", *paths], capture_output=True, text=True, check=False)
+    return set(_LDD.findall(proc.stdout))
+
+
+def image_files(python: str | None = None) -> dict[str, str]:
+    """{path in the image: path on the node} for python3, its modules and libraries."""
+    python = python or _python()
+    proc = subprocess.run([python, "-I", "-S", "-c", _MODULES], capture_output=True, text=True,
+                          check=False, timeout=60)  # fmt: skip
+    if proc.returncode != 0:
+        raise ImageError(f"{python} cannot import ctypes/json: {proc.stderr.strip()[-200:]}")
+    modules = json.loads(proc.stdout)
+    files = {python: python}
+    stdlib = next((os.path.dirname(m) for m in modules if m.endswith("/os.py")), None)
+    if stdlib is None:
+        raise ImageError(f"{python}: cannot find its standard library (os.py)")
+    for name in sorted(os.listdir(os.path.join(stdlib, "encodings"))):
+        if name.endswith(".py"):
+            modules.append(os.path.join(stdlib, "encodings", name))
+    for m in modules:
+        files[m] = m
+        if m.endswith(".py"):
+            import importlib.util
+
+            pyc = importlib.util.cache_from_source(m)
+            if os.path.exists(pyc):
+                files[pyc] = pyc
+    for lib in _ldd([python, *(m for m in modules if m.endswith(".so"))]):
+        files[lib] = os.path.realpath(lib)
+    return files
+
+
+def build_tar(files: dict[str, str]) -> bytes:
+    """A reproducible tar (sorted, owned by root, mtime 0) of the files and the probe."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+
+        def add(path: str, data: bytes | None, mode: int) -> None:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.mtime, info.uid, info.gid = 0, 0, 0
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, mode
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+
+        dirs = {"/etc/ld.so.conf.d", "/tmp", "/dev", "/proc", "/sys"}
+        for path in files:
+            d = os.path.dirname(path)
+            while d not in ("/", ""):
+                dirs.add(d)
+                d = os.path.dirname(d)
+        for d in sorted(dirs):
+            add(d, None, 0o1777 if d == "/tmp" else 0o755)
+        entries = {p: Path(src).read_bytes() for p, src in files.items()}
+        entries["/etc/ld.so.conf"] = b"include /etc/ld.so.conf.d/*.conf\n"
+        entries[PROBE_PATH] = Path(probe.__file__).read_bytes()
+        for path in sorted(entries):
+            src = files.get(path)
+            mode = 0o755 if src and os.access(src, os.X_OK) else 0o644
+            add(path, entries[path], mode)
+    return buf.getvalue()
+
+
+def ensure_image(engine: str) -> tuple[str, bool]:
+    """(tag, True when built now): the probe image, built when no image has its content."""
+    files = image_files()
+    data = build_tar(files)
+    tag = f"{REPOSITORY}:{hashlib.sha256(data).hexdigest()[:16]}"
+    have = subprocess.run([engine, "image", "inspect", tag], capture_output=True, check=False)
+    if have.returncode == 0:
+        return tag, False
+    proc = subprocess.run([engine, "import", "-", tag], input=data, capture_output=True,
+                          check=False, timeout=RUN_TIMEOUT)  # fmt: skip
+    if proc.returncode != 0:
+        raise ImageError(f"`{engine} import` failed: {proc.stderr.decode().strip()[-200:]}")
+    return tag, True
+
+
+def run_probe(engine: str, runtime: str, image: str, request: str) -> dict[str, Any]:
+    """What a container requesting ``request`` sees; {"error": one line} when it did not run."""
+    argv = [engine, "run", "--rm", "--pull", "never", "--network", "none",
+            "--runtime", runtime, "-e", f"NVIDIA_VISIBLE_DEVICES={request}",
+            "-e", "NVIDIA_DRIVER_CAPABILITIES=utility,compute",
+            image, os.path.realpath(_python()), "-I", "-S", PROBE_PATH]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                              check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": f"the container did not finish in {RUN_TIMEOUT}s"}
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        return {"error": f"`{engine} run` exited {proc.returncode}: "
+                         f"{lines[-1] if lines else 'no message'}"}  # fmt: skip
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"error": f"the probe printed no JSON: {proc.stdout.strip()[-160:]!r}"}
+
+
+def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
+            check_proc: bool) -> list[str]:  # fmt: skip
+    """What differs between the requested GPUs and what the container saw (empty: exact)."""
+    if "error" in seen:
+        return [f"{request}: {seen['error']}"]
+    bad = []
+    minors = sorted(g.minor for g in want)
+    if seen["dev"] != minors:
+        bad.append(f"device nodes {seen['dev']}, expected {minors}")
+    nv = seen["nvml"]
+    uuids = sorted(g.uuid for g in want)
+    if "error" in nv:
+        bad.append(f"NVML: {nv['error']}")
+    else:
+        got = sorted(g.get("uuid") or f"<{g.get('error')}>" for g in nv["gpus"])
+        if nv["count"] != len(want) or got != uuids:
+            bad.append(
+                f"NVML lists {nv['count']}: {', '.join(got) or 'none'}; expected {len(want)}"
+            )
+    if check_proc:
+        buses = sorted(BusId.parse(g.pci_bus_id).procfs for g in want)
+        if seen["proc"] is None:
+            bad.append("no /proc/driver/nvidia/gpus in the container")
+        elif seen["proc"] != buses:
+            bad.append(f"/proc/driver/nvidia/gpus {seen['proc']}, expected {buses}")
+    return [f"{request}: " + "; ".join(bad)] if bad else []
+
+
+def _host_has_libcuda() -> bool:
+    proc = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False)
+    return "libcuda.so.1 " in proc.stdout
+
+
+def evaluate(
+    inv: inventory.Inventory | None, expect: Expectations, engine_up: bool,
+    *, proc_gpus: str = "/proc/driver/nvidia/gpus",
+) -> list[Check]:  # fmt: skip
+    checks: list[Check] = []
+    add = titled(checks, TITLES)
+
+    usable = [g for g in (inv.gpus if inv else []) if g.uuid and "fallen_off_bus" not in g.health]
+    reason = None
+    if expect.engine == "none":
+        reason = "--engine none: container checks not requested"
+    elif not engine_up:
+        reason = f"the {expect.engine} engine does not answer (see engine.active)"
+    elif not usable:
+        reason = "no usable GPU on this node to give a container"
+    if reason:
+        for cid in TITLES:
+            add(cid, SKIP, reason)
+        return checks
+    try:
+        tag, built = ensure_image(expect.engine)
+    except (ImageError, OSError, subprocess.SubprocessError) as exc:
+        add("container.image", FAIL, str(exc))
+        for cid in ("container.isolation", "container.cuda"):
+            add(cid, SKIP, "no probe image")
+        return checks
+    add("container.image", PASS, f"{tag} ({'built from local files' if built else 'cached'})")
+
+    runtime = expect.runtime_name
+    if expect.engine == "podman":
+        from ..cli.engines.common import RUNTIME_PATH
+
+        runtime = RUNTIME_PATH
+    requests = {usable[0].uuid: [usable[0]], "all": usable}
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        seen = dict(zip(requests, pool.map(
+            lambda r: run_probe(expect.engine, runtime, tag, r), requests), strict=True))  # fmt: skip
+    check_proc = os.path.isdir(proc_gpus)
+    bad = [d for r, want in requests.items() for d in compare(r, want, seen[r], check_proc)]
+    if bad:
+        add("container.isolation", FAIL, "; ".join(bad))
+    else:
+        how = "device nodes, NVML UUIDs" + (", /proc/driver/nvidia/gpus" if check_proc else "")
+        add("container.isolation", PASS,
+            f"1 GPU ({usable[0].uuid}) and all {len(usable)}: exactly those ({how})")  # fmt: skip
+
+    results = {r: s.get("cuda") for r, s in seen.items() if "cuda" in s}
+    if len(results) < len(requests):
+        add("container.cuda", SKIP, "the containers did not run (see container.isolation)")
+        return checks
+    no_device = [
+        c for c in results.values() if c.get("absent") or c.get("init") == CUDA_ERROR_NO_DEVICE
+    ]
+    if no_device:
+        if any(c.get("absent") for c in no_device) and _host_has_libcuda():
+            add("container.cuda", FAIL, "libcuda.so.1 is on the node but was not injected: "
+                + no_device[0]["error"])  # fmt: skip
+        else:
+            add(
+                "container.cuda",
+                SKIP,
+                f"the node reports no CUDA-capable device ({no_device[0]['error']})",
+            )
+        return checks
+    cbad = []
+    for r, c in results.items():
+        want = len(requests[r])
+        if "error" in c:
+            cbad.append(f"{r}: {c['error']}")
+        elif c["count"] != want:
+            cbad.append(f"{r}: cuDeviceGetCount {c['count']}, expected {want}")
+    if cbad:
+        add("container.cuda", FAIL, "; ".join(cbad))
+    else:
+        add(
+            "container.cuda",
+            PASS,
+            f"cuInit ok; cuDeviceGetCount = 1 and {len(usable)} as requested",
+        )
+    return checks

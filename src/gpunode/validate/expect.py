@@ -1,0 +1,171 @@
+"""What the node should be: expectations from flags, or from a vars file holding the same
+inventory variables the provisioning roles read.
+
+Missing expectations are not an error: what needs no expectation is validated, and each
+check that needs a missing one is ``skip`` with a detail naming the flag and the variable
+that would give it (so an inventory without expectations still gets a useful run and a
+clear list of what was not checked). A value that is present but wrong is bad input: one
+line naming it and what is accepted, exit 2, nothing run.
+
+Vars file (YAML or JSON, e.g. ``ansible -m debug -a var=hostvars[inventory_hostname]``
+output or a host_vars file); keys other than these are ignored, as an inventory has many:
+
+  gpunode_expected_gpus               --expect-gpus N
+  nvidia_driver_version               --driver-pin V   (exact; wins over the branch)
+  nvidia_driver_branch                --driver-pin B
+  cuda_toolkit_versions               --cuda V (repeatable)
+  cuda_toolkit_compat_policy          --policy strict|minor|forward
+  container_engine_runtime_default    --runtime-default
+  gpu_container_runtime_docker_default  (same)
+  container_engine_runtime_name       --runtime-name (default gpunode)
+  gpunode_validate_engine             --engine docker|podman|none
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..provision import ProvisionError
+from ..provision.cuda import check_policy
+from ..provision.versions import check_cuda, check_pin
+
+ENGINES = ("docker", "podman", "none")
+
+
+class BadInput(ValueError):
+    """An expectation or path the operator must fix: one line, exit 2."""
+
+
+@dataclass
+class Expectations:
+    gpus: int | None = None
+    driver_pin: str | None = None
+    driver_package: str | None = None
+    cuda: list[str] = field(default_factory=list)
+    policy: str = "strict"
+    runtime_default: bool = False
+    runtime_name: str = "gpunode"
+    engine: str = "docker"
+    sources: dict[str, str] = field(default_factory=dict)  # expectation -> where it came from
+
+    def missing(self) -> list[str]:
+        """The expectations nobody gave (their checks are skipped)."""
+        out = []
+        if self.gpus is None:
+            out.append("expected GPU count (--expect-gpus, gpunode_expected_gpus)")
+        if self.driver_pin is None:
+            out.append("driver pin (--driver-pin, nvidia_driver_version/nvidia_driver_branch)")
+        return out
+
+
+def _gpus(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadInput(f"{where}: {value!r} is not a GPU count; expected an integer >= 0")
+    try:
+        n = int(value)
+    except ValueError:
+        raise BadInput(f"{where}: {value!r} is not a GPU count; expected an integer >= 0") from None
+    if n < 0:
+        raise BadInput(f"{where}: {value!r} is not a GPU count; expected an integer >= 0")
+    return n
+
+
+def _bool(where: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return value.lower() in ("true", "yes", "1")
+    raise BadInput(f"{where}: {value!r} is not a boolean; expected true or false")
+
+
+def _provision(fn, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except ProvisionError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def read_vars(path: str) -> dict[str, Any]:
+    """The vars file as a mapping; one-line BadInput for anything else."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise BadInput(f"--vars {path}: cannot read ({why})") from None
+    try:
+        data = yaml.safe_load(text) if not text.lstrip().startswith("{") else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        first = " ".join(str(exc).split())[:160]
+        raise BadInput(f"--vars {path}: not valid YAML/JSON ({first})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInput(f"--vars {path}: expected a mapping of variables, got {type(data).__name__}")
+    return data
+
+
+def build(
+    *,
+    vars_file: str | None = None,
+    expect_gpus: str | None = None,
+    driver_pin: str | None = None,
+    driver_package: str | None = None,
+    cuda: list[str] | None = None,
+    policy: str | None = None,
+    runtime_default: bool | None = None,
+    runtime_name: str | None = None,
+    engine: str | None = None,
+) -> Expectations:
+    """Flags win over the vars file; every value is checked here, before anything runs."""
+    v = read_vars(vars_file) if vars_file else {}
+    e = Expectations()
+
+    def pick(flag: Any, *keys: str) -> tuple[Any, str] | None:
+        if flag is not None and flag != []:
+            return flag, "flag"
+        for k in keys:
+            if v.get(k) not in (None, "", []):
+                return v[k], k
+        return None
+
+    if got := pick(expect_gpus, "gpunode_expected_gpus"):
+        e.gpus, e.sources["gpus"] = (
+            _gpus(got[1] if got[1] != "flag" else "--expect-gpus", got[0]),
+            got[1],
+        )
+    if got := pick(driver_pin, "nvidia_driver_version", "nvidia_driver_branch"):
+        where = "--driver-pin" if got[1] == "flag" else got[1]
+        e.driver_pin = _provision(check_pin, where, str(got[0]))
+        e.sources["driver_pin"] = got[1]
+    if driver_package:
+        e.driver_package = driver_package
+    if got := pick(cuda, "cuda_toolkit_versions"):
+        where = "--cuda" if got[1] == "flag" else got[1]
+        values = got[0] if isinstance(got[0], list) else [got[0]]
+        flat = [x.strip() for item in values for x in str(item).split(",") if x.strip()]
+        e.cuda = [_provision(check_cuda, where, x) for x in flat]
+        e.sources["cuda"] = got[1]
+    if got := pick(policy, "cuda_toolkit_compat_policy"):
+        e.policy = _provision(check_policy, str(got[0]))
+    if runtime_default:
+        e.runtime_default = True
+    else:
+        for k in ("container_engine_runtime_default", "gpu_container_runtime_docker_default"):
+            if k in v and _bool(k, v[k]):
+                e.runtime_default = True
+    if got := pick(runtime_name, "container_engine_runtime_name"):
+        name = str(got[0])
+        if not name or not all(c.isalnum() or c in "-_." for c in name):
+            raise BadInput(f"runtime name {name!r} is not valid; expected letters, digits, - _ .")
+        e.runtime_name = name
+    if got := pick(engine, "gpunode_validate_engine"):
+        if got[0] not in ENGINES:
+            where = "--engine" if got[1] == "flag" else got[1]
+            raise BadInput(f"{where}: {got[0]!r} is not one of {', '.join(ENGINES)}")
+        e.engine = got[0]
+    return e

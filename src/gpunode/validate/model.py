@@ -1,0 +1,105 @@
+"""The result of a validation (schema ``gpunode.validate/v1``, read by gpunode.report).
+
+A check is one verdict: a stable dotted id, a title, the GPU it is about (index and UUID, or
+None for node-level checks), a status, one line of detail and how long it took.
+
+Exit codes: 0 every check passed (warn and skip allowed), 1 any check failed, 2 validation
+could not run (bad input: an expectation, the vars file, the textfile path).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "gpunode.validate/v1"
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+STATUSES = (PASS, WARN, FAIL, SKIP)
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+@dataclass
+class Check:
+    id: str
+    title: str
+    status: str
+    detail: str
+    gpu: int | None = None
+    uuid: str | None = None
+    duration_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"check {self.id}: status {self.status!r} is not one of {STATUSES}")
+        self.detail = " ".join(str(self.detail).split())  # one line, always
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["duration_s"] = round(self.duration_s, 4)
+        return {k: d[k] for k in ("id", "title", "gpu", "uuid", "status", "detail", "duration_s")}
+
+
+@dataclass
+class Gpu:
+    """A GPU of the node as the result lists it (index: see gpunode.validate.gpus)."""
+
+    index: int
+    uuid: str | None
+    model: str | None
+    pci_bus_id: str | None
+    memory_mib: int | None = None
+    minor: int | None = None
+
+
+@dataclass
+class Result:
+    node: str
+    hostname: str
+    started: str
+    gpunode_version: str
+    versions: dict[str, Any] = field(default_factory=dict)
+    gpus: list[Gpu] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def summary(self) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for c in self.checks:
+            out[c.status] += 1
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAIL if any(c.status == FAIL for c in self.checks) else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "node": self.node,
+            "hostname": self.hostname,
+            "started": self.started,
+            "duration_s": round(self.duration_s, 3),
+            "gpunode_version": self.gpunode_version,
+            "versions": self.versions,
+            "gpus": [asdict(g) for g in self.gpus],
+            "checks": [c.to_dict() for c in self.checks],
+            "summary": self.summary(),
+            "exit_code": self.exit_code,
+        }
+
+
+def titled(checks: list[Check], titles: dict[str, str]) -> Callable[..., Check]:
+    """``add = titled(out, TITLES)``, then ``add(id, status, detail, gpu=, uuid=)``: appends
+    the check titled from ``titles``, timed from this call (or from the previous add)."""
+    last = [time.monotonic()]
+
+    def add(cid: str, status: str, detail: str, **kw: Any) -> Check:
+        now = time.monotonic()
+        check = Check(cid, titles[cid], status, detail, duration_s=now - last[0], **kw)
+        last[0] = now
+        checks.append(check)
+        return check
+
+    return add

@@ -1,0 +1,41 @@
+"""Inventories and results for the validate tests."""
+
+from __future__ import annotations
+
+from gpunode.cli.inventory import GpuInfo, Inventory
+from gpunode.validate.model import Check, Gpu, Result
+
+UUIDS = [f"GPU-0000000{i}-0000-4000-8000-00000000000{i}" for i in range(4)]
+BUS = ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0", "00000000:4E:00.0"]
+
+
+def healthy_gpu(i: int, **kw) -> GpuInfo:
+    g = GpuInfo(index=i, minor=i, uuid=UUIDS[i], name="NVIDIA A100-SXM4-80GB",
+                pci_bus_id=BUS[i], memory_total_mib=81920, persistence_mode=True,
+                ecc_mode=True)  # fmt: skip
+    g.ecc_errors = {"uncorrected_volatile": 0, "uncorrected_aggregate": 0}
+    g.retired_pages = {"single_bit": 0, "double_bit": 0, "pending": False}
+    g.remapped_rows = {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
+    for k, v in kw.items():
+        setattr(g, k, v)
+    return g
+
+
+def inventory(gpus=None, problems=None, source="nvml") -> Inventory:
+    gpus = [healthy_gpu(i) for i in range(4)] if gpus is None else gpus
+    inv = Inventory(source, "535.261.03", "12.2", "12.535.261.03", gpus, problems or [])
+    inv.hostname = "n1"
+    return inv
+
+
+def result(checks=None) -> Result:
+    r = Result(node='n"1', hostname="n1", started="2026-11-22T08:00:00Z", gpunode_version="0.1.0")
+    r.gpus = [Gpu(0, UUIDS[0], "NVIDIA A100-SXM4-80GB", BUS[0], 81920, 0)]
+    r.checks = checks or [
+        Check("node.gpu_count", "GPU count", "pass", "1 GPU(s), expected 1", duration_s=0.05),
+        Check("gpu.ecc_uncorrectable", "ECC", "fail", "3 uncorrected", gpu=0, uuid=UUIDS[0]),
+        Check("gpu.persistence", "Persistence", "warn", "disabled", gpu=0, uuid=UUIDS[0]),
+        Check("container.cuda", "CUDA", "skip", "no CUDA-capable device"),
+    ]
+    r.duration_s = 4.2
+    return r

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpunode.cli.main import main
+from gpunode.validate import command
+
+from .fakes import result
+
+
+@pytest.fixture
+def fake_validate(monkeypatch):
+    seen = {}
+
+    def validate(expect, node=None):
+        seen["expect"], seen["node"] = expect, node
+        return result()
+
+    monkeypatch.setattr(command, "validate", validate)
+    return seen
+
+
+def test_json_output_and_exit_code(fake_validate, capsys):
+    assert main(["validate", "--json", "--node", "n1", "--expect-gpus", "1"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "gpunode.validate/v1" and out["exit_code"] == 1
+    assert fake_validate["expect"].gpus == 1 and fake_validate["node"] == "n1"
+
+
+def test_table_names_what_was_not_given(fake_validate, capsys):
+    main(["validate"])
+    out = capsys.readouterr().out
+    assert "not given: expected GPU count (--expect-gpus, gpunode_expected_gpus)" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--expect-gpus", "x"], "gpunode validate: --expect-gpus: 'x' is not a GPU count; expected an integer >= 0"),
+        (["--textfile", "/nonexistent-dir/g.prom"],
+         "gpunode validate: --textfile /nonexistent-dir/g.prom: "
+         "directory /nonexistent-dir does not exist"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_exit_2_and_nothing_runs(fake_validate, capsys, argv, line):
+    assert main(["validate", *argv]) == 2
+    cap = capsys.readouterr()
+    assert cap.err.splitlines() == [line] and cap.out == ""
+    assert fake_validate == {}
+
+
+def test_textfile_write_failure_is_one_line(fake_validate, capsys, tmp_path, monkeypatch):
+    path = tmp_path / "g.prom"
+    path.write_text("old\n")
+
+    def fail(p, r):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(command.output, "write_textfile", fail)
+    assert main(["validate", "--textfile", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"gpunode validate: --textfile {path}: cannot write (Permission denied); "
+                   "the previous file is unchanged"]  # fmt: skip
+    assert path.read_text() == "old\n"

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from gpunode.validate import container, probe
+from gpunode.validate.expect import Expectations
+
+from .fakes import UUIDS, healthy_gpu, inventory
+
+PROC = ["0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0"]
+
+
+def seen(minors, cuda=None):
+    return {"dev": minors, "proc": [PROC[m] for m in minors],
+            "nvml": {"count": len(minors), "gpus": [{"index": i, "uuid": UUIDS[m]}
+                                                    for i, m in enumerate(minors)]},
+            "cuda": cuda or {"absent": True, "error": "cannot load libcuda.so.1: x"}}  # fmt: skip
+
+
+def test_compare_exact_and_each_way_of_seeing_more():
+    want = [healthy_gpu(1)]
+    assert container.compare("r", want, seen([1]), True) == []
+    extra = seen([1])
+    extra["dev"] = [1, 2]
+    assert "device nodes [1, 2], expected [1]" in container.compare("r", want, extra, True)[0]
+    extra = seen([1])
+    extra["nvml"] = seen([1, 3])["nvml"]
+    assert "NVML lists 2" in container.compare("r", want, extra, True)[0]
+    extra = seen([1])
+    extra["proc"] = PROC
+    assert "/proc/driver/nvidia/gpus" in container.compare("r", want, extra, True)[0]
+    assert container.compare("r", want, extra, False) == []  # node without procfs
+    assert container.compare("r", want, {"error": "boom"}, True) == ["r: boom"]
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    calls = []
+
+    def run_probe(engine, runtime, image, request):
+        calls.append((engine, runtime, image, request))
+        return fake_run.answers[request]
+
+    monkeypatch.setattr(container, "run_probe", run_probe)
+    monkeypatch.setattr(
+        container, "ensure_image", lambda engine: ("gpunode-validate-probe:x", False)
+    )
+    monkeypatch.setattr(container, "_host_has_libcuda", lambda: False)
+    fake_run.calls = calls
+    return fake_run
+
+
+def checks(inv, engine_up=True, **kw):
+    return {c.id: c for c in container.evaluate(inv, Expectations(**kw), engine_up)}
+
+
+def test_isolation_pass_and_cuda_skipped_when_node_has_no_cuda(fake_run, tmp_path):
+    fake_run.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
+    c = {x.id: x for x in container.evaluate(inventory(), Expectations(), True,
+                                              proc_gpus=str(tmp_path))}  # fmt: skip
+    assert c["container.isolation"].status == "pass"
+    assert c["container.cuda"].status == "skip"
+    assert "no CUDA-capable device" in c["container.cuda"].detail
+    assert sorted(r for *_, r in fake_run.calls) == sorted([UUIDS[0], "all"])
+    assert {rt for _, rt, *_ in fake_run.calls} == {"gpunode"}
+
+
+def test_a_container_seeing_another_gpu_fails(fake_run):
+    fake_run.answers = {UUIDS[0]: seen([0, 1]), "all": seen([0, 1, 2, 3])}
+    c = checks(inventory())
+    assert c["container.isolation"].status == "fail"
+    assert c["container.isolation"].detail.startswith(
+        f"{UUIDS[0]}: device nodes [0, 1], expected [0]"
+    )
+
+
+def test_lost_gpu_is_not_expected_in_all(fake_run):
+    g = [healthy_gpu(i) for i in range(4)]
+    g[0] = healthy_gpu(0, health=["fallen_off_bus"])
+    fake_run.answers = {UUIDS[1]: seen([1]), "all": seen([1, 2, 3])}
+    assert checks(inventory(g))["container.isolation"].status == "pass"
+
+
+def test_cuda_counts(fake_run):
+    ok = {"init": 0, "count": 1}
+    fake_run.answers = {UUIDS[0]: seen([0], ok), "all": seen([0, 1, 2, 3], {"init": 0, "count": 4})}
+    assert checks(inventory())["container.cuda"].status == "pass"
+    fake_run.answers["all"] = seen([0, 1, 2, 3], {"init": 0, "count": 8})
+    c = checks(inventory())["container.cuda"]
+    assert c.status == "fail" and c.detail == "all: cuDeviceGetCount 8, expected 4"
+    no_dev = {"init": 100, "error": "cuInit: CUDA_ERROR_NO_DEVICE (100)"}
+    fake_run.answers = {UUIDS[0]: seen([0], no_dev), "all": seen([0, 1, 2, 3], no_dev)}
+    assert checks(inventory())["container.cuda"].status == "skip"
+
+
+def test_libcuda_on_node_but_not_in_container_fails(fake_run, monkeypatch):
+    monkeypatch.setattr(container, "_host_has_libcuda", lambda: True)
+    fake_run.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
+    c = checks(inventory())["container.cuda"]
+    assert c.status == "fail" and "not injected" in c.detail
+
+
+def test_skips_without_engine_or_gpus(fake_run):
+    assert {c.status for c in checks(inventory(), engine_up=False).values()} == {"skip"}
+    assert {c.status for c in checks(inventory(), engine="none").values()} == {"skip"}
+    c = checks(inventory([]))
+    assert c["container.isolation"].detail == "no usable GPU on this node to give a container"
+    assert fake_run.calls == []
+
+
+def test_image_error_fails_image_check(fake_run, monkeypatch):
+    def boom(engine):
+        raise container.ImageError("python3 is not on this node's PATH: the probe image needs it")
+
+    monkeypatch.setattr(container, "ensure_image", boom)
+    c = checks(inventory())
+    assert c["container.image"].status == "fail" and c["container.isolation"].status == "skip"
+
+
+def test_image_tar_is_reproducible_and_runs_the_probe_with_only_its_files(tmp_path):
+    files = container.image_files(sys.executable)
+    a, b = container.build_tar(files), container.build_tar(files)
+    assert a == b
+    with tarfile.open(fileobj=io.BytesIO(a)) as tar:
+        names = tar.getnames()
+        assert "gpunode-probe.py" in names and "etc/ld.so.conf" in names
+        assert all(m.mtime == 0 and m.uid == 0 for m in tar.getmembers())
+        tar.extractall(tmp_path, filter="tar")
+    # the probe runs with the image's files only (no site-packages, no gpunode)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(tmp_path / "gpunode-probe.py")],
+        capture_output=True, text=True, check=True, env={"PYTHONHOME": str(tmp_path / "usr")},
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert set(out) == {"nvml", "cuda", "dev", "proc"}
+
+
+def test_probe_reports_a_missing_nvml_as_an_error():
+    out = subprocess.run([sys.executable, "-I", "-S", probe.__file__], capture_output=True,
+                         text=True, check=True, env={"LD_LIBRARY_PATH": "/nonexistent"})  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["nvml"]["error"].startswith("cannot load libnvidia-ml.so.1")  # no driver here
+    assert data["cuda"]["absent"] is True
+    assert isinstance(data["dev"], list)

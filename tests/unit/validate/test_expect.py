@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+
+from gpunode.validate.expect import BadInput, build
+
+
+def test_nothing_given_validates_what_it_can():
+    e = build()
+    assert (e.gpus, e.driver_pin, e.cuda, e.policy, e.engine) == (
+        None,
+        None,
+        [],
+        "strict",
+        "docker",
+    )
+    assert [m.split(" (")[0] for m in e.missing()] == ["expected GPU count", "driver pin"]
+
+
+def test_vars_file_with_inventory_names_and_flags_win(tmp_path):
+    f = tmp_path / "vars.yml"
+    f.write_text(
+        "gpunode_expected_gpus: 8\nnvidia_driver_branch: '550'\nnvidia_driver_version: ''\n"
+        "cuda_toolkit_versions: ['12.4', '11.8']\ncuda_toolkit_compat_policy: minor\n"
+        "gpu_container_runtime_docker_default: true\nansible_host: x\n"
+    )
+    e = build(vars_file=str(f))
+    assert (e.gpus, e.driver_pin, e.cuda, e.policy, e.runtime_default) == (
+        8, "550", ["12.4", "11.8"], "minor", True)  # fmt: skip
+    e = build(vars_file=str(f), expect_gpus="4", driver_pin="550.163.01", cuda=["12.4"])
+    assert (e.gpus, e.driver_pin, e.cuda) == (4, "550.163.01", ["12.4"])
+    assert (
+        e.sources["gpus"] == "flag"
+        and build(vars_file=str(f)).sources["gpus"] == "gpunode_expected_gpus"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (
+            {"expect_gpus": "four"},
+            "--expect-gpus: 'four' is not a GPU count; expected an integer >= 0",
+        ),
+        ({"expect_gpus": "-1"}, "--expect-gpus: '-1' is not a GPU count"),
+        (
+            {"driver_pin": "535.x"},
+            "--driver-pin: '535.x' is not a driver version (e.g. 535.261.03) or branch",
+        ),
+        ({"cuda": ["twelve"]}, "--cuda: 'twelve' is not a CUDA version"),
+        ({"policy": "loose"}, "'loose' is not one of strict, minor, forward"),
+        ({"engine": "lxc"}, "--engine: 'lxc' is not one of docker, podman, none"),
+        ({"runtime_name": "a b"}, "runtime name 'a b' is not valid"),
+    ],
+)
+def test_bad_values_are_one_line(kw, message):
+    with pytest.raises(BadInput) as exc:
+        build(**kw)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_bad_vars_files(tmp_path):
+    with pytest.raises(BadInput, match=r"--vars .*/nope.yml: cannot read \(No such file"):
+        build(vars_file=str(tmp_path / "nope.yml"))
+    bad = tmp_path / "bad.yml"
+    bad.write_text("a: [1\n")
+    with pytest.raises(BadInput, match="not valid YAML/JSON"):
+        build(vars_file=str(bad))
+    bad.write_text("- 1\n")
+    with pytest.raises(BadInput, match="expected a mapping of variables, got list"):
+        build(vars_file=str(bad))
+    bad.write_text("gpunode_expected_gpus: true\n")
+    with pytest.raises(BadInput, match="gpunode_expected_gpus: True is not a GPU count"):
+        build(vars_file=str(bad))
+    bad.write_text("container_engine_runtime_default: maybe\n")
+    with pytest.raises(
+        BadInput, match="container_engine_runtime_default: 'maybe' is not a boolean"
+    ):
+        build(vars_file=str(bad))

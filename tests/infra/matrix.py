@@ -52,7 +52,10 @@ class Gpus:
             "indices": (["0", str(last)], [0, last]),
             "uuid": ([g[last]["uuid"]], [last]),
             "pci-bus-id": ([BusId.parse(g[1]["pci_bus_id"]).procfs], [1]),
-            "mix": ([str(last), g[0]["uuid"], BusId.parse(g[1]["pci_bus_id"]).procfs], [last, 0, 1]),
+            "mix": (
+                [str(last), g[0]["uuid"], BusId.parse(g[1]["pci_bus_id"]).procfs],
+                [last, 0, 1],
+            ),
         }[name]
 
 
@@ -61,7 +64,8 @@ def image(node) -> str:
     if not img:
         pytest.fail(
             f"{node.name}: set gpunode_infra_image (inventory) or GPUNODE_INFRA_IMAGE: an image "
-            "with python3 present in the node's engines", pytrace=False
+            "with python3 present in the node's engines",
+            pytrace=False,
         )
     return img
 

@@ -50,7 +50,9 @@ def loaded_version(node) -> str:
 def installed_driver(node) -> dict[str, str]:
     pats = " ".join(f"'{p}'" for p in VERSION_PACKAGES)
     if node.has("dpkg-query"):
-        out = node.run(f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}} ${{Version}}\\n' {pats}")
+        out = node.run(
+            f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}} ${{Version}}\\n' {pats}"
+        )
         rows = [ln.split() for ln in out.stdout.splitlines()]
         return {r[1]: upstream(r[2]) for r in rows if len(r) == 3 and r[0] == "ii"}
     out = node.run("rpm -q --qf '%{NAME} %{VERSION}\\n' nvidia-driver-cuda-libs")

@@ -9,8 +9,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirna
 from tests.unit.report.synthetic import cluster
 
 node = sys.argv[1]
+argv = sys.argv[2:]
+expect = None
+if "--vars" in argv:
+    with open(argv[argv.index("--vars") + 1]) as fh:
+        expect = json.load(fh)
 with open(os.environ["FAKE_LOG"], "a") as fh:
-    fh.write(json.dumps({"node": node, "argv": sys.argv[2:]}) + "\n")
+    fh.write(json.dumps({"node": node, "argv": argv, "vars": expect}) + "\n")
 if node == "n-broken":
     print("gpunode: error: --engine docker: docker is not installed on this node", file=sys.stderr)
     sys.exit(2)

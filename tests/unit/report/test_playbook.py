@@ -37,7 +37,7 @@ def inventory(tmp_path: Path) -> Path:
                 "cuda_toolkit_versions": ["11.8", "12.2"],
                 "cuda_toolkit_compat_policy": "minor",
                 "gpu_container_runtime_docker_default": True,
-                "gpunode_validate_expect_gpus": 4,
+                "gpunode_expected_gpus": 4,
             },
             "children": {"gpu_nodes": {"hosts": hosts}},
         }
@@ -55,9 +55,9 @@ def env(tmp_path: Path) -> dict:
     }
 
 
-def calls(tmp_path: Path) -> dict[str, list[str]]:
+def calls(tmp_path: Path) -> dict[str, dict]:
     lines = (tmp_path / "calls.log").read_text().splitlines()
-    return {d["node"]: d["argv"] for d in map(json.loads, lines)}
+    return {d["node"]: d for d in map(json.loads, lines)}
 
 
 def check_report(out: Path) -> dict:
@@ -98,23 +98,19 @@ def test_validate_playbook_builds_the_report(tmp_path):
     assert f"report: {out}/index.html" in proc.stdout
     check_report(out)
     argv = calls(tmp_path)
-    assert argv["n-a100"] == [
-        "validate",
-        "--json",
-        "--engine",
-        "docker",
-        "--expect-gpus",
-        "4",
-        "--driver-pin",
-        "535.261.03",
-        "--cuda",
-        "11.8",
-        "12.2",
-        "--policy",
-        "minor",
-        "--runtime-default",
-    ]
-    assert argv["n-t4"][6:10] == ["--driver-pin", "550.163.01", "--cuda", "12.4"]
+    a100 = argv["n-a100"]
+    assert a100["argv"][:4] == ["validate", "--json", "--node", "n-a100"]
+    assert a100["argv"][4] == "--vars" and len(a100["argv"]) == 6
+    assert a100["vars"] == {
+        "gpunode_expected_gpus": 4,
+        "nvidia_driver_version": "535.261.03",
+        "cuda_toolkit_versions": ["11.8", "12.2"],
+        "cuda_toolkit_compat_policy": "minor",
+        "gpu_container_runtime_docker_default": True,
+    }
+    assert argv["n-t4"]["vars"]["nvidia_driver_version"] == "550.163.01"
+    assert argv["n-t4"]["vars"]["cuda_toolkit_versions"] == ["12.4"]
+    assert not list((tmp_path).glob("gpunode-validate-vars.*"))
     assert "n-down" not in argv
 
 

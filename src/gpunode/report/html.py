@@ -71,8 +71,9 @@ def _node_header(n: dict) -> str:
     v = n.get("versions") or {}
     models = Counter(g.get("model") or "unknown" for g in n.get("gpus") or [])
     lines = []
-    if n.get("unreachable"):
-        lines.append(f"unreachable: {n.get('detail', '')}")
+    if n.get("unreachable") or n.get("error"):
+        what = "unreachable" if n.get("unreachable") else "validation could not run"
+        lines.append(f"{what}: {n.get('detail', '')}")
     else:
         driver = v.get("driver_loaded") or "?"
         extra = ""
@@ -114,7 +115,7 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
     for col in columns:  # the node row: node checks, and per-GPU checks summed up
         checks = [c for c in n["checks"] if c["id"] == col["id"]]
         cells.append(_cell(node, "node", col, checks))
-    kind = "noderow unreachable" if n.get("unreachable") else "noderow"
+    kind = "noderow unreachable" if n.get("unreachable") or n.get("error") else "noderow"
     rows = [f'<tr class="{kind}" data-node="{escape(node)}">{_node_header(n)}{"".join(cells)}</tr>']
     indices = sorted(
         {c["gpu"] for c in n["checks"] if c["gpu"] is not None}

@@ -14,7 +14,7 @@ def render(model: dict) -> str:
     s = model["summary"]
     counts = ", ".join(f"{v} {k}" for k, v in s["checks"].items())
     if s["failed"]:
-        verdict = f"**{s['nodes_failed']} of {s['nodes']} nodes failed**: {', '.join(s['failed'])}"
+        verdict = f"**{s['nodes_failed']} of {s['nodes']} nodes failed**: {', '.join(s['failed'])}."
     else:
         verdict = f"All {s['nodes']} nodes passed."
     out = ["# GPU cluster validation", "", f"{verdict} Checks: {counts}.", ""]
@@ -25,6 +25,7 @@ def render(model: dict) -> str:
         gpus = ", ".join(f"{c}x {m}" for m, c in models.items()) or "—"
         cuda = ", ".join(v.get("cuda_installed") or []) or "—"
         status = "unreachable" if n.get("unreachable") else n["status"]
+        status = "could not run" if n.get("error") else status
         out.append(
             f"| {n['node']} | {status} | {v.get('driver_loaded') or '—'} | {cuda} | {gpus} |"
         )

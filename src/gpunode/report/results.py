@@ -51,6 +51,8 @@ def check_result(doc: object, source: str) -> dict:
             {"id": check, "title": title, "status": "fail", "detail": detail}
         ]
         out = {"node": node, "unreachable": unreachable, "detail": detail, "gpus": []}
+        if not unreachable:
+            out["error"] = detail
         out["checks"] = [_check(source, c, i) for i, c in enumerate(_list(source, checks))]
         return out
     if doc.get("schema") != SCHEMA:

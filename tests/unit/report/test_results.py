@@ -92,6 +92,7 @@ def test_could_not_run_entry_is_a_failed_row():
     model = results.merge([("x", doc)])
     ids = [(c["id"], c["status"]) for c in model["nodes"][0]["checks"]]
     assert ids == [("node.reachable", "pass"), ("node.validate", "fail")]
+    assert model["nodes"][0]["error"] == "gpunode: error: no Docker"
 
 
 def test_synthetic_cluster_is_what_the_tests_say():

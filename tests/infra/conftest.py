@@ -48,6 +48,18 @@ class Node:
             return None
         return json.loads(f.content_string)
 
+    def runner(self, argv) -> tuple[int, str, str]:
+        """gpunode.provision.packages.Runner on the node: the package queries of
+        `gpunode validate` run through testinfra."""
+        r = self.host.run(" ".join(shlex.quote(a) for a in argv))
+        return r.rc, r.stdout, r.stderr
+
+    def family(self) -> str | None:
+        """apt or dnf, as gpunode.validate.versions.family() decides on the node itself."""
+        if self.has("dpkg-query"):
+            return "apt"
+        return "dnf" if self.has("rpm") else None
+
     def gpunode(self) -> str:
         argv = self.vars.get("gpunode_cli_argv") or ["/usr/local/bin/gpunode"]
         return " ".join(shlex.quote(a) for a in argv)

@@ -7,19 +7,12 @@ is the one the driver publishes in /proc/driver/nvidia/version."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from gpunode.nvidia.procfs import parse_version
-
-# the package whose version is the driver's, per platform (as the nvidia_driver role's plan)
-VERSION_PACKAGES = ("libnvidia-ml1", "libnvidia-compute-*", "nvidia-driver-cuda-libs")
-
-
-def upstream(version: str) -> str:
-    """535.261.03-1~deb12u1 -> 535.261.03; 1:550.163.01-0ubuntu1 -> 550.163.01."""
-    return re.sub(r"^\d+:", "", version).split("-")[0]
+from gpunode.provision.versions import driver_of_package
+from gpunode.validate.expect import Expectations
+from gpunode.validate.versions import driver_package
 
 
 def no_module_reason(node) -> str | None:
@@ -47,27 +40,18 @@ def loaded_version(node) -> str:
     return version
 
 
-def installed_driver(node) -> dict[str, str]:
-    pats = " ".join(f"'{p}'" for p in VERSION_PACKAGES)
-    if node.has("dpkg-query"):
-        out = node.run(
-            f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}} ${{Version}}\\n' {pats}"
-        )
-        rows = [ln.split() for ln in out.stdout.splitlines()]
-        return {r[1]: upstream(r[2]) for r in rows if len(r) == 3 and r[0] == "ii"}
-    out = node.run("rpm -q --qf '%{NAME} %{VERSION}\\n' nvidia-driver-cuda-libs")
-    return dict(ln.split() for ln in out.stdout.splitlines() if out.rc == 0)
+def installed_driver(node) -> tuple[str, str | None]:
+    """(the package whose version is the driver's, its driver version or None), found as
+    `gpunode validate` finds it, with the queries run on the node."""
+    package, version = driver_package(node.family(), Expectations(), node.runner)
+    return package, driver_of_package(version) if version else None
 
 
 def test_loaded_equals_installed_equals_pinned(node):
     loaded = loaded_version(node)
-    installed = installed_driver(node)
-    assert installed, (
-        f"{node.name}: no driver package installed ({', '.join(VERSION_PACKAGES)}); "
-        "provision the node (nvidia_driver role)"
-    )
-    for pkg, version in installed.items():
-        assert version == loaded, f"{node.name}: {pkg} {version} installed, {loaded} loaded"
+    package, installed = installed_driver(node)
+    assert installed, f"{node.name}: {package} is not installed; run the nvidia_driver role"
+    assert installed == loaded, f"{node.name}: {package} {installed} installed, {loaded} loaded"
     pin = node.vars.get("nvidia_driver_version") or ""
     if pin:
         assert loaded == pin, f"{node.name}: {loaded} loaded, {pin} pinned (nvidia_driver_version)"
@@ -76,14 +60,15 @@ def test_loaded_equals_installed_equals_pinned(node):
 def test_driver_packages_held(node):
     if not node.vars.get("nvidia_driver_hold", True):
         pytest.skip(f"{node.name}: nvidia_driver_hold is false")
-    installed = installed_driver(node)
-    assert installed, f"{node.name}: no driver package installed"
+    package, installed = installed_driver(node)
+    assert installed, f"{node.name}: {package} is not installed; run the nvidia_driver role"
     if node.has("apt-mark"):
-        held = set(node.ok("apt-mark showhold").split())
+        held = node.ok("apt-mark showhold").split()
     else:
-        held = {ln.split("-0:")[0] for ln in node.ok("dnf versionlock list").splitlines()}
-    missing = sorted(set(installed) - held)
-    assert not missing, f"{node.name}: driver packages not held: {', '.join(missing)}"
+        held = [
+            ln.rsplit("-", 2)[0].split(":")[-1] for ln in node.ok("dnf versionlock list").split()
+        ]
+    assert package in held, f"{node.name}: the driver package {package} is not held"
 
 
 def test_nouveau_not_loaded(node):

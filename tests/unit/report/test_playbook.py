@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,6 +54,27 @@ def env(tmp_path: Path) -> dict:
     }
 
 
+def run(tmp_path: Path, *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """A controller command (ansible-playbook, gpunode) with the stand-in nodes."""
+    return subprocess.run(
+        [str(BIN / argv[0]), *argv[1:]],
+        cwd=cwd, env=env(tmp_path), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def playbook(tmp_path: Path, report_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    inv = str(inventory(tmp_path))
+    out = f"gpunode_validate_report_dir={report_dir}"
+    return run(tmp_path, "ansible-playbook", "-i", inv, "playbooks/validate.yml", "-e", out, *extra)
+
+
+def report_run(tmp_path: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    inv = str(inventory(tmp_path))
+    return run(
+        tmp_path, "gpunode", "report", "--run", "-i", inv, "-o", str(out), *extra, cwd=tmp_path
+    )
+
+
 def calls(tmp_path: Path) -> dict[str, dict]:
     lines = (tmp_path / "calls.log").read_text().splitlines()
     return {d["node"]: d for d in map(json.loads, lines)}
@@ -78,22 +98,7 @@ def check_report(out: Path) -> dict:
 
 def test_validate_playbook_builds_the_report(tmp_path):
     out = tmp_path / "reports"
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i",
-            str(inventory(tmp_path)),
-            "playbooks/validate.yml",
-            "-e",
-            f"gpunode_validate_report_dir={out}",
-        ],
-        cwd=ROOT,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = playbook(tmp_path, out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"report: {out}/index.html" in proc.stdout
     check_report(out)
@@ -110,43 +115,18 @@ def test_validate_playbook_builds_the_report(tmp_path):
     }
     assert argv["n-t4"]["vars"]["nvidia_driver_version"] == "550.163.01"
     assert argv["n-t4"]["vars"]["cuda_toolkit_versions"] == ["12.4"]
-    assert not list((tmp_path).glob("gpunode-validate-vars.*"))
+    assert not Path("/tmp/gpunode-validate-vars.n-a100.json").exists()  # removed after
     assert "n-down" not in argv
 
 
 def test_validate_playbook_fails_on_request(tmp_path):
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i",
-            str(inventory(tmp_path)),
-            "playbooks/validate.yml",
-            "-e",
-            f"gpunode_validate_report_dir={tmp_path / 'r'}",
-            "-e",
-            "gpunode_validate_fail=true",
-        ],
-        cwd=ROOT,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = playbook(tmp_path, tmp_path / "r", "-e", "gpunode_validate_fail=true")
     assert proc.returncode != 0 and (tmp_path / "r" / "index.html").exists()
 
 
 def test_report_run_through_ansible_runner(tmp_path):
     out = tmp_path / "reports"
-    proc = subprocess.run(
-        [str(BIN / "gpunode"), "report", "--run", "-i", str(inventory(tmp_path)), "-o", str(out)],
-        cwd=tmp_path,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = report_run(tmp_path, out)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # nodes failed: exit 1
     lines = proc.stdout.splitlines()
     progress = sorted(ln.split(":")[0] for ln in lines[:-2])
@@ -159,28 +139,10 @@ def test_report_run_through_ansible_runner(tmp_path):
     check_report(out)
 
 
-@pytest.mark.parametrize("extra", [["--limit", "n-a100"]])
-def test_report_run_limit(tmp_path, extra):
+def test_report_run_limit(tmp_path):
+    extra = ["--limit", "n-a100"]
     out = tmp_path / "reports"
-    proc = subprocess.run(
-        [
-            str(BIN / "gpunode"),
-            "report",
-            "--run",
-            "-q",
-            "-i",
-            str(inventory(tmp_path)),
-            "-o",
-            str(out),
-            *extra,
-        ],
-        cwd=tmp_path,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = report_run(tmp_path, out, "-q", *extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout == f"report: {out}/index.html\n"
     assert [n["node"] for n in json.loads((out / "report.json").read_text())["nodes"]] == ["n-a100"]

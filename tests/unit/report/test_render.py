@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -135,3 +136,40 @@ def test_usage_errors(tmp_path, capsys):
     assert main(["report", "--run", "-i", str(tmp_path / "none.yml")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == f"gpunode: error: report: inventory {tmp_path}/none.yml does not exist"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the CLI as another user")
+def test_report_dir_not_writable_for_the_user(tmp_path):
+    """As an operator without write access to the report directory: one line, exit 2, the
+    old report intact and nothing left behind."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="gpunode-report-"))
+    try:
+        base.chmod(0o755)
+        results = write_cluster(base / "r")
+        out = base / "reports"
+        build.write(build.model_from([str(results)]), str(out))
+        before = {f: (out / f).read_bytes() for f in build.FILES}
+        for p in [results, *results.iterdir()]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (results / "sim-down.json").unlink()
+        src = Path(__file__).resolve().parents[3] / "src"
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-m", "gpunode", "report", str(results), "-o", str(out)],
+            env={"PYTHONPATH": str(src), "PATH": os.environ["PATH"]},
+            capture_output=True, text=True, check=False, cwd="/",
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (
+            f"gpunode: error: report directory {out} cannot be written (Permission denied); "
+            "nothing was changed there\n"
+        )
+        assert {f: (out / f).read_bytes() for f in build.FILES} == before
+        assert sorted(os.listdir(out)) == sorted(build.FILES)
+    finally:
+        shutil.rmtree(base)

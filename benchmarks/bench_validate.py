@@ -70,8 +70,9 @@ def main() -> int:
             for c in result["checks"]:
                 if c["status"] == "fail":
                     print(f"  failed: {c['id']} (GPU {c['gpu']}): {c['detail']}")
+            image = next(c["detail"] for c in result["checks"] if c["id"] == "container.image")
             print(f"run {i + 1}: {wall:5.2f} s wall, exit {proc.returncode}, "
-                  f"{result['summary']}{' (cold: builds the probe image)' if i == 0 else ''}")  # fmt: skip
+                  f"{result['summary']}, image {image}")  # fmt: skip
     finally:
         if not args.keep:
             cluster.down_names([name], log=lambda *_: None)

@@ -172,6 +172,8 @@ def test_docker_runtime_flag_with_env(runtime_nodes):
         out = docker_probe(node, "--runtime gpunode -e NVIDIA_VISIBLE_DEVICES=2")
         assert out["nvml"] == [UUID[2]], (node.release, out)
         assert out["proc_gpus"] == [BUS[2]]
+        assert out["modify_device_files"] == ["ModifyDeviceFiles: 0\n"]
+        assert out["mig"] == [[0, 0, 0]]  # an A100 with MIG disabled: no MIG devices
 
 
 def test_docker_gpus_all_and_device_list(runtime_nodes):

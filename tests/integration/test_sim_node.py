@@ -189,3 +189,46 @@ def test_inner_container_sees_only_the_gpu_it_was_given(node):
         "sh -c 'ls /dev | grep ^nvidia'"
     ).stdout.split()
     assert ls == ["nvidia1"]
+
+
+DRIVER_TREE = "ls /proc/driver/nvidia /proc/driver/nvidia/gpus; cat /proc/driver/nvidia/params"
+
+
+def driver_tree(listing: str) -> tuple[list[str], list[str], str]:
+    """(entries of /proc/driver/nvidia, of its gpus/, the ModifyDeviceFiles line)"""
+    top = listing.split("/proc/driver/nvidia/gpus:")[0].split(":", 1)[1].split()
+    gpus = listing.split("/proc/driver/nvidia/gpus:")[1].split("ResmanDebugLevel")[0].split()
+    modify = next(ln for ln in listing.splitlines() if ln.startswith("ModifyDeviceFiles"))
+    return top, gpus, modify
+
+
+def test_every_container_sees_the_driver_tree(node):
+    """As the kernel module shows /proc/driver/nvidia in every procfs, containers of the
+    node's engines (Docker with plain runc, podman with crun, containerd) see the node's
+    driver tree, read-only."""
+    want = (["gpus", "params", "registry", "version"], sorted(g.bus_id.procfs for g in A100.gpus))
+    docker = node.sh(f"docker run --rm --runtime runc {node.workload} sh -c '{DRIVER_TREE}'")
+    top, gpus, modify = driver_tree(docker.stdout)
+    assert (top, gpus) == want and modify == "ModifyDeviceFiles: 1"
+    node.sh(f"docker save {node.workload} -o /tmp/workload.tar")
+    node.sh("podman --cgroup-manager cgroupfs load -q -i /tmp/workload.tar")
+    podman = node.sh(
+        "podman --cgroup-manager cgroupfs run --rm --network none "
+        f"{node.workload} sh -c '{DRIVER_TREE}'"
+    )
+    assert driver_tree(podman.stdout)[:2] == want
+    node.sh("ctr -n gpunode-test images import --snapshotter native /tmp/workload.tar")
+    ctr = node.sh(
+        "ctr -n gpunode-test run --rm --snapshotter native "
+        f"docker.io/{node.workload} t-driver-tree /bin/sh -c '{DRIVER_TREE}'"
+    )
+    assert driver_tree(ctr.stdout)[:2] == want
+    write = node.sh(
+        f"docker run --rm --runtime runc {node.workload} touch /proc/driver/nvidia/params",
+        check=False,
+    )
+    assert write.returncode != 0 and "Read-only file system" in write.stderr
+    # a node without a driver: no tree, as on a server without the kernel module
+    node.apply("nogpu")
+    bare = node.sh(f"docker run --rm --runtime runc {node.workload} ls /proc/driver", check=False)
+    assert bare.returncode == 0 and "nvidia" not in bare.stdout

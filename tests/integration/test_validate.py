@@ -207,3 +207,13 @@ def test_node_without_a_docker_engine(vnode):
     assert status["engine.active"]["detail"].startswith("`docker info` failed")
     for cid in ("container.image", "container.isolation", "container.cuda"):
         assert status[cid]["status"] == "skip"
+
+
+def test_podman_engine(vnode):
+    """The same smoke test through podman (it runs gpunode's runtime by path)."""
+    rc, res = validate(vnode, "--engine podman --expect-gpus 4")
+    status = {c["id"]: c for c in res["checks"] if c["gpu"] is None}
+    assert rc == 0
+    assert status["engine.active"]["detail"].startswith("podman ")
+    assert status["container.isolation"]["status"] == "pass"
+    assert status["engine.daemon_json"]["status"] == "skip"

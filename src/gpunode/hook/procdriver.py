@@ -87,34 +87,15 @@ def cmd_mount_proc_driver(args, root_path: str) -> int:
             raise HookError(f"refusing /proc/driver in the container: {exc.strerror}") from None
         except NotADirectoryError:
             raise HookError("refusing /proc/driver in the container: not a directory") from None
-        proc_st = os.fstat(proc_fd)
-        if os.fstat(driver_fd).st_dev != proc_st.st_dev:
-            raise HookError(
-                "/proc/driver is not on the container's /proc filesystem (already mounted over?)"
-            )
         try:
             nv_fd = open_beneath_no_symlinks(driver_fd, "nvidia", os.O_PATH | os.O_DIRECTORY)
             fds.append(nv_fd)
         except FileNotFoundError:
-            # The host has a driver tree (checked above) that the container's own procfs
-            # does not show: a driver whose procfs is not the kernel's (the simulated node
-            # keeps it on a tmpfs). Give the container the same: a tmpfs on /proc/driver
-            # holding an empty `nvidia` directory, then filter into it as usual.
-            mount(
-                "tmpfs",
-                proc_fd_path(driver_fd),
-                "tmpfs",
-                MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                "mode=0555,size=64k,nr_inodes=16",
-            )
-            new_driver = open_dir_nofollow(proc_fd, "driver")
-            fds.append(new_driver)
-            if os.fstat(new_driver).st_dev == proc_st.st_dev:
-                raise HookError("/proc/driver changed while mounting the tmpfs") from None
-            os.mkdir("nvidia", 0o555, dir_fd=new_driver)
-            driver_fd = new_driver
-            nv_fd = open_dir_nofollow(driver_fd, "nvidia")
-            fds.append(nv_fd)
+            # Every procfs shows the loaded driver's tree; a container whose /proc lacks it
+            # while the host has one is not something to paper over.
+            raise HookError(
+                "the container's /proc has no driver/nvidia although the host has one"
+            ) from None
         except UnsafePath as exc:
             raise HookError(
                 f"refusing /proc/driver/nvidia in the container: {exc.strerror}"

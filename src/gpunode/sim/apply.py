@@ -8,7 +8,11 @@ Runs as root *inside* the node container (``gpunode sim apply-local``). It produ
 * a ``/proc/driver/nvidia`` tree on a tmpfs mounted over ``/proc/driver``;
 * the mock NVML as ``<libdir>/libnvidia-ml.so.<driver version>`` with the profile compiled
   into it, and ``libnvidia-ml.so.1`` pointing at it, so the GPU data travels with the
-  library into containers (a real NVML in a CDI container has no /proc either).
+  library into containers (a real NVML in a CDI container has no /proc either);
+* the simulator's stand-in for the kernel module showing its tree in every procfs:
+  ``procdriver.c`` installed as the node's runc and crun, the real binaries diverted to
+  ``*.gpunode-real``, so every container gets the node's ``/proc/driver`` (see
+  :mod:`gpunode.sim.procdriver`).
 
 Re-applying the same profile changes nothing; applying another replaces the previous one.
 
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..util.files import write_atomic
-from . import mocknvml, procfs
+from . import mocknvml, procdriver, procfs
 from .profiles import Profile, mock_payload
 
 # nvidia-uvm asks the kernel for a dynamic major. 510 is outside the range the kernel hands
@@ -50,6 +54,8 @@ class Paths:
     libdir: Path = MULTIARCH_LIBDIR
     mock_base: Path = MOCK_BASE
     state: Path = STATE_FILE
+    procdriver: Path = procdriver.IN_NODE
+    runtimes: tuple[Path, ...] | None = None  # None: procdriver.RUNTIMES on a real system
     real_system: bool = True  # mount tmpfs, run ldconfig and dpkg-divert
 
 
@@ -218,6 +224,32 @@ def apply_library(profile: Profile, paths: Paths, res: Result) -> None:
         subprocess.run(["ldconfig"], check=True)
 
 
+def apply_procdriver(paths: Paths, res: Result) -> None:
+    """Put procdriver in front of each installed OCI runtime (idempotent)."""
+    runtimes = paths.runtimes
+    if runtimes is None:
+        runtimes = procdriver.RUNTIMES if paths.real_system else ()
+    binary = b""
+    for runtime in runtimes:
+        real = runtime.with_name(runtime.name + DIVERT_SUFFIX)
+        if not (runtime.exists() or real.exists()):
+            continue  # that runtime is not installed
+        if not binary:
+            if not paths.procdriver.is_file():
+                raise FileNotFoundError(
+                    f"{paths.procdriver} is missing; copy the built procdriver there first"
+                )
+            binary = paths.procdriver.read_bytes()
+        if paths.real_system:
+            _divert(runtime, res)
+        if runtime.exists() and not real.exists():
+            # no dpkg to divert with: keep the real runtime under the diverted name
+            os.replace(runtime, real)
+            res.note(f"moved {runtime} to {real}")
+        if write_atomic(runtime, binary, 0o755):
+            res.note(f"installed {paths.procdriver.name} as {runtime}")
+
+
 def _is_mock(path: Path) -> bool:
     try:
         return mocknvml.MAGIC in path.read_bytes()
@@ -231,6 +263,7 @@ def apply_profile(profile: Profile, paths: Paths | None = None) -> Result:
     apply_procfs(profile, paths, res)
     apply_devices(profile, paths, res)
     apply_library(profile, paths, res)
+    apply_procdriver(paths, res)
     state = json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"
     _write_if_changed(paths.state, state, res, mode=0o644)
     return res

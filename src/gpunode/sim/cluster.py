@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from . import images, mocknvml
+from . import images, mocknvml, procdriver
 from .apply import UVM_MAJOR
 from .docker import docker, exec_
 
@@ -86,22 +86,30 @@ def read_inventory(path: Path) -> list[NodeSpec]:
 
 @dataclass(frozen=True)
 class Artifacts:
-    """Files built on the host and copied into nodes: the mock NVML and the wheels."""
+    """Files built on the host and copied into nodes: the mock NVML, procdriver and the
+    wheels."""
 
     mock: Path
+    procdriver: Path
     wheels: Path
 
     @classmethod
     def build(cls, out: Path, project: Path, log=print) -> Artifacts:
         out.mkdir(parents=True, exist_ok=True)
         mock = out / "libnvidia-ml.mock.so"
-        src = mocknvml.source_path()
         stamp = out / "libnvidia-ml.mock.so.sha256"
-        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        digest = mocknvml.build_digest()
         if not mock.exists() or not stamp.exists() or stamp.read_text() != digest:
             mocknvml.build_library(mock)
             stamp.write_text(digest)
             log(f"built {mock}")
+        proc_bin = out / procdriver.IN_NODE.name
+        proc_stamp = out / f"{proc_bin.name}.sha256"
+        digest = procdriver.digest()
+        if not proc_bin.exists() or not proc_stamp.exists() or proc_stamp.read_text() != digest:
+            procdriver.build(proc_bin)
+            proc_stamp.write_text(digest)
+            log(f"built {proc_bin}")
         wheels = out / "wheels"
         wheels.mkdir(exist_ok=True)
         for old in wheels.glob("gpunode-*.whl"):
@@ -118,7 +126,7 @@ class Artifacts:
                 ["download", "--no-deps", "-q", "-d", str(wheels), _pinned_nvml(project)],
                 "downloading nvidia-ml-py",
             )
-        return cls(mock, wheels)
+        return cls(mock, proc_bin, wheels)
 
 
 def _pip(args: list[str], what: str) -> None:
@@ -258,8 +266,10 @@ def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
 
 
 def copy_mock(name: str, art: Artifacts) -> None:
+    """Copy the mock NVML and procdriver into the node, where `sim apply-local` finds them."""
     exec_(name, ["mkdir", "-p", str(Path(MOCK_IN_NODE).parent)])
     docker(["cp", str(art.mock), f"{name}:{MOCK_IN_NODE}"])
+    docker(["cp", str(art.procdriver), f"{name}:{procdriver.IN_NODE}"])
 
 
 def apply(name: str, profile: str, log=print) -> dict:

@@ -21,6 +21,13 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
         bus_id: "0000:07:00.0"        # required, domain:bus:device.function
         minor: 0                      # default: position in the list
         faults: [ecc_uncorrectable]   # see FAULTS
+        mig:                          # false (default), true (enabled, no instances) or
+          - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
+            placement: 0              #   its start slot (see MIG_SHAPES)
+            uuid: MIG-...             #   and the MIG device's UUID
+
+MIG is only accepted on MIG-capable GPUs (compute capability 8.0, 9.0 or 10.0: A100, A30,
+H100, H200, B200); on those NVML reports MIG mode, disabled unless ``mig`` enables it.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _UUID_RE = re.compile(
     r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
 )
+_MIG_UUID_RE = re.compile(
+    r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
+)
 _VERSION_RE = re.compile(r"^\d+(\.\d+){1,2}$")
 _CUDA_RE = re.compile(r"^(\d+)\.(\d+)$")
 _CC_RE = re.compile(r"^(\d+)\.(\d+)$")
@@ -79,12 +89,79 @@ GPU_KEYS = {
     "faults",
 }
 DEFAULTABLE = GPU_KEYS - {"uuid", "bus_id", "minor", "faults"}
+MIG_INSTANCE_KEYS = {"profile", "placement", "uuid"}
+
+# Compute capabilities of the MIG-capable GPUs (A100/A30, H100/H200, B200).
+MIG_CAPABLE_CC = {(8, 0), (9, 0), (10, 0)}
+MIG_MEMORY_SLICES = 8
+
+
+@dataclass(frozen=True)
+class MigShape:
+    """A GPU instance profile of a 7-slice MIG GPU, as NVML describes it on an A100/H100.
+
+    ``index`` is the NVML_GPU_INSTANCE_PROFILE_* constant, ``id`` the profile id that
+    ``nvidia-smi mig -lgip`` shows; ``starts`` are the valid placements (memory slots of
+    ``size``). Engine counts are the A100's.
+    """
+
+    slices: int
+    memory_slices: int
+    suffix: str
+    index: int
+    id: int
+    starts: tuple[int, ...]
+    size: int
+    instances: int
+    sm: int
+    ce: int
+    dec: int
+    enc: int
+    jpeg: int
+    ofa: int
+    first_gi: int  # the GPU instance id at placement 0; ids step by one per placement
+
+    def name(self, memory_mib: int) -> str:
+        gib = memory_mib / 1024 * self.memory_slices / MIG_MEMORY_SLICES
+        return f"{self.slices}g.{int(gib + 0.5)}gb{self.suffix}"
+
+    def memory_mib(self, memory_mib: int) -> int:
+        return memory_mib * self.memory_slices // MIG_MEMORY_SLICES
+
+    def gi_id(self, start: int) -> int:
+        return self.first_gi + self.starts.index(start)
+
+
+MIG_SHAPES = (
+    MigShape(1, 1, "", 0, 19, (0, 1, 2, 3, 4, 5, 6), 1, 7, 14, 1, 0, 0, 0, 0, 7),
+    MigShape(1, 1, "+me", 7, 20, (0, 1, 2, 3, 4, 5, 6), 1, 1, 14, 1, 1, 0, 1, 1, 7),
+    MigShape(1, 2, "", 9, 15, (0, 2, 4, 6), 2, 4, 14, 1, 1, 0, 0, 0, 3),
+    MigShape(2, 2, "", 1, 14, (0, 2, 4), 2, 3, 28, 2, 1, 0, 0, 0, 3),
+    MigShape(3, 4, "", 2, 9, (0, 4), 4, 2, 42, 3, 2, 0, 0, 0, 1),
+    MigShape(4, 4, "", 3, 5, (0,), 4, 1, 56, 4, 2, 0, 0, 0, 1),
+    MigShape(7, 8, "", 4, 0, (0,), 8, 1, 98, 7, 5, 0, 1, 1, 0),
+)
 TOP_KEYS = {"name", "description", "driver", "defaults", "gpus"}
 DRIVER_KEYS = {"version", "cuda_version", "kernel_module"}
 
 
 class ProfileError(ValueError):
     """A profile is invalid. The message is one line naming the value and what is accepted."""
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A MIG device: one GPU instance of ``shape`` at ``placement`` with one compute
+    instance (id 0) spanning it."""
+
+    profile: str
+    placement: int
+    uuid: str
+    shape: MigShape
+
+    @property
+    def gi_id(self) -> int:
+        return self.shape.gi_id(self.placement)
 
 
 @dataclass(frozen=True)
@@ -109,6 +186,11 @@ class Gpu:
     mig: bool
     irq: int
     faults: frozenset[str] = field(default_factory=frozenset)
+    mig_instances: tuple[MigInstance, ...] = ()
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.compute_capability in MIG_CAPABLE_CC
 
     @property
     def architecture(self) -> int:
@@ -261,6 +343,8 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
         if fault not in FAULTS:
             raise _err(f"{where}.faults", fault, f"one of {', '.join(sorted(FAULTS))}")
     memory = _int(f"{where}.memory_mib", raw["memory_mib"], 1)
+    compute_capability = (int(cc[1]), int(cc[2]))
+    mig, instances = _parse_mig(f"{where}.mig", raw.get("mig", False), memory, compute_capability)
     reserved = _int(f"{where}.memory_reserved_mib", raw.get("memory_reserved_mib", 0))
     used = _int(f"{where}.memory_used_mib", raw.get("memory_used_mib", 0))
     if reserved + used > memory:
@@ -276,7 +360,7 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
         memory_mib=memory,
         memory_reserved_mib=reserved,
         memory_used_mib=used,
-        compute_capability=(int(cc[1]), int(cc[2])),
+        compute_capability=compute_capability,
         pci_device_id=_int(f"{where}.pci_device_id", raw.get("pci_device_id", 0), 0, 0xFFFF),
         pci_subsystem_id=_int(
             f"{where}.pci_subsystem_id", raw.get("pci_subsystem_id", 0), 0, 0xFFFFFFFF
@@ -288,10 +372,62 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
         power_usage_w=_int(f"{where}.power_usage_w", raw.get("power_usage_w", 60)),
         temperature_c=_int(f"{where}.temperature_c", raw.get("temperature_c", 35), 0, 150),
         ecc=_bool(f"{where}.ecc", raw.get("ecc", True)),
-        mig=_bool(f"{where}.mig", raw.get("mig", False)),
+        mig=mig,
         irq=_int(f"{where}.irq", raw.get("irq", 100 + position)),
         faults=frozenset(faults_raw),
+        mig_instances=instances,
     )
+
+
+def _parse_mig(
+    where: str, raw: Any, memory_mib: int, cc: tuple[int, int]
+) -> tuple[bool, tuple[MigInstance, ...]]:
+    if isinstance(raw, bool):
+        entries: list[Any] = []
+        enabled = raw
+    elif isinstance(raw, list):
+        entries, enabled = raw, True
+    else:
+        raise _err(where, raw, "false, true or a list of MIG instances")
+    if enabled and cc not in MIG_CAPABLE_CC:
+        capable = ", ".join(f"{a}.{b}" for a, b in sorted(MIG_CAPABLE_CC))
+        raise ProfileError(
+            f"{where}: MIG needs a MIG-capable GPU (compute capability {capable}); "
+            f"this GPU has {cc[0]}.{cc[1]}"
+        )
+    shapes = {shape.name(memory_mib): shape for shape in MIG_SHAPES}
+    instances: list[MigInstance] = []
+    used_memory: dict[int, int] = {}
+    for i, entry in enumerate(entries):
+        at = f"{where}[{i}]"
+        entry = _mapping(at, entry, MIG_INSTANCE_KEYS)
+        for key in sorted(MIG_INSTANCE_KEYS):
+            if key not in entry:
+                raise ProfileError(f"{at}: missing required key {key!r}")
+        shape = shapes.get(str(entry["profile"]))
+        if shape is None:
+            raise _err(f"{at}.profile", entry["profile"], f"one of {', '.join(shapes)}")
+        start = _int(f"{at}.placement", entry["placement"])
+        if start not in shape.starts:
+            raise _err(
+                f"{at}.placement",
+                entry["placement"],
+                f"a start slot of {entry['profile']}: {', '.join(map(str, shape.starts))}",
+            )
+        uuid = str(entry["uuid"])
+        if not _MIG_UUID_RE.match(uuid):
+            raise _err(
+                f"{at}.uuid", entry["uuid"], "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)"
+            )
+        for slot in range(start, start + shape.size):
+            if slot in used_memory:
+                raise ProfileError(
+                    f"{at}: placement {start} of {entry['profile']} overlaps "
+                    f"mig[{used_memory[slot]}]"
+                )
+            used_memory[slot] = i
+        instances.append(MigInstance(str(entry["profile"]), start, uuid, shape))
+    return enabled, tuple(instances)
 
 
 def parse_profile(data: Any, source: str = "<memory>") -> Profile:
@@ -324,6 +460,15 @@ def parse_profile(data: Any, source: str = "<memory>") -> Profile:
                     f"{where}: gpus[{i}].{label} {getattr(gpu, attr)!s} duplicates gpus[{seen[key]}]"
                 )
             seen[key] = i
+    owners: dict[str, str] = {g.uuid.lower(): f"gpus[{i}]" for i, g in enumerate(gpus)}
+    for i, gpu in enumerate(gpus):
+        for j, inst in enumerate(gpu.mig_instances):
+            key = inst.uuid.lower()
+            if key in owners:
+                raise ProfileError(
+                    f"{where}: gpus[{i}].mig[{j}].uuid {inst.uuid} duplicates {owners[key]}"
+                )
+            owners[key] = f"gpus[{i}].mig[{j}]"
     return Profile(
         name=name,
         description=str(data.get("description", "")),
@@ -399,6 +544,8 @@ def mock_payload(profile: Profile) -> str:
             "persistence": 0 if "persistence_off" in f else 1,
             "ecc_enabled": int(g.ecc),
             "mig": int(g.mig),
+            "mig_capable": int(g.mig_capable),
+            "irq": g.irq,
             "compute_mode": 0,
             "temperature": g.temperature_c,
             "power_usage": g.power_usage_w * 1000,
@@ -418,5 +565,40 @@ def mock_payload(profile: Profile) -> str:
             "serial": g.serial,
             "vbios": g.vbios,
         }
-        lines.append("gpu\t" + "\t".join(f"{k}={v}" for k, v in fields.items()))
+        lines.append(_record("gpu", fields))
+        if g.mig_capable:
+            lines += [_record("gip", _gip_fields(g, shape)) for shape in MIG_SHAPES]
+        for inst in g.mig_instances:
+            mig = {
+                "parent": g.uuid,
+                "uuid": inst.uuid,
+                "gi": inst.gi_id,
+                "ci": 0,
+                "profile_index": inst.shape.index,
+                "placement_start": inst.placement,
+            }
+            lines.append(_record("mig", mig))
     return "\n".join(lines) + "\n"
+
+
+def _record(kind: str, fields: dict[str, Any]) -> str:
+    return kind + "\t" + "\t".join(f"{k}={v}" for k, v in fields.items())
+
+
+def _gip_fields(g: Gpu, shape: MigShape) -> dict[str, Any]:
+    return {
+        "parent": g.uuid,
+        "index": shape.index,
+        "id": shape.id,
+        "name": shape.name(g.memory_mib),
+        "slices": shape.slices,
+        "instances": shape.instances,
+        "placement_size": shape.size,
+        "memory_mib": shape.memory_mib(g.memory_mib),
+        "sm": shape.sm,
+        "ce": shape.ce,
+        "dec": shape.dec,
+        "enc": shape.enc,
+        "jpeg": shape.jpeg,
+        "ofa": shape.ofa,
+    }

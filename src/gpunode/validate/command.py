@@ -13,7 +13,7 @@ from .. import __version__
 from ..cli.base import print_json
 from . import output
 from .expect import ENGINES, BadInput, Expectations, build
-from .model import EXIT_BAD_INPUT, Result
+from .model import EXIT_BAD_INPUT, SCHEMA, Result
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         if args.textfile and (why := output.check_textfile_path(args.textfile)):
             raise BadInput(why)
     except BadInput as exc:
+        if args.json:  # a machine reader still gets the one line, as JSON
+            print_json({"schema": SCHEMA, "node": args.node or socket.gethostname(),
+                        "error": "bad_input", "detail": str(exc), "exit_code": EXIT_BAD_INPUT})  # fmt: skip
         print(f"gpunode validate: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     result = validate(expect, args.node)

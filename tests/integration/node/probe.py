@@ -20,8 +20,11 @@ try:
     import pynvml as N
 
     N.nvmlInit()
-    out["nvml"] = [
-        N.nvmlDeviceGetUUID(N.nvmlDeviceGetHandleByIndex(i)) for i in range(N.nvmlDeviceGetCount())
+    handles = [N.nvmlDeviceGetHandleByIndex(i) for i in range(N.nvmlDeviceGetCount())]
+    out["nvml"] = [N.nvmlDeviceGetUUID(h) for h in handles]
+    # MIG as device plugins walk it: mode, then the MIG devices that exist
+    out["mig"] = [
+        [*N.nvmlDeviceGetMigMode(h), N.nvmlDeviceGetMaxMigDeviceCount(h)] for h in handles
     ]
     out["driver"] = N.nvmlSystemGetDriverVersion()
     N.nvmlShutdown()

@@ -20,7 +20,7 @@ import pytest
 try:
     import gpunode  # noqa: F401
 except ImportError:  # running from a checkout without an installed package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 
 from gpunode.sim import mocknvml
 from gpunode.sim.mocknvml import BLOB_SIZE, MAGIC, MockBuildError
@@ -45,6 +45,7 @@ GPUS = [
         "brand": 2,
         "persistence": 1,
         "ecc_enabled": 1,
+        "mig_capable": 1,
         "temperature": 34,
         "power_usage": 61000,
         "power_limit": 400000,
@@ -292,23 +293,29 @@ def run_probe(
 ) -> dict:
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    cmd = [sys.executable, str(probe), json.dumps(args or {})]
+    proc = in_private_dev(cmd, minors, ctl, extra, env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def in_private_dev(cmd, minors, ctl=True, extra=(), env=None) -> subprocess.CompletedProcess:
+    """Run cmd under `unshare -m` with a tmpfs /dev holding /dev/null, /dev/nvidiactl
+    (if ctl) and /dev/nvidia<minor> for each minor."""
     setup = ["mount -t tmpfs none /dev", "mknod /dev/null c 1 3"]
     if ctl:
         setup.append("mknod /dev/nvidiactl c 195 255")
-    for m in minors:
-        setup.append(f"mknod /dev/nvidia{m} c 195 {m}")
+    setup += [f"mknod /dev/nvidia{m} c 195 {m}" for m in minors]
     setup += extra
     script = " && ".join(setup) + ' && exec "$0" "$@"'
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script, sys.executable, str(probe), json.dumps(args or {})],
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, *map(str, cmd)],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------
@@ -457,7 +464,8 @@ def test_all_gpus_visible(built_lib, tmp_path, pynvml_ready):
         "0000:99:00.0": "error:NVMLError_NotFound",
     }
     assert out["clock"] == "error:NVMLError_NotSupported"
-    assert out["fan_v2"] == "error:NVMLError_FunctionNotFound"
+    # exported (nvidia-ml-py knows it) but not simulated
+    assert out["fan_v2"] == "error:NVMLError_NotSupported"
     assert out["bad_index"] == "error:NVMLError_InvalidArgument"
     assert out["error_string"] == "GPU is lost"
     assert out["null_handle"] == "error:NVMLError_InvalidArgument"
@@ -523,3 +531,367 @@ def test_lost_gpu(built_lib, tmp_path, pynvml_ready):
     assert out["devices"][2]["uuid"] == UUIDS[2]
     assert out["by_uuid"] == {UUIDS[0]: "error:NVMLError_GpuIsLost"}
     assert out["by_bus"] == {"0000:41:00.0": "error:NVMLError_GpuIsLost"}
+
+
+# --------------------------------------------------------------------------
+# the complete NVML surface: every name nvidia-ml-py can call is exported
+
+
+def pynvml_calls() -> set[str]:
+    """The C functions nvidia-ml-py looks up, read from its syntax tree (independently of
+    the build's own scan)."""
+    import ast
+    import importlib.util
+
+    origin = importlib.util.find_spec("pynvml").origin
+    names = set()
+    for node in ast.walk(ast.parse(Path(origin).read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "_nvmlGetFunctionPointer"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            names.add(node.args[0].value)
+    return names
+
+
+def exported(lib: Path) -> set[str]:
+    listing = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
+    return {ln.split()[-1] for ln in listing.splitlines() if ln.strip()}
+
+
+def test_exports_every_function_nvidia_ml_py_calls(built_lib, pynvml_ready):
+    calls = pynvml_calls()
+    assert len(calls) > 300  # the form we read is still pynvml's
+    names = exported(built_lib)
+    assert not sorted(calls - names), "missing in the mock"
+    # and the C callers' unversioned names nvml.h maps (go-nvml resolves both)
+    assert {"nvmlInit", "nvmlInit_v2", "nvmlDeviceGetCount", "nvmlDeviceGetPciInfo"} <= names
+
+
+# A go-nvml-like caller: dlopen(RTLD_LAZY | RTLD_GLOBAL), then every exported nvml* name
+# is called. Arguments: the first is the handle the name's family takes (device, MIG
+# device, GPU/compute instance, event set) and the others point at large zeroed buffers,
+# in three shapes (all pointers; a 0 scalar then pointers; two 0 scalars then pointers)
+# since the harness does not know each signature. Each call prints "name rc rc rc" before
+# the next starts, so a crash names its function.
+HARNESS_C = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*fn8)(void *, void *, void *, void *, void *, void *, void *, void *);
+typedef int (*fn0)(void);
+#define BUF (64 * 1024)
+static char bufs[8][BUF];
+
+static void *sym(void *lib, const char *name)
+{
+    void *p = dlsym(lib, name);
+    if (!p) { printf("MISSING %s\n", name); exit(3); }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    /* argv: lib, names file, mode (init|noinit), handle kind (gpu|mig) */
+    void *lib = dlopen(argv[1], RTLD_LAZY | RTLD_GLOBAL);
+    if (!lib) { printf("DLOPEN %s\n", dlerror()); return 2; }
+    int init = strcmp(argv[3], "init") == 0;
+    void *dev = NULL, *gi = NULL, *ci = NULL, *set = NULL;
+    if (init) {
+        if (((fn0)sym(lib, "nvmlInit_v2"))() != 0) { printf("INIT failed\n"); return 2; }
+        typedef int (*by_index)(unsigned, void **);
+        if (((by_index)sym(lib, "nvmlDeviceGetHandleByIndex_v2"))(0, &dev) != 0) return 2;
+        if (strcmp(argv[4], "mig") == 0) {
+            typedef int (*mig_by_index)(void *, unsigned, void **);
+            typedef int (*get_id)(void *, unsigned *);
+            typedef int (*by_id)(void *, unsigned, void **);
+            unsigned gid = 0;
+            void *parent = dev;
+            if (((mig_by_index)sym(lib, "nvmlDeviceGetMigDeviceHandleByIndex"))(parent, 0, &dev))
+                return 2;
+            if (((get_id)sym(lib, "nvmlDeviceGetGpuInstanceId"))(dev, &gid)) return 2;
+            if (((by_id)sym(lib, "nvmlDeviceGetGpuInstanceById"))(parent, gid, &gi)) return 2;
+            if (((by_id)sym(lib, "nvmlGpuInstanceGetComputeInstanceById"))(gi, 0, &ci)) return 2;
+        }
+        typedef int (*create)(void **);
+        if (((create)sym(lib, "nvmlEventSetCreate"))(&set) != 0) return 2;
+    }
+    FILE *f = fopen(argv[2], "r");
+    char name[256];
+    while (fscanf(f, "%255s", name) == 1) {
+        if (!strcmp(name, "nvmlInit") || !strcmp(name, "nvmlInit_v2") ||
+            !strcmp(name, "nvmlInitWithFlags") || !strcmp(name, "nvmlShutdown") ||
+            !strcmp(name, "nvmlErrorString"))
+            continue;
+        fn8 f8 = (fn8)sym(lib, name);
+        void *first = bufs[0];
+        if (!strncmp(name, "nvmlDevice", 10) && !strstr(name, "GetHandleBy") &&
+            !strstr(name, "GetCount") && !strstr(name, "DiscoverGpus") &&
+            !strstr(name, "DrainState") && !strstr(name, "RemoveGpu"))
+            first = dev;
+        else if (!strncmp(name, "nvmlGpuInstance", 15))
+            first = gi;
+        else if (!strncmp(name, "nvmlComputeInstance", 19))
+            first = ci;
+        else if (!strcmp(name, "nvmlEventSetFree") && init)
+            ((int (*)(void **))sym(lib, "nvmlEventSetCreate"))(&first); /* keep `set` */
+        else if (!strncmp(name, "nvmlEventSet", 12) && strcmp(name, "nvmlEventSetCreate"))
+            first = set;
+        printf("%s", name);
+        fflush(stdout);
+        if (!strcmp(name, "nvmlEventSetWait_v2") || !strcmp(name, "nvmlEventSetWait")) {
+            /* the third argument is a timeout in ms: any pointer would block for weeks */
+            for (unsigned t = 0; t < 2; t++) {
+                memset(bufs, 0, sizeof(bufs));
+                printf(" %d", ((int (*)(void *, void *, unsigned))f8)(first, bufs[1], t));
+            }
+        } else {
+            for (int shape = 0; shape < 3; shape++) {
+                void *a[7];
+                memset(bufs, 0, sizeof(bufs));
+                for (int i = 0; i < 7; i++)
+                    a[i] = i < shape ? NULL : bufs[i + 1];
+                printf(" %d", f8(first, a[0], a[1], a[2], a[3], a[4], a[5], a[6]));
+                fflush(stdout);
+            }
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    if (init) {
+        printf("ERRORSTRING %s\n", ((const char *(*)(int))sym(lib, "nvmlErrorString"))(3));
+        printf("SHUTDOWN %d\n", ((fn0)sym(lib, "nvmlShutdown"))());
+    }
+    return 0;
+}
+"""
+
+MIG_UUIDS = [f"MIG-5a1e0c3e-7b52-4d8e-91a0-3c6e2b7d4f1{i}" for i in range(3)]
+
+
+def a100_with_mig(instances: list[dict] | None) -> str:
+    """The a100x4 profile with MIG set on its second GPU (bus 0f); returns the payload."""
+    import yaml
+
+    from gpunode.sim.profiles import mock_payload, parse_profile
+
+    src = Path(__file__).resolve().parents[3] / "src/gpunode/data/profiles/a100x4.yaml"
+    data = yaml.safe_load(src.read_text())
+    if instances is not None:
+        data["gpus"][1]["mig"] = instances
+    return mock_payload(parse_profile(data))
+
+
+MIG_LAYOUT = [
+    {"profile": "3g.40gb", "placement": 4, "uuid": MIG_UUIDS[0]},
+    {"profile": "2g.20gb", "placement": 0, "uuid": MIG_UUIDS[1]},
+    {"profile": "1g.10gb", "placement": 2, "uuid": MIG_UUIDS[2]},
+]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("harness")
+    (out / "harness.c").write_text(HARNESS_C)
+    subprocess.run(
+        ["cc", "-O1", "-Wall", "-o", str(out / "harness"), str(out / "harness.c"), "-ldl"],
+        check=True,
+    )
+    return out / "harness"
+
+
+def documented_codes() -> dict[int, str]:
+    """NVML_SUCCESS and every NVML_ERROR_* that nvidia-ml-py (nvml.h) names."""
+    import pynvml
+
+    return {
+        v: k for k, v in vars(pynvml).items() if k.startswith("NVML_ERROR_") or k == "NVML_SUCCESS"
+    }
+
+
+def run_harness(harness, lib, tmp_path, mode, kind, minors=(0, 1, 2, 3)):
+    names = sorted(n for n in exported(lib) if n.startswith("nvml"))
+    listfile = tmp_path / "names.txt"
+    listfile.write_text("\n".join(names) + "\n")
+    proc = in_private_dev([harness, lib, listfile, mode, kind], minors)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, f"exit {proc.returncode}; last call: {lines[-1:]}"
+    results = {}
+    for line in lines:
+        name, *codes = line.split(" ")
+        if name.startswith("nvml"):
+            results[name] = [int(c) for c in codes]
+    skipped = {"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"}
+    assert set(results) == set(names) - skipped
+    return results, lines
+
+
+@needs_unshare
+@pytest.mark.parametrize(
+    ("layout", "kind"), [(None, "gpu"), (MIG_LAYOUT, "gpu"), (MIG_LAYOUT, "mig")]
+)
+def test_every_export_called_from_c(built_lib, harness, tmp_path, pynvml_ready, layout, kind):
+    lib = install_lib(built_lib, a100_with_mig(layout), tmp_path)
+    if kind == "mig":
+        # the harness takes index 0: the MIG GPU must be first, so hide the one before it
+        results, lines = run_harness(
+            harness, lib / "libnvidia-ml.so.1", tmp_path, "init", kind, minors=(1, 2, 3)
+        )
+    else:
+        results, lines = run_harness(harness, lib / "libnvidia-ml.so.1", tmp_path, "init", kind)
+    codes = documented_codes()
+    allowed = set(codes) - {
+        codes_by(codes, "NVML_ERROR_UNINITIALIZED"),
+        codes_by(codes, "NVML_ERROR_FUNCTION_NOT_FOUND"),
+        codes_by(codes, "NVML_ERROR_UNKNOWN"),
+    }
+    bad = {n: rc for n, rc in results.items() if not set(rc) <= allowed}
+    assert not bad
+    assert "ERRORSTRING Not Supported" in lines and "SHUTDOWN 0" in lines
+    # with valid arguments the simulated queries answer
+    assert results["nvmlDeviceGetUUID"][0] == 0
+    assert results["nvmlEventSetWait_v2"] == [10, 10]  # NVML_ERROR_TIMEOUT: no events
+    if kind == "mig":
+        assert results["nvmlDeviceGetAttributes_v2"][0] == 0
+        assert results["nvmlGpuInstanceGetInfo"][0] == 0
+        assert results["nvmlComputeInstanceGetInfo_v2"][0] == 0
+        assert results["nvmlDeviceGetTemperature"][1] == 3  # NOT_SUPPORTED on a MIG device
+    else:
+        assert results["nvmlDeviceGetMemoryInfo"][0] == 0
+        assert results["nvmlDeviceGetAttributes_v2"][0] == 3  # MIG device handles only
+
+
+def codes_by(codes: dict[int, str], name: str) -> int:
+    return next(v for v, k in codes.items() if k == name)
+
+
+@needs_unshare
+def test_every_export_before_init_is_uninitialized(built_lib, harness, tmp_path, pynvml_ready):
+    lib = install_lib(built_lib, a100_with_mig(None), tmp_path)
+    results, _ = run_harness(harness, lib / "libnvidia-ml.so.1", tmp_path, "noinit", "gpu")
+    bad = {n: rc for n, rc in results.items() if set(rc) != {1}}  # NVML_ERROR_UNINITIALIZED
+    assert not bad
+
+
+# --------------------------------------------------------------------------
+# MIG through pynvml
+
+MIG_PROBE = textwrap.dedent(
+    r"""
+    import json
+    import pynvml as N
+
+    def call(fn, *a):
+        try:
+            v = fn(*a)
+        except N.NVMLError as e:
+            return "error:" + type(e).__name__
+        return v.value if hasattr(v, "value") else v
+
+    N.nvmlInit()
+    out = []
+    for i in range(N.nvmlDeviceGetCount()):
+        h = N.nvmlDeviceGetHandleByIndex(i)
+        d = {"uuid": N.nvmlDeviceGetUUID(h), "mode": call(N.nvmlDeviceGetMigMode, h),
+             "max": call(N.nvmlDeviceGetMaxMigDeviceCount, h),
+             "is_mig": call(N.nvmlDeviceIsMigDeviceHandle, h),
+             "gi_of_gpu": call(N.nvmlDeviceGetGpuInstanceId, h),
+             "attrs_of_gpu": call(N.nvmlDeviceGetAttributes, h),
+             "first": call(N.nvmlDeviceGetMigDeviceHandleByIndex, h, 0), "migs": []}
+        if isinstance(d["first"], str) is False:
+            d["first"] = "handle"
+        for j in range(d["max"] if isinstance(d["max"], int) else 0):
+            try:
+                m = N.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+            except N.NVMLError as e:
+                d["migs"].append("error:" + type(e).__name__)
+                continue
+            a = N.nvmlDeviceGetAttributes(m)
+            gi_id = N.nvmlDeviceGetGpuInstanceId(m)
+            gi = N.nvmlDeviceGetGpuInstanceById(h, gi_id)
+            info = N.nvmlGpuInstanceGetInfo(gi)
+            ci = N.nvmlComputeInstanceGetInfo(N.nvmlGpuInstanceGetComputeInstanceById(gi, 0))
+            d["migs"].append({
+                "uuid": N.nvmlDeviceGetUUID(m), "name": N.nvmlDeviceGetName(m),
+                "is_mig": call(N.nvmlDeviceIsMigDeviceHandle, m),
+                "parent": N.nvmlDeviceGetUUID(N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m)),
+                "gi": gi_id, "ci": N.nvmlDeviceGetComputeInstanceId(m),
+                "memory": N.nvmlDeviceGetMemoryInfo(m).total,
+                "attrs": [a.gpuInstanceSliceCount, a.computeInstanceSliceCount, a.memorySizeMB],
+                "gi_info": [info.id, info.profileId, info.placement.start, info.placement.size],
+                "ci_info": [ci.id, ci.profileId, ci.placement.size],
+                "temperature": call(N.nvmlDeviceGetTemperature, m, 0),
+            })
+        out.append(d)
+    print(json.dumps(out))
+    """
+)
+
+
+def run_mig_probe(tmp_path, libdir, minors=(0, 1, 2, 3)):
+    probe = tmp_path / "mig_probe.py"
+    probe.write_text(MIG_PROBE)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    proc = in_private_dev([sys.executable, probe], minors, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@needs_unshare
+def test_mig_disabled_on_a_normal_profile(built_lib, tmp_path, pynvml_ready):
+    out = run_mig_probe(tmp_path, install_lib(built_lib, a100_with_mig(None), tmp_path))
+    assert len(out) == 4
+    for gpu in out:  # MIG-capable A100s with MIG disabled: no MIG devices, no errors
+        assert gpu["mode"] == [0, 0]
+        assert gpu["max"] == 0 and gpu["migs"] == []
+        assert gpu["first"] == "error:NVMLError_NotFound"
+        assert gpu["is_mig"] == 0
+        assert gpu["gi_of_gpu"] == "error:NVMLError_NotSupported"
+        assert gpu["attrs_of_gpu"] == "error:NVMLError_NotSupported"
+
+
+@needs_unshare
+def test_mig_not_supported_on_a_gpu_without_mig(built_lib, tmp_path, pynvml_ready):
+    from gpunode.sim.profiles import load_profile, mock_payload
+
+    libdir = install_lib(built_lib, mock_payload(load_profile("t4x2-faulty")), tmp_path)
+    out = run_mig_probe(tmp_path, libdir, minors=(0, 1))
+    assert [g["mode"] for g in out] == ["error:NVMLError_NotSupported"] * 2
+    assert [g["max"] for g in out] == [0, 0]
+
+
+@needs_unshare
+def test_mig_profile_shows_its_instances(built_lib, tmp_path, pynvml_ready):
+    out = run_mig_probe(tmp_path, install_lib(built_lib, a100_with_mig(MIG_LAYOUT), tmp_path))
+    plain, mig = out[0], out[1]
+    assert plain["mode"] == [0, 0] and plain["migs"] == []
+    assert mig["mode"] == [1, 1] and mig["max"] == 7
+    assert mig["first"] == "handle"
+    found, missing = mig["migs"][:3], mig["migs"][3:]
+    assert missing == ["error:NVMLError_NotFound"] * 4
+    # ordered by GPU instance id: 3g@4 (GI 2), 2g@0 (GI 3), 1g@2 (GI 9)
+    assert [m["uuid"] for m in found] == MIG_UUIDS
+    assert [m["name"] for m in found] == [
+        "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+        "NVIDIA A100-SXM4-80GB MIG 2g.20gb",
+        "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+    ]
+    assert all(m["is_mig"] == 1 and m["parent"] == mig["uuid"] for m in found)
+    assert [(m["gi"], m["ci"]) for m in found] == [(2, 0), (3, 0), (9, 0)]
+    assert [m["memory"] for m in found] == [40 * GIB, 20 * GIB, 10 * GIB]
+    assert [m["attrs"] for m in found] == [[3, 3, 40960], [2, 2, 20480], [1, 1, 10240]]
+    assert [m["gi_info"] for m in found] == [[2, 9, 4, 4], [3, 14, 0, 2], [9, 19, 2, 1]]
+    assert [m["ci_info"] for m in found] == [[0, 2, 3], [0, 1, 2], [0, 0, 1]]
+    assert {m["temperature"] for m in found} == {"error:NVMLError_NotSupported"}
+    # without its parent's device node, a MIG device is not there either
+    out = run_mig_probe(
+        tmp_path, install_lib(built_lib, a100_with_mig(MIG_LAYOUT), tmp_path), minors=(0, 2)
+    )
+    assert [g["max"] for g in out] == [0, 0]

@@ -155,3 +155,82 @@ def test_every_fault_changes_the_payload_or_device_nodes(fault):
 
 def test_no_driver_profile_has_empty_payload():
     assert mock_payload(load_profile("nogpu")) == ""
+
+
+A100 = {"model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "compute_capability": "8.0"}
+MIG = [
+    {"profile": "3g.40gb", "placement": 4, "uuid": "MIG-2b8c1d7e-4f30-4a6b-9d15-7e3c2a1b0f01"},
+    {"profile": "1g.10gb", "placement": 0, "uuid": "MIG-2b8c1d7e-4f30-4a6b-9d15-7e3c2a1b0f02"},
+]
+
+
+def mig_profile(mig, defaults=A100):
+    data = copy.deepcopy(GOOD)
+    data["defaults"] = dict(defaults)
+    data["gpus"][1]["mig"] = copy.deepcopy(mig)
+    return data
+
+
+def test_mig_instances_parse_into_the_payload():
+    p = parse_profile(mig_profile(MIG))
+    plain, mig = p.gpus
+    assert (plain.mig, plain.mig_instances, plain.mig_capable) == (False, (), True)
+    assert mig.mig and [(i.profile, i.placement, i.gi_id) for i in mig.mig_instances] == [
+        ("3g.40gb", 4, 2),
+        ("1g.10gb", 0, 7),
+    ]
+    lines = mock_payload(p).splitlines()
+    migs = [
+        dict(kv.split("=", 1) for kv in ln.split("\t")[1:]) for ln in lines if ln[:4] == "mig\t"
+    ]
+    assert [(m["uuid"], m["gi"], m["profile_index"]) for m in migs] == [
+        (MIG[0]["uuid"], "2", "2"),
+        (MIG[1]["uuid"], "7", "0"),
+    ]
+    assert {m["parent"] for m in migs} == {mig.uuid}
+    gips = [ln for ln in lines if ln.startswith("gip\t")]
+    assert len(gips) == 2 * 7  # both GPUs are MIG-capable: their instance profiles
+    assert "name=3g.40gb" in "".join(gips)
+    # T4s are not MIG-capable: no instance profiles, MIG reported as not supported
+    t4 = mock_payload(parse_profile(GOOD))
+    assert "gip\t" not in t4 and "mig_capable=0" in t4
+    assert parse_profile(mig_profile(True)).gpus[1].mig is True
+
+
+@pytest.mark.parametrize(
+    ("mig", "defaults", "expect"),
+    [
+        ("yes", A100, "gpus[1].mig: 'yes' is not valid; expected false, true or a list"),
+        (True, GOOD["defaults"], "gpus[1].mig: MIG needs a MIG-capable GPU"),
+        (
+            [{"profile": "3g.40gb", "placement": 0}],
+            A100,
+            "gpus[1].mig[0]: missing required key 'uuid'",
+        ),
+        ([dict(MIG[0], colour=1)], A100, "gpus[1].mig[0]: unknown key 'colour'"),
+        (
+            [dict(MIG[0], profile="3g.20gb")],
+            A100,
+            "mig[0].profile: '3g.20gb' is not valid; expected one of 1g.10gb",
+        ),
+        (
+            [dict(MIG[0], placement=2)],
+            A100,
+            "mig[0].placement: 2 is not valid; expected a start slot of 3g.40gb: 0, 4",
+        ),
+        ([dict(MIG[0], uuid="GPU-1")], A100, "mig[0].uuid: 'GPU-1' is not valid"),
+        (
+            [MIG[0], dict(MIG[1], placement=5)],
+            A100,
+            "gpus[1].mig[1]: placement 5 of 1g.10gb overlaps mig[0]",
+        ),
+        ([MIG[0], dict(MIG[1], uuid=MIG[0]["uuid"])], A100, "gpus[1].mig[1].uuid MIG-2b8c1d7e"),
+    ],
+)
+def test_bad_mig_is_one_clear_line(mig, defaults, expect):
+    data = mig_profile(mig, defaults)
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "x.yaml")
+    msg = str(err.value)
+    assert expect in msg, msg
+    assert "\n" not in msg and msg.startswith("x.yaml")

@@ -64,3 +64,15 @@ def test_textfile_write_failure_is_one_line(fake_validate, capsys, tmp_path, mon
     assert err == [f"gpunode validate: --textfile {path}: cannot write (Permission denied); "
                    "the previous file is unchanged"]  # fmt: skip
     assert path.read_text() == "old\n"
+
+
+def test_bad_input_with_json_is_also_a_json_error(fake_validate, capsys):
+    assert main(["validate", "--json", "--node", "n1", "--engine", "lxc"]) == 2
+    cap = capsys.readouterr()
+    assert json.loads(cap.out) == {
+        "schema": "gpunode.validate/v1", "node": "n1", "error": "bad_input",
+        "detail": "--engine: 'lxc' is not one of docker, podman, none", "exit_code": 2,
+    }  # fmt: skip
+    assert cap.err.splitlines() == [
+        "gpunode validate: --engine: 'lxc' is not one of docker, podman, none"
+    ]

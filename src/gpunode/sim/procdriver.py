@@ -1,0 +1,31 @@
+"""Build the simulator's /proc/driver mechanism (``procdriver.c``).
+
+On a real server the NVIDIA kernel module shows ``/proc/driver/nvidia`` in every procfs,
+so every container has it. A simulated node keeps the tree on a tmpfs in its own mount
+namespace; ``procdriver.c`` is installed by ``gpunode sim apply`` as the node's runc and
+crun (the real ones diverted to ``*.gpunode-real``) and bind-mounts the node's tree over
+each container's ``/proc/driver`` from a first prestart hook, before any other hook runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .mocknvml import compile_c
+
+SOURCE = Path(__file__).resolve().with_name("procdriver.c")
+# Where `gpunode sim up` puts the binary in a node; apply installs copies of it.
+IN_NODE = Path("/usr/lib/gpunode-sim/gpunode-sim-procdriver")
+# The runtimes it stands in front of (Debian's paths); the real ones get this suffix.
+RUNTIMES = (Path("/usr/sbin/runc"), Path("/usr/bin/crun"))
+
+
+def build(dest: Path, cc: str = "cc") -> Path:
+    """Compile procdriver.c into a static executable at *dest* (static: it runs on
+    nodes of other Debian releases than the host)."""
+    return compile_c([SOURCE], dest, ["-static"], cc)
+
+
+def digest() -> str:
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()

@@ -97,3 +97,12 @@ def test_could_not_run_entry_is_a_failed_row():
 
 def test_synthetic_cluster_is_what_the_tests_say():
     assert set(cluster()) == {"sim-a100-bookworm.json", "sim-t4-bookworm.json", "sim-down.json"}
+
+
+def test_validate_bad_input_json_is_a_failed_row():
+    """`gpunode validate --json` with bad input prints {"error": "bad_input", "detail": ...}."""
+    doc = {"schema": "gpunode.validate/v1", "node": "n1", "error": "bad_input",
+           "detail": "--expect-gpus: 'x' is not a GPU count", "exit_code": 2}  # fmt: skip
+    node = results.merge([("x", results.check_result(doc, "x"))])["nodes"][0]
+    assert node["status"] == "fail" and node["error"] == "--expect-gpus: 'x' is not a GPU count"
+    assert node["checks"][-1]["id"] == "node.validate"

@@ -130,7 +130,8 @@ def main() -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     wall, report, rc = run_playbook(hosts, Path(tmp))
                 s = report["summary"]
-                print(f"{n:2d} nodes on {min(n, len(specs))} containers, {kind}: {wall:6.1f} s wall (playbook rc {rc}); "
+                on = min(n, len(specs))
+                print(f"{n:2d} nodes on {on} containers, {kind}: {wall:6.1f} s wall (rc {rc}); "
                       f"{s['nodes_failed']} of {s['nodes']} nodes failed; checks {s['checks']}")  # fmt: skip
                 figures.append((n, kind, wall))
     finally:

@@ -17,7 +17,8 @@ MAY_USE = {
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
-    "cli": {"util", "nvidia", "runtime", "sim", "provision", "cli", ""},
+    "report": {"util", "report"},
+    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "cli", ""},
     # validate sits above cli: it reuses the inventory and the engines' daemon.json rules;
     # cli/main.py names it only as a string in the lazy table.
     "validate": {"util", "nvidia", "provision", "cli", "validate", ""},

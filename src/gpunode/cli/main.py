@@ -36,6 +36,7 @@ COMMANDS = {
         "prove this node works: GPUs, versions, engine, containers",
     ),
     "provision": ("gpunode.cli.provision", "checks and decisions for the provisioning roles"),
+    "report": ("gpunode.cli.report", "the cluster report from validation results"),
 }
 
 

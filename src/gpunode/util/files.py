@@ -128,3 +128,34 @@ class Lock:
         finally:
             os.close(self.fd)
             self.fd = -1
+
+
+def write_set(directory: str | os.PathLike, files: dict[str, bytes], mode: int = 0o644) -> None:
+    """Write several files of one directory as a set: every file is written to a temporary
+    file beside it first, and only when all are complete do they replace the old ones, so
+    a failure (a directory that is not writable, a full disk) leaves every old file as it
+    was and no temporary file behind."""
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    staged: list[tuple[str, str]] = []
+    try:
+        for name, data in files.items():
+            path = os.path.join(directory, name)
+            tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+            staged.append((tmp, path))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), mode)
+                os.fsync(fh.fileno())
+        for _, path in staged:  # the renames below then cannot fail half-way
+            if os.path.isdir(path) and not os.path.islink(path):
+                raise IsADirectoryError(21, "Is a directory", path)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    _fsync_dir(directory)

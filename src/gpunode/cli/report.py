@@ -1,0 +1,140 @@
+"""`gpunode report`: the cluster report (HTML page, JUnit XML, merged JSON, Markdown
+summary) from `gpunode validate --json` result files, or, with --run, from a validation run
+over an inventory through ansible-runner (playbooks/validate.yml), with a line per node.
+
+Exit codes: 0 report written and every node passed, 1 report written and a node failed (or
+the run failed), 2 bad input (result files, inventory, a report directory not writable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+from .base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+PLAYBOOK = os.path.join(PROJECT, "playbooks", "validate.yml")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "results", nargs="*", help="result files or directories of *.json (not with --run)"
+    )
+    p.add_argument("-o", "--output", default="reports", help="report directory (default: reports)")
+    p.add_argument(
+        "--run",
+        dest="run_validation",
+        action="store_true",
+        help="run the validation first (ansible-runner)",
+    )
+    p.add_argument("-i", "--inventory", help="inventory for --run")
+    p.add_argument("--limit", help="host pattern for --run")
+    p.add_argument("--playbook", default=PLAYBOOK, help="validation playbook for --run")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the report path")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report import build
+    from ..report.results import ResultError
+
+    if args.run_validation:
+        if args.results:
+            raise UsageError("report: --run takes no result files (it produces them)")
+        if not args.inventory:
+            raise UsageError("report: --run needs -i INVENTORY")
+        if not os.path.exists(args.inventory):
+            raise UsageError(f"report: inventory {args.inventory} does not exist")
+        if not os.path.isfile(args.playbook):
+            raise UsageError(f"report: playbook {args.playbook} not found; pass --playbook")
+    elif not args.results:
+        raise UsageError("report: name result files or directories, or use --run -i INVENTORY")
+    try:
+        if args.run_validation:
+            with tempfile.TemporaryDirectory(prefix="gpunode-validate-") as tmp:
+                rc = run_validation(args.inventory, args.playbook, tmp, args.limit, args.quiet)
+                if rc is not None:
+                    return rc
+                model = build.model_from([tmp])
+        else:
+            model = build.model_from(args.results)
+        paths = build.write(model, args.output)
+    except (ResultError, build.ReportDirError) as exc:
+        print(f"gpunode: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    s = model["summary"]
+    if not args.quiet:
+        verdict = (
+            f"{s['nodes_failed']} of {s['nodes']} nodes failed"
+            if s["failed"]
+            else (f"all {s['nodes']} nodes passed")
+        )
+        print(f"{verdict}; junit {paths['junit.xml']}, summary {paths['summary.md']}")
+    print(f"report: {paths['index.html']}")
+    return EXIT_FAIL if s["failed"] else EXIT_OK
+
+
+def progress_line(event: dict) -> str | None:
+    """The line printed for one ansible-runner event: the result of a node's validation."""
+    kind = event.get("event")
+    data = event.get("event_data") or {}
+    if data.get("task_action") not in ("command", "ansible.builtin.command"):
+        return None
+    if "gpunode validate" not in str(data.get("task", "")):
+        return None
+    host = data.get("host", "?")
+    res = data.get("res") or {}
+    if kind == "runner_on_unreachable":
+        return f"{host}: unreachable: {str(res.get('msg', '')).strip()}"
+    if kind in ("runner_on_ok", "runner_on_failed"):
+        import json
+
+        try:
+            doc = json.loads(res.get("stdout") or "")
+            counts = ", ".join(f"{v} {k}" for k, v in (doc.get("summary") or {}).items())
+            verdict = "FAILED" if doc.get("exit_code") else "ok"
+            return f"{host}: {verdict} ({counts}) in {doc.get('duration_s', '?')} s"
+        except (ValueError, AttributeError):
+            detail = (res.get("stderr") or res.get("msg") or "").strip().splitlines()
+            return f"{host}: could not run: {detail[-1] if detail else 'no output'}"
+    return None
+
+
+def run_validation(inventory: str, playbook: str, results: str, limit, quiet: bool) -> int | None:
+    """Run the validation playbook (results only, no report) into ``results``; None when it
+    ran, an exit code when it could not."""
+    try:
+        import ansible_runner
+    except ImportError:
+        raise UsageError(
+            "report: --run needs ansible-runner (pip install ansible-runner)"
+        ) from None
+
+    def on_event(event: dict) -> bool:
+        line = progress_line(event)
+        if line and not quiet:
+            print(line, flush=True)
+        return True
+
+    with tempfile.TemporaryDirectory(prefix="gpunode-runner-") as private:
+        r = ansible_runner.run(
+            private_data_dir=private,
+            playbook=os.path.abspath(playbook),
+            inventory=os.path.abspath(inventory),
+            limit=limit,
+            extravars={"gpunode_validate_results_dir": results, "gpunode_validate_report": False},
+            event_handler=on_event,
+            quiet=True,
+            project_dir=os.path.dirname(os.path.abspath(playbook)),
+            envvars={"ANSIBLE_CONFIG": os.path.join(PROJECT, "ansible.cfg")},
+        )
+        if r.rc != 0:
+            tail = [ln for ln in r.stdout.read().splitlines() if ln.strip()][-3:]
+            print(
+                f"gpunode: error: validation run failed (rc {r.rc}): {' / '.join(tail)}",
+                file=sys.stderr,
+            )
+            return EXIT_FAIL
+    return None

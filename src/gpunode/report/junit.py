@@ -1,0 +1,78 @@
+"""The cluster report as JUnit XML for CI systems: a testsuite per node, a testcase per
+check (and GPU); fail is a <failure>, skip a <skipped>, warn passes with the detail in
+<system-out>. Times have at most three decimals (the common JUnit schema's SUREFIRE_TIME)."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+
+def _time(seconds) -> str:
+    try:
+        return f"{max(float(seconds), 0.0):.3f}"
+    except (TypeError, ValueError):
+        return "0.000"
+
+
+def case_name(check: dict) -> str:
+    return check["id"] if check["gpu"] is None else f"{check['id']}[gpu{check['gpu']}]"
+
+
+def render(model: dict) -> bytes:
+    root = ET.Element("testsuites", name="gpunode validation")
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    total_time = 0.0
+    for n in model["nodes"]:
+        checks = n["checks"]
+        failures = sum(c["status"] == "fail" for c in checks)
+        skipped = sum(c["status"] == "skip" for c in checks)
+        node_time = float(n.get("duration_s") or 0.0)
+        total_time += node_time
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=n["node"],
+            tests=str(len(checks)),
+            failures=str(failures),
+            errors="0",
+            skipped=str(skipped),
+            time=_time(node_time),
+        )
+        if n.get("started"):
+            suite.set("timestamp", str(n["started"]))
+        if n.get("hostname"):
+            suite.set("hostname", str(n["hostname"]))
+        props = ET.SubElement(suite, "properties")
+        for key, value in sorted((n.get("versions") or {}).items()):
+            text = ", ".join(value) if isinstance(value, list) else str(value)
+            ET.SubElement(props, "property", name=f"versions.{key}", value=text)
+        for g in n.get("gpus") or []:
+            ET.SubElement(
+                props,
+                "property",
+                name=f"gpu{g.get('index')}",
+                value=f"{g.get('model')} {g.get('uuid')}",
+            )
+        for c in checks:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                name=case_name(c),
+                classname=f"{n['node']}.{c['id'].split('.')[0]}",
+                time=_time(c.get("duration_s")),
+            )
+            if c["status"] == "fail":
+                ET.SubElement(case, "failure", type=c["id"], message=c["detail"]).text = c["detail"]
+            elif c["status"] == "skip":
+                ET.SubElement(case, "skipped", message=c["detail"])
+            elif c["status"] == "warn":
+                ET.SubElement(case, "system-out").text = f"WARNING: {c['detail']}"
+        totals["tests"] += len(checks)
+        totals["failures"] += failures
+        totals["skipped"] += skipped
+    root.set("tests", str(totals["tests"]))
+    root.set("failures", str(totals["failures"]))
+    root.set("errors", "0")
+    root.set("time", _time(total_time))
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -1,0 +1,170 @@
+"""Result files of `gpunode validate --json` (schema gpunode.validate/v1), read, checked and
+merged into one cluster report model.
+
+A result file holds one node's result, or an unreachable entry ({"node": ..., "unreachable":
+true, "detail": ...}) written by the playbook for a node it could not reach. Any file that is
+not such a document is refused with one line naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+SCHEMA = "gpunode.validate/v1"
+REPORT_SCHEMA = "gpunode.report/v1"
+STATUSES = ("pass", "warn", "fail", "skip")
+# a cell or node showing several checks takes the worst; a skip is allowed (it explains
+# itself), so pass outranks it: a node with passes and skips passed
+SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+REACHABLE = "node.reachable"
+RAN = "node.validate"  # the backward-compatible "error" entry: validate could not run
+
+
+class ResultError(ValueError):
+    """A result file that cannot be used: one line naming the file and the problem."""
+
+
+def _fail(source: str, what: str) -> ResultError:
+    return ResultError(f"{source}: {what}")
+
+
+def _text(source: str, doc: dict, key: str, label: str, where: str = "") -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(source, f"{where}{key} is {json.dumps(value)}; expected {label}")
+    return value
+
+
+def check_result(doc: object, source: str) -> dict:
+    """One node's result (or unreachable entry), checked; returns it normalised."""
+    if not isinstance(doc, dict):
+        raise _fail(source, f"expected a JSON object, found {type(doc).__name__}")
+    node = _text(source, doc, "node", "the node's name")
+    if doc.get("unreachable") is True or isinstance(doc.get("error"), str):
+        # a node the playbook could not reach, or where validate could not run at all
+        unreachable = doc.get("unreachable") is True
+        detail = str(doc.get("detail") or doc.get("error") or "unreachable")
+        check, title = (REACHABLE, "Node reachable") if unreachable else (RAN, "Validation ran")
+        checks = doc.get("checks") or [
+            {"id": check, "title": title, "status": "fail", "detail": detail}
+        ]
+        out = {"node": node, "unreachable": unreachable, "detail": detail, "gpus": []}
+        if not unreachable:
+            out["error"] = detail
+        out["checks"] = [_check(source, c, i) for i, c in enumerate(_list(source, checks))]
+        return out
+    if doc.get("schema") != SCHEMA:
+        raise _fail(source, f"schema is {json.dumps(doc.get('schema'))}; expected {SCHEMA!r}")
+    checks = [_check(source, c, i) for i, c in enumerate(_list(source, doc.get("checks")))]
+    gpus = doc.get("gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        raise _fail(source, "gpus is not a list of objects")
+    versions = doc.get("versions", {})
+    if not isinstance(versions, dict):
+        raise _fail(source, "versions is not an object")
+    return {**doc, "node": node, "checks": checks, "gpus": gpus, "versions": versions}
+
+
+def _list(source: str, checks: object) -> list:
+    if not isinstance(checks, list):
+        raise _fail(source, f"checks is {json.dumps(checks)[:40]}; expected a list of checks")
+    return checks
+
+
+def _check(source: str, c: object, i: int) -> dict:
+    where = f"checks[{i}]."
+    if not isinstance(c, dict):
+        raise _fail(source, f"checks[{i}] is not an object")
+    _text(source, c, "id", "a dotted check id", where)
+    status = c.get("status")
+    if status not in STATUSES:
+        raise _fail(
+            source, f"{where}status is {json.dumps(status)}; expected one of {', '.join(STATUSES)}"
+        )
+    gpu = c.get("gpu")
+    if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool)):
+        raise _fail(source, f"{where}gpu is {json.dumps(gpu)}; expected a GPU index or null")
+    return {
+        "id": c["id"],
+        "title": str(c.get("title") or c["id"]),
+        "gpu": gpu,
+        "uuid": c.get("uuid"),
+        "status": status,
+        "detail": str(c.get("detail") or ""),
+        "duration_s": c.get("duration_s"),
+    }
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise _fail(path, f"cannot be read: {exc.strerror}") from None
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"is not JSON ({exc})") from None
+    return check_result(doc, path)
+
+
+def result_files(paths: list[str]) -> list[str]:
+    """The files named, and the *.json files in the directories named (sorted)."""
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(".json"))
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise _fail(p, "no such file or directory")
+    if not out:
+        raise ResultError(f"no result files (*.json) in {', '.join(paths)}")
+    return out
+
+
+def worst(statuses) -> str | None:
+    return max(statuses, key=SEVERITY.__getitem__, default=None)
+
+
+def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict:
+    """The cluster report model: the nodes (sorted by name), each with node.reachable first,
+    the check columns in first-seen order, and the counts."""
+    seen: dict[str, str] = {}
+    nodes = []
+    for source, r in results:
+        if r["node"] in seen:
+            raise _fail(source, f"node {r['node']!r} is also in {seen[r['node']]}")
+        seen[r["node"]] = source
+        if not r.get("unreachable"):
+            reach = {"id": REACHABLE, "title": "Node reachable", "gpu": None, "uuid": None}
+            reach |= {"status": "pass", "detail": "results received", "duration_s": None}
+            r = {**r, "checks": [reach] + [c for c in r["checks"] if c["id"] != REACHABLE]}
+        status = worst(c["status"] for c in r["checks"]) or "skip"
+        nodes.append({**r, "status": status, "source": source})
+    nodes.sort(key=lambda n: n["node"])
+    columns: list[str] = []
+    titles: dict[str, str] = {}
+    gpu_checks: set[str] = set()
+    for n in nodes:
+        for c in n["checks"]:
+            if c["id"] not in titles:
+                columns.append(c["id"])
+                titles[c["id"]] = c["title"]
+            if c["gpu"] is not None:
+                gpu_checks.add(c["id"])
+    counts = dict.fromkeys(STATUSES, 0)
+    for n in nodes:
+        for c in n["checks"]:
+            counts[c["status"]] += 1
+    failed = [n["node"] for n in nodes if n["status"] == "fail"]
+    return {
+        "schema": REPORT_SCHEMA,
+        "generated": generated or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "columns": [{"id": c, "title": titles[c], "per_gpu": c in gpu_checks} for c in columns],
+        "summary": {"nodes": len(nodes), "nodes_failed": len(failed), "failed": failed}
+        | {"checks": counts},
+        "nodes": nodes,
+    }

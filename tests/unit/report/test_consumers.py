@@ -1,0 +1,143 @@
+"""Real consumers read the report: a JUnit library (junitparser) parses the XML and it
+validates against the common JUnit schema (junit-10.xsd, see README.md); headless Chromium
+renders the page, its computed cell colours are checked and a screenshot is saved as a test
+artifact under build/artifacts/."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import xmlschema
+from junitparser import JUnitXml
+
+from gpunode.report import build
+
+from .synthetic import FAULTY, FAULTY_GPU, write_cluster
+
+HERE = Path(__file__).parent
+ARTIFACTS = Path(__file__).resolve().parents[3] / "build" / "artifacts"
+RGB = {
+    "pass": "rgb(46, 125, 50)",
+    "warn": "rgb(249, 168, 37)",
+    "fail": "rgb(198, 40, 40)",
+    "skip": "rgb(158, 158, 158)",
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("report")
+    model = build.model_from([str(write_cluster(tmp / "results"))], "2026-11-22T08:00:00Z")
+    build.write(model, str(tmp / "reports"))
+    return tmp / "reports"
+
+
+def test_junit_parsed_by_junitparser(report):
+    xml = JUnitXml.fromfile(str(report / "junit.xml"))
+    suites = {s.name: s for s in xml}
+    assert set(suites) == {"sim-a100-bookworm", FAULTY, "sim-down"}
+    failing = [(s.name, c.name) for s in xml for c in s if not c.is_passed and not c.is_skipped]
+    assert failing == [
+        ("sim-down", "node.reachable"),
+        (FAULTY, f"gpu.ecc_uncorrectable[gpu{FAULTY_GPU}]"),
+    ]
+    t4 = suites[FAULTY]
+    assert (t4.tests, t4.failures, t4.skipped, t4.errors) == (1 + 8 + 2 * 5, 1, 1, 0)
+    skipped = [c for c in t4 if c.is_skipped]
+    assert [c.name for c in skipped] == ["container.cuda"]
+    assert "cuInit" in skipped[0].result[0].message
+    merged = json.loads((report / "report.json").read_text())
+    assert sum(s.tests for s in xml) == sum(len(n["checks"]) for n in merged["nodes"])
+
+
+def test_junit_valid_against_the_common_schema(report):
+    schema = xmlschema.XMLSchema(str(HERE / "junit-10.xsd"))
+    schema.validate(str(report / "junit.xml"))  # raises with the offending element
+
+
+def test_schema_rejects_what_it_should():
+    """The schema is not vacuous: a testsuite without its required counts fails."""
+    schema = xmlschema.XMLSchema(str(HERE / "junit-10.xsd"))
+    assert not schema.is_valid('<testsuites><testsuite name="x"/></testsuites>')
+    assert not schema.is_valid(
+        '<testsuite name="x" tests="1" failures="0" errors="0" time="1.23456"/>'
+    )
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium not found: run scripts/setup (Debian package chromium)", False)
+    return exe
+
+
+def _run_chromium(*args: str) -> str:
+    proc = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+PROBE = """<script>
+document.querySelectorAll('td.cell').forEach(function(td){
+  td.setAttribute('data-bg', getComputedStyle(td).backgroundColor);});
+var bad = document.querySelector('td.cell.s-fail[data-row="GPU %d"]');
+bad.click();
+var p = document.getElementById('panel');
+document.body.setAttribute('data-panel', p.textContent);
+document.body.setAttribute('data-panel-class', p.className);
+</script></body>"""
+
+
+def test_chromium_renders_the_grid_with_its_colours(report, tmp_path):
+    page = (report / "index.html").read_text()
+    probed = tmp_path / "probe.html"
+    probed.write_text(page.replace("</body>", PROBE % FAULTY_GPU))
+    dom = _run_chromium("--virtual-time-budget=2000", "--dump-dom", probed.as_uri())
+    cells = re.findall(
+        r'<td class="cell s-(\w+)( sel)?" data-status="(\w+)" data-node="([^"]+)" '
+        r'data-check="([^"]+)" data-row="([^"]+)"[^>]*data-bg="([^"]+)"',
+        dom,
+    )
+    assert len(cells) > 50, dom[:2000]
+    for cls, _, status, node, check, row, bg in cells:
+        assert cls == status and bg == RGB[status], (node, row, check, status, bg)
+    by = {(node, row, check): status for _, _, status, node, check, row, _ in cells}
+    assert by[(FAULTY, f"GPU {FAULTY_GPU}", "gpu.ecc_uncorrectable")] == "fail"
+    assert by[(FAULTY, "GPU 0", "gpu.ecc_uncorrectable")] == "pass"
+    assert by[("sim-down", "node", "node.reachable")] == "fail"
+    assert {s for (n, _, _), s in by.items() if n == "sim-a100-bookworm"} == {"pass", "skip"}
+    # a click on the failed cell shows its details in the panel
+    panel = re.search(r'data-panel="([^"]*)"', dom)[1]
+    assert f"{FAULTY} · GPU {FAULTY_GPU} · Uncorrectable ECC errors" in panel
+    assert "12 volatile uncorrected ECC errors" in panel
+    assert re.search(r'data-panel-class="s-fail"', dom)
+
+
+def test_chromium_screenshot_artifact(report):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    _run_chromium(
+        "--window-size=1400,1000", f"--screenshot={shot}", (report / "index.html").as_uri()
+    )
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

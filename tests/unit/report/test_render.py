@@ -1,0 +1,175 @@
+"""The four outputs from one model, and the set written as one (nothing lost on failure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from gpunode.cli.main import main
+from gpunode.report import build, html, junit, markdown
+
+from .synthetic import FAULTY, FAULTY_GPU, write_cluster
+
+
+@pytest.fixture
+def model(tmp_path):
+    return build.model_from([str(write_cluster(tmp_path / "results"))], "2026-11-22T08:00:00Z")
+
+
+def cells(page: str) -> dict[tuple[str, str, str], str]:
+    """(node, row, check) -> status, from the page's data attributes."""
+    out = {}
+    for m in re.finditer(
+        r'data-status="(\w+)" data-node="([^"]+)" data-check="([^"]+)" data-row="([^"]+)"', page
+    ):
+        out[(m[2], m[4], m[3])] = m[1]
+    return out
+
+
+def test_html_grid_cells_and_faulty_gpu_row(model):
+    page = html.render(model)
+    got = cells(page)
+    assert got[(FAULTY, f"GPU {FAULTY_GPU}", "gpu.ecc_uncorrectable")] == "fail"
+    assert got[(FAULTY, "GPU 0", "gpu.ecc_uncorrectable")] == "pass"
+    assert got[(FAULTY, "node", "gpu.ecc_uncorrectable")] == "fail"  # node row sums GPUs up
+    assert got[(FAULTY, "GPU 0", "gpu.persistence")] == "warn"
+    assert got[("sim-down", "node", "node.reachable")] == "fail"
+    assert got[("sim-a100-bookworm", "node", "container.cuda")] == "skip"
+    healthy = {k: v for k, v in got.items() if k[0] == "sim-a100-bookworm"}
+    assert set(healthy.values()) == {"pass", "skip"} and len(healthy) > 20
+    assert re.search(r'<th class="gpu bad" scope="row">GPU 1<small>Tesla T4', page)
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+    assert "535.261.03" in page and "4x NVIDIA A100-SXM4-80GB" in page
+
+
+def test_html_escapes_node_text(model):
+    model["nodes"][0]["checks"][1]["detail"] = '<script>alert("x")</script>'
+    page = html.render(model)
+    assert '<script>alert("x")' not in page and "&lt;script&gt;" in page
+
+
+def test_junit_one_testcase_per_node_and_check(model):
+    root = ET.fromstring(junit.render(model))
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    assert set(suites) == {"sim-a100-bookworm", FAULTY, "sim-down"}
+    t4 = suites[FAULTY]
+    failed = [c.get("name") for c in t4.iter("testcase") if c.find("failure") is not None]
+    assert failed == [f"gpu.ecc_uncorrectable[gpu{FAULTY_GPU}]"]
+    assert t4.get("failures") == "1" and t4.get("skipped") == "1"
+    down = [c.get("name") for c in suites["sim-down"].iter("testcase")]
+    assert down == ["node.reachable"]
+    total = sum(len(n["checks"]) for n in model["nodes"])
+    assert root.get("tests") == str(total) == str(len(list(root.iter("testcase"))))
+
+
+def test_markdown_summary(model):
+    md = markdown.render(model)
+    assert "**2 of 3 nodes failed**: sim-down, sim-t4-bookworm." in md
+    assert f"- {FAULTY}: fail gpu.ecc_uncorrectable (GPU {FAULTY_GPU}): 12 volatile" in md
+    assert "| sim-down | unreachable |" in md
+
+
+def test_cli_writes_the_set_and_exits_1_on_a_failed_node(tmp_path, capsys):
+    results = write_cluster(tmp_path / "r")
+    out = tmp_path / "reports"
+    assert main(["report", str(results), "-o", str(out)]) == 1
+    assert sorted(os.listdir(out)) == sorted(build.FILES)
+    assert capsys.readouterr().out.strip().endswith(f"report: {out}/index.html")
+    merged = json.loads((out / "report.json").read_text())
+    assert merged["schema"] == "gpunode.report/v1" and len(merged["nodes"]) == 3
+
+
+def test_cli_exit_0_when_all_passed(tmp_path):
+    results = write_cluster(tmp_path / "r")
+    (results / "sim-t4-bookworm.json").unlink()
+    (results / "sim-down.json").unlink()
+    assert main(["report", str(results), "-o", str(tmp_path / "o"), "-q"]) == 0
+
+
+def test_malformed_file_one_line_exit_2(tmp_path, capsys):
+    results = write_cluster(tmp_path / "r")
+    (results / "zz.json").write_text('{"node": "x", "schema": "gpunode.validate/v1"}')
+    assert main(["report", str(results), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gpunode: error: {results}/zz.json: checks is null; expected a list of checks\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_unwritable_report_dir_keeps_the_old_report(tmp_path, capsys):
+    results = write_cluster(tmp_path / "r")
+    out = tmp_path / "reports"
+    main(["report", str(results), "-o", str(out), "-q"])
+    before = {f: (out / f).read_bytes() for f in build.FILES}
+    (results / "sim-down.json").unlink()  # a different report would replace every file
+    out.chmod(0o555)
+    try:
+        if os.access(out, os.W_OK):  # root: take away writing another way
+            os.chmod(out, 0o755)
+            (out / "junit.xml").unlink()
+            (out / "junit.xml").mkdir()  # a file of the set cannot be replaced
+            before.pop("junit.xml")
+        assert main(["report", str(results), "-o", str(out)]) == 2
+    finally:
+        out.chmod(0o755)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpunode: error: report directory {out} ")
+    assert "nothing was changed there" in err[0]
+    assert {f: (out / f).read_bytes() for f in before} == before
+    assert sorted(p for p in os.listdir(out) if p.startswith(".")) == []
+
+
+def test_report_dir_is_a_file(tmp_path, capsys):
+    results = write_cluster(tmp_path / "r")
+    (tmp_path / "f").write_text("x")
+    assert main(["report", str(results), "-o", str(tmp_path / "f")]) == 2
+    assert "report directory" in capsys.readouterr().err
+
+
+def test_usage_errors(tmp_path, capsys):
+    assert main(["report"]) == 2
+    assert main(["report", "--run"]) == 2
+    assert main(["report", "--run", "-i", str(tmp_path / "none.yml")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"gpunode: error: report: inventory {tmp_path}/none.yml does not exist"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the CLI as another user")
+def test_report_dir_not_writable_for_the_user(tmp_path):
+    """As an operator without write access to the report directory: one line, exit 2, the
+    old report intact and nothing left behind."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="gpunode-report-"))
+    try:
+        base.chmod(0o755)
+        results = write_cluster(base / "r")
+        out = base / "reports"
+        build.write(build.model_from([str(results)]), str(out))
+        before = {f: (out / f).read_bytes() for f in build.FILES}
+        for p in [results, *results.iterdir()]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (results / "sim-down.json").unlink()
+        src = Path(__file__).resolve().parents[3] / "src"
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-m", "gpunode", "report", str(results), "-o", str(out)],
+            env={"PYTHONPATH": str(src), "PATH": os.environ["PATH"]},
+            capture_output=True, text=True, check=False, cwd="/",
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (
+            f"gpunode: error: report directory {out} cannot be written (Permission denied); "
+            "nothing was changed there\n"
+        )
+        assert {f: (out / f).read_bytes() for f in build.FILES} == before
+        assert sorted(os.listdir(out)) == sorted(build.FILES)
+    finally:
+        shutil.rmtree(base)

@@ -1,0 +1,108 @@
+"""Result files read, checked and merged: bad files refused with one line naming the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpunode.report import results
+from gpunode.report.build import model_from
+
+from .synthetic import FAULTY, FAULTY_GPU, cluster, result, write_cluster
+
+
+def test_merge_sorts_nodes_adds_reachability_and_counts(tmp_path):
+    model = model_from([str(write_cluster(tmp_path / "r"))])
+    names = [n["node"] for n in model["nodes"]]
+    assert names == ["sim-a100-bookworm", "sim-down", FAULTY]
+    status = {n["node"]: n["status"] for n in model["nodes"]}
+    assert status == {"sim-a100-bookworm": "pass", "sim-down": "fail", FAULTY: "fail"}
+    assert model["summary"]["failed"] == ["sim-down", FAULTY]
+    down = model["nodes"][1]
+    assert down["unreachable"] and down["checks"][0]["id"] == "node.reachable"
+    assert down["checks"][0]["status"] == "fail"
+    first = model["nodes"][0]["checks"][0]
+    assert (first["id"], first["status"]) == ("node.reachable", "pass")
+    cols = {c["id"]: c["per_gpu"] for c in model["columns"]}
+    assert cols["gpu.ecc_uncorrectable"] is True and cols["engine.active"] is False
+    ecc = [c for c in model["nodes"][2]["checks"] if c["id"] == "gpu.ecc_uncorrectable"]
+    assert [(c["gpu"], c["status"]) for c in ecc] == [(0, "pass"), (FAULTY_GPU, "fail")]
+
+
+def test_healthy_node_status_is_its_worst_check():
+    model = results.merge([("a.json", results.check_result(result("n", "T4", 1), "a.json"))])
+    assert model["nodes"][0]["status"] == "pass"  # container.cuda skipped: allowed
+    assert model["summary"]["failed"] == []
+
+
+BAD = [
+    ("[]", "expected a JSON object, found list"),
+    ('{"node": "n", "schema": "x/v9", "checks": []}', 'schema is "x/v9"; expected'),
+    ('{"schema": "gpunode.validate/v1", "checks": []}', "node is null; expected the node's name"),
+    (
+        '{"schema": "gpunode.validate/v1", "node": "n", "checks": {}}',
+        "checks is {}; expected a list",
+    ),
+    (
+        '{"schema": "gpunode.validate/v1", "node": "n", "checks": [{"id": "a", "status": "ok"}]}',
+        'checks[0].status is "ok"; expected one of pass, warn, fail, skip',
+    ),
+    (
+        '{"schema": "gpunode.validate/v1", "node": "n", "checks": [{"status": "pass"}]}',
+        "checks[0].id is null; expected a dotted check id",
+    ),
+    (
+        '{"schema": "gpunode.validate/v1", "node": "n", '
+        '"checks": [{"id": "a", "status": "pass", "gpu": "1"}]}',
+        'checks[0].gpu is "1"; expected a GPU index or null',
+    ),
+    ("{not json", "is not JSON"),
+    ("\xff", "is not JSON"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+def test_malformed_file_is_named_with_the_problem(tmp_path, text, message):
+    f = tmp_path / "bad.json"
+    f.write_bytes(text.encode("latin-1"))
+    with pytest.raises(results.ResultError) as exc:
+        results.load(str(f))
+    line = str(exc.value)
+    assert line.startswith(f"{f}: ") and message in line and "\n" not in line
+
+
+def test_duplicate_node_names_both_files(tmp_path):
+    doc = json.dumps(result("n1", "T4", 1))
+    (tmp_path / "a.json").write_text(doc)
+    (tmp_path / "b.json").write_text(doc)
+    with pytest.raises(results.ResultError, match=r"b\.json: node 'n1' is also in .*a\.json"):
+        model_from([str(tmp_path)])
+
+
+def test_no_files_and_missing_path(tmp_path):
+    with pytest.raises(results.ResultError, match="no result files"):
+        results.result_files([str(tmp_path)])
+    with pytest.raises(results.ResultError, match=r"nope\.json: no such file"):
+        results.result_files([str(tmp_path / "nope.json")])
+
+
+def test_could_not_run_entry_is_a_failed_row():
+    doc = results.check_result({"node": "n", "error": "gpunode: error: no Docker"}, "x")
+    model = results.merge([("x", doc)])
+    ids = [(c["id"], c["status"]) for c in model["nodes"][0]["checks"]]
+    assert ids == [("node.reachable", "pass"), ("node.validate", "fail")]
+    assert model["nodes"][0]["error"] == "gpunode: error: no Docker"
+
+
+def test_synthetic_cluster_is_what_the_tests_say():
+    assert set(cluster()) == {"sim-a100-bookworm.json", "sim-t4-bookworm.json", "sim-down.json"}
+
+
+def test_validate_bad_input_json_is_a_failed_row():
+    """`gpunode validate --json` with bad input prints {"error": "bad_input", "detail": ...}."""
+    doc = {"schema": "gpunode.validate/v1", "node": "n1", "error": "bad_input",
+           "detail": "--expect-gpus: 'x' is not a GPU count", "exit_code": 2}  # fmt: skip
+    node = results.merge([("x", results.check_result(doc, "x"))])["nodes"][0]
+    assert node["status"] == "fail" and node["error"] == "--expect-gpus: 'x' is not a GPU count"
+    assert node["checks"][-1]["id"] == "node.validate"

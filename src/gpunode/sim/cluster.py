@@ -141,6 +141,44 @@ def container_state(name: str) -> dict | None:
     return json.loads(proc.stdout)[0]
 
 
+def apt_cache(release: str) -> Path:
+    """Host directory shared by every node of a release as /var/cache/apt/archives.
+
+    apt's own lock file in that directory serializes nodes that download at once; a second
+    provisioning run finds every package already there.
+    """
+    path = images.cache_dir() / "apt" / release
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def node_settings(spec: NodeSpec) -> dict:
+    """How a node container is run; also read by molecule/shared/create.yml (as JSON)."""
+    return {
+        "hostname": spec.name,
+        "stop_signal": "SIGRTMIN+3",
+        "labels": {LABEL: "1", f"{LABEL}.profile": spec.profile},
+        "capabilities": NODE_CAPS,
+        "security_opts": ["seccomp=unconfined", "apparmor=unconfined"],
+        "cgroupns_mode": "host",
+        "volumes": [
+            "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+            f"{spec.name}-docker:/var/lib/docker",
+            f"{spec.name}-containers:/var/lib/containers",
+            f"{apt_cache(spec.release)}:/var/cache/apt/archives",
+        ],
+        "tmpfs": ["/run:exec,mode=755", "/run/lock"],
+        "device_cgroup_rules": ["c 195:* rwm", f"c {UVM_MAJOR}:* rwm"],
+        # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
+        # "kernel command line" options from its own argv. Harmless on older systemd.
+        "command": [
+            "/sbin/init",
+            "systemd.unified_cgroup_hierarchy=0",
+            "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
+        ],
+    }
+
+
 def start_node(spec: NodeSpec, image: str, log=print) -> bool:
     """Start the node container; True when it was (re)created."""
     state = container_state(spec.name)
@@ -148,47 +186,21 @@ def start_node(spec: NodeSpec, image: str, log=print) -> bool:
         if state["Config"]["Image"] == image and state["State"]["Running"]:
             return False
         docker(["rm", "-f", spec.name])
-    args = [
-        "run",
-        "-d",
-        "--name",
-        spec.name,
-        "--hostname",
-        spec.name,
-        "--stop-signal",
-        "SIGRTMIN+3",
-        "--label",
-        f"{LABEL}=1",
-        "--label",
-        f"{LABEL}.profile={spec.profile}",
-        *[arg for cap in NODE_CAPS for arg in ("--cap-add", cap)],
-        "--security-opt",
-        "seccomp=unconfined",
-        "--security-opt",
-        "apparmor=unconfined",
-        "--cgroupns=host",
-        "-v",
-        "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-        "--tmpfs",
-        "/run:exec,mode=755",
-        "--tmpfs",
-        "/run/lock",
-        "-v",
-        f"{spec.name}-docker:/var/lib/docker",
-        "-v",
-        f"{spec.name}-containers:/var/lib/containers",
-        "--device-cgroup-rule",
-        "c 195:* rwm",
-        "--device-cgroup-rule",
-        f"c {UVM_MAJOR}:* rwm",
-        image,
-        # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
-        # "kernel command line" options from its own argv. Harmless on older systemd.
-        "/sbin/init",
-        "systemd.unified_cgroup_hierarchy=0",
-        "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
-    ]
-    docker(args)
+    s = node_settings(spec)
+    args = ["run", "-d", "--name", spec.name, "--hostname", s["hostname"]]
+    args += ["--stop-signal", s["stop_signal"], f"--cgroupns={s['cgroupns_mode']}"]
+    for key, value in s["labels"].items():
+        args += ["--label", f"{key}={value}"]
+    for flag, key in (
+        ("--cap-add", "capabilities"),
+        ("--security-opt", "security_opts"),
+        ("-v", "volumes"),
+        ("--tmpfs", "tmpfs"),
+        ("--device-cgroup-rule", "device_cgroup_rules"),
+    ):
+        for value in s[key]:
+            args += [flag, value]
+    docker([*args, image, *s["command"]])
     log(f"{spec.name}: started from {image}")
     return True
 

@@ -371,6 +371,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "images":
             sp.add_argument("--release", action="append", help="Debian release (repeatable)")
         sp.add_argument("--json", action="store_true")
+
+    from .provision.commands import register as register_provision  # issue 9: provisioning
+
+    register_provision(sub)
     return p
 
 

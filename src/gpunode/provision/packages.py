@@ -1,0 +1,110 @@
+"""The node's package manager, read-only: which versions are available, which is installed.
+
+apt: ``apt-cache madison`` (every version the configured sources offer, after the pins of
+/etc/apt/preferences.d are ignored — madison lists them all) and ``dpkg-query``.
+dnf: ``dnf repoquery`` and ``rpm -q``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+
+from . import CheckFailed, ProvisionError
+from .versions import cuda_of_package, driver_of_package, key, matches_pin, upstream
+
+Runner = Callable[[Sequence[str]], tuple[int, str, str]]
+
+
+def run(argv: Sequence[str]) -> tuple[int, str, str]:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=300)
+    except FileNotFoundError:
+        return 127, "", f"{argv[0]}: not found"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def available(family: str, package: str, runner: Runner = run) -> list[str]:
+    """Versions of `package` the node's sources offer, newest first."""
+    if family == "apt":
+        rc, out, err = runner(["apt-cache", "madison", package])
+        if rc != 0:
+            raise CheckFailed(f"apt-cache madison {package} failed: {err.strip()[-200:]}")
+        versions = [line.split("|")[1].strip() for line in out.splitlines() if line.count("|") >= 2]
+    else:
+        rc, out, err = runner(
+            ["dnf", "-q", "repoquery", "--showduplicates", "--qf", "%{epoch}:%{version}-%{release}",
+             package]
+        )  # fmt: skip
+        if rc != 0:
+            raise CheckFailed(f"dnf repoquery {package} failed: {err.strip()[-200:]}")
+        versions = [line.strip() for line in out.splitlines() if line.strip()]
+    unique = list(dict.fromkeys(versions))
+    return sorted(unique, key=lambda v: _sort_key(upstream(v)), reverse=True)
+
+
+def _sort_key(text: str) -> tuple:
+    parts = []
+    for p in text.replace("~", ".").replace("+", ".").split("."):
+        parts.append((0, int(p), "") if p.isdigit() else (1, 0, p))
+    return tuple(parts)
+
+
+def installed(family: str, package: str, runner: Runner = run) -> str | None:
+    """The installed version of `package`, or None."""
+    if family == "apt":
+        rc, out, _ = runner(["dpkg-query", "-W", "-f", "${db:Status-Status}|${Version}", package])
+        if rc != 0:
+            return None
+        status, _, version = out.partition("|")
+        return version.strip() if status.strip() == "installed" else None
+    rc, out, _ = runner(["rpm", "-q", "--qf", "%{EPOCH}:%{VERSION}-%{RELEASE}", package])
+    if rc != 0:
+        return None
+    return out.strip().replace("(none):", "")
+
+
+def resolve_driver(
+    family: str, packages: list[str], pin: str, variable: str, runner: Runner = run
+) -> dict[str, str]:
+    """For each package the newest available version satisfying the pin.
+
+    A pin the sources do not offer is a bad inventory value: one line naming the variable
+    and what the node's sources do offer.
+    """
+    out: dict[str, str] = {}
+    for pkg in packages:
+        offered = available(family, pkg, runner)
+        good = [v for v in offered if (d := driver_of_package(v)) and matches_pin(d, pin)]
+        if good:
+            out[pkg] = good[0]
+            continue
+        if not offered:
+            raise ProvisionError(
+                f"{variable}: package {pkg} is not available from this node's package sources "
+                "(is the component/repository enabled?)"
+            )
+        drivers = sorted({d for v in offered if (d := driver_of_package(v))}, key=key, reverse=True)
+        raise ProvisionError(
+            f"{variable}: {pin} is not available from this node's package sources for {pkg}; "
+            f"available: {', '.join(drivers) or ', '.join(offered)}"
+        )
+    return out
+
+
+def resolve_cuda(
+    family: str, version_packages: dict[str, str], variable: str, runner: Runner = run
+) -> dict[str, str]:
+    """For each requested CUDA release the newest available version of its version package."""
+    out: dict[str, str] = {}
+    for mm, pkg in version_packages.items():
+        offered = available(family, pkg, runner)
+        good = [v for v in offered if cuda_of_package(v) == mm]
+        if not good:
+            have = sorted({c for v in offered if (c := cuda_of_package(v))}, key=key)
+            raise ProvisionError(
+                f"{variable}: CUDA {mm} is not available from this node's package sources "
+                f"({pkg}: {', '.join(have) if have else 'not offered'})"
+            )
+        out[mm] = good[0]
+    return out

@@ -1,0 +1,419 @@
+"""Where the driver and CUDA come from: packages, repositories, pins and holds.
+
+One function per decision, pure (inputs in, a plan out), so every path — including the ones
+that cannot run here (Ubuntu's archive, NVIDIA's repositories for Ubuntu and RHEL) — is
+reached by unit tests rather than living as untested YAML.
+
+Sources (``nvidia_driver_source`` / ``cuda_toolkit_source``):
+  distro     Debian non-free (tested on simulated nodes), Ubuntu's archive (``-server``
+             branches). RHEL/Rocky have no driver in their own repositories.
+  cuda-repo  NVIDIA's CUDA repository (developer.download.nvidia.com) for Ubuntu,
+             Debian 12 and RHEL/Rocky 8/9: keyring + signed-by on apt, gpgkey + dnf module
+             streams (``nvidia-driver:<branch>-dkms`` / ``-open``) on RHEL below 575.
+
+Kernel module flavour (``nvidia_driver_kernel_module_flavor``): ``auto`` picks the open
+modules when the branch is >= 560 (NVIDIA's own default since 560) and no GPU is older
+than Turing, and always for Blackwell (which has only open modules); otherwise the
+proprietary ones. Open modules exist from 515; pre-Turing GPUs have only proprietary ones.
+GPU generation comes from the PCI device id (>= 0x1E00 is Turing or newer, >= 0x2900
+Blackwell) or, with a driver loaded, from NVML's compute capability (7.5 / 10.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from . import ProvisionError
+from .versions import check_branch, check_pin, is_branch, key, major_minor
+
+SUPPORTED = {
+    ("debian", "12"): "bookworm",
+    ("debian", "13"): "trixie",
+    ("ubuntu", "22.04"): "jammy",
+    ("ubuntu", "24.04"): "noble",
+    ("rhel", "8"): "el8",
+    ("rhel", "9"): "el9",
+    ("rocky", "8"): "el8",
+    ("rocky", "9"): "el9",
+}
+ARCHES = ("x86_64", "aarch64")
+SOURCES = ("distro", "cuda-repo")
+FLAVORS = ("auto", "open", "proprietary")
+PACKAGE_SETS = ("full", "runtime")
+
+# What each Debian release ships (non-free/contrib). Branch lists are what the controller
+# can know; the node's `apt-cache madison` is the authority (gpunode provision resolve).
+DEBIAN = {
+    "12": {"branches": ["535"], "driver": "535.261.03", "cuda": "11.8", "cudart": "libcudart11.0"},
+    "13": {"branches": ["550"], "driver": "550.163.01", "cuda": "12.4", "cudart": "libcudart12"},
+}
+# Ubuntu's archive: -server branches (restricted) and the CUDA its nvidia-cuda-toolkit is.
+UBUNTU = {
+    "22.04": {"branches": ["470", "535", "550", "570", "575", "580"], "cuda": "11.5",
+              "cudart": "libcudart11.0"},
+    "24.04": {"branches": ["535", "550", "570", "575", "580"], "cuda": "12.0",
+              "cudart": "libcudart12"},
+}  # fmt: skip
+# NVIDIA's CUDA repository: the branches its cuda-drivers-<branch> / module streams cover.
+CUDA_REPO_BRANCHES = {
+    "ubuntu2204": ["515", "520", "525", "530", "535", "545", "550", "555", "560", "565", "570",
+                   "575", "580", "590"],
+    "ubuntu2404": ["550", "555", "560", "565", "570", "575", "580", "590"],
+    "debian12": ["525", "530", "535", "545", "550", "555", "560", "565", "570", "575", "580",
+                 "590"],
+    "rhel8": ["450", "455", "460", "465", "470", "495", "510", "515", "520", "525", "530", "535",
+              "545", "550", "555", "560", "565", "570", "575", "580", "590"],
+    "rhel9": ["515", "520", "525", "530", "535", "545", "550", "555", "560", "565", "570", "575",
+              "580", "590"],
+}  # fmt: skip
+CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{repo}/{arch}/"
+CUDA_REPO_KEYS = {"apt": "3bf863cc.pub", "dnf": "D42D0685.pub"}
+APT_KEYRING = "/etc/apt/keyrings/nvidia-cuda.asc"
+# Below this branch NVIDIA's RHEL repository uses dnf module streams; from it on, plain
+# packages held with versionlock.
+RHEL_MODULES_BEFORE = 575
+OPEN_FROM = 515
+OPEN_DEFAULT_FROM = 560
+BLACKWELL_FROM = 570
+
+
+@dataclass
+class Platform:
+    distro: str
+    release: str
+    arch: str = "x86_64"
+
+    @property
+    def family(self) -> str:
+        return "apt" if self.distro in ("debian", "ubuntu") else "dnf"
+
+    @property
+    def repo_id(self) -> str:
+        if self.family == "dnf":
+            return f"rhel{self.release}"
+        return f"{self.distro}{self.release.replace('.', '')}"
+
+    @property
+    def repo_arch(self) -> str:
+        return "sbsa" if self.arch == "aarch64" else "x86_64"
+
+
+def platform(distro: str, release: str, arch: str = "x86_64") -> Platform:
+    distro = distro.lower()
+    release = str(release)
+    if distro in ("rhel", "rocky", "redhat"):
+        distro = "rocky" if distro == "rocky" else "rhel"
+        release = release.split(".")[0]
+    if (distro, release) not in SUPPORTED:
+        names = ", ".join(f"{d} {r}" for d, r in SUPPORTED)
+        raise ProvisionError(
+            f"operating system {distro} {release} is not supported; supported: {names}"
+        )
+    if arch not in ARCHES:
+        raise ProvisionError(
+            f"architecture {arch} is not supported; supported: {', '.join(ARCHES)}"
+        )
+    return Platform(distro, release, arch)
+
+
+@dataclass
+class Gpu:
+    device_id: int | None = None
+    compute_capability: str | None = None
+
+    def at_least(self, cc: str, device_id: int) -> bool | None:
+        if self.compute_capability:
+            return key(self.compute_capability) >= key(cc)
+        if self.device_id is not None:
+            return self.device_id >= device_id
+        return None
+
+    @property
+    def turing_or_newer(self) -> bool | None:
+        return self.at_least("7.5", 0x1E00)
+
+    @property
+    def blackwell(self) -> bool | None:
+        return self.at_least("10.0", 0x2900)
+
+
+def choose_flavor(requested: str, branch: str, gpus: list[Gpu]) -> tuple[str, str]:
+    """(flavour, reason) for the kernel modules."""
+    if requested not in FLAVORS:
+        raise ProvisionError(
+            f"nvidia_driver_kernel_module_flavor: {requested!r} is not one of {', '.join(FLAVORS)}"
+        )
+    b = int(branch)
+    old = [g for g in gpus if g.turing_or_newer is False]
+    new = [g for g in gpus if g.blackwell]
+    if new and b < BLACKWELL_FROM:
+        raise ProvisionError(
+            f"nvidia_driver_branch: {branch} does not support this node's Blackwell GPUs; "
+            f"use {BLACKWELL_FROM} or newer"
+        )
+    if requested == "open":
+        if b < OPEN_FROM:
+            raise ProvisionError(
+                f"nvidia_driver_kernel_module_flavor: open kernel modules need branch >= "
+                f"{OPEN_FROM}, nvidia_driver_branch is {branch}"
+            )
+        if old:
+            raise ProvisionError(
+                "nvidia_driver_kernel_module_flavor: open kernel modules need Turing or newer "
+                "GPUs and this node has older ones; use proprietary"
+            )
+        return "open", "requested"
+    if requested == "proprietary":
+        if new:
+            raise ProvisionError(
+                "nvidia_driver_kernel_module_flavor: Blackwell GPUs need the open kernel modules"
+            )
+        return "proprietary", "requested"
+    if new:
+        return "open", "Blackwell GPUs have only open kernel modules"
+    if old:
+        return "proprietary", "a GPU older than Turing needs the proprietary modules"
+    if b >= OPEN_DEFAULT_FROM:
+        return "open", f"branch {branch} >= {OPEN_DEFAULT_FROM} and no GPU older than Turing"
+    return "proprietary", f"branch {branch} < {OPEN_DEFAULT_FROM}: NVIDIA's default is proprietary"
+
+
+@dataclass
+class DriverPlan:
+    platform: dict
+    source: str
+    branch: str
+    pin: str
+    pin_kind: str  # exact | branch
+    flavor: str
+    flavor_reason: str
+    kernel_module: bool
+    packages: list[str]  # to install (without versions; `resolve` adds them)
+    hold: list[str]  # held against drift (apt-mark hold / dnf versionlock)
+    version_package: str  # its installed version is the driver's (matching-version check)
+    kernel_packages: list[str] = field(default_factory=list)  # headers/DKMS for the running kernel
+    services: list[str] = field(default_factory=list)
+    apt_preferences: str = ""  # /etc/apt/preferences.d content (pin by source package)
+    repository: dict | None = None
+    dnf_module: str = ""  # e.g. nvidia-driver:535-dkms (reset + enable)
+    known_branches: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _apt_pin(sources: list[str], pin: str) -> str:
+    """apt_preferences(5): pin every package built from the driver's source packages to the
+    version (exact) or branch; priority 1001 lets apt reach it even below the candidate."""
+    version = f"{pin}.*" if is_branch(pin) else f"{pin}-*"
+    return (
+        "# Managed by gpunode (nvidia_driver role): the NVIDIA driver pin.\n"
+        f"Package: {' '.join('src:' + s for s in sources)}\n"
+        f"Pin: version {version}\n"
+        "Pin-Priority: 1001\n"
+    )
+
+
+def cuda_repository(plat: Platform) -> dict:
+    if plat.repo_id not in CUDA_REPO_BRANCHES:
+        raise ProvisionError(
+            f"nvidia_driver_source: NVIDIA's CUDA repository has no {plat.distro} {plat.release}; "
+            f"use distro"
+        )
+    url = CUDA_REPO_URL.format(repo=plat.repo_id, arch=plat.repo_arch)
+    key_url = url + CUDA_REPO_KEYS[plat.family]
+    repo = {"name": "nvidia-cuda", "url": url, "key_url": key_url}
+    if plat.family == "apt":
+        repo.update(
+            suites=["/"],
+            keyring=APT_KEYRING,
+            line=f"deb [signed-by={APT_KEYRING}] {url} /",
+        )
+    else:
+        repo.update(gpgcheck=True, repo_file=f"/etc/yum.repos.d/cuda-{plat.repo_id}.repo")
+    return repo
+
+
+def driver_plan(
+    plat: Platform,
+    *,
+    source: str,
+    branch: str,
+    version: str = "",
+    flavor: str = "auto",
+    kernel_module: bool = True,
+    gpus: list[Gpu] | None = None,
+) -> DriverPlan:
+    if source not in SOURCES:
+        raise ProvisionError(f"nvidia_driver_source: {source!r} is not one of {', '.join(SOURCES)}")
+    branch = check_branch("nvidia_driver_branch", branch)
+    pin = check_pin("nvidia_driver_version", version) if version else branch
+    if not is_branch(pin) and pin.split(".")[0] != branch:
+        raise ProvisionError(
+            f"nvidia_driver_version: {pin} is not on nvidia_driver_branch {branch}"
+        )
+    chosen, reason = choose_flavor(flavor, branch, gpus or [])
+    headers = (
+        ["kernel-devel-{kernel}", "dkms"]
+        if plat.family == "dnf"
+        else ["linux-headers-{kernel}", "dkms"]
+    )
+    plan = DriverPlan(
+        platform=asdict(plat),
+        source=source,
+        branch=branch,
+        pin=pin,
+        pin_kind="branch" if is_branch(pin) else "exact",
+        flavor=chosen,
+        flavor_reason=reason,
+        kernel_module=kernel_module,
+        packages=[],
+        hold=[],
+        version_package="",
+        kernel_packages=headers if kernel_module else [],
+        services=["nvidia-persistenced"] if kernel_module else [],
+    )
+    if source == "distro":
+        _distro_driver(plat, plan)
+    else:
+        _cuda_repo_driver(plat, plan)
+    if branch not in plan.known_branches:
+        where = "Debian" if plat.distro == "debian" and source == "distro" else source
+        raise ProvisionError(
+            f"nvidia_driver_branch: {branch} is not available from {where} on {plat.distro} "
+            f"{plat.release}; available: {', '.join(plan.known_branches)}"
+        )
+    return plan
+
+
+def _distro_driver(plat: Platform, plan: DriverPlan) -> None:
+    b, km, open_ = plan.branch, plan.kernel_module, plan.flavor == "open"
+    if plat.distro == "debian":
+        rel = DEBIAN[plat.release]
+        plan.known_branches = list(rel["branches"])
+        user = ["nvidia-smi", "libcuda1", "libnvidia-ml1"]
+        kernel = (
+            ["nvidia-open-kernel-dkms", "firmware-nvidia-gsp"] if open_ else ["nvidia-kernel-dkms"]
+        )
+        plan.packages = user + ([*kernel, "nvidia-persistenced"] if km else [])
+        plan.hold = user + (kernel if km else [])
+        plan.version_package = "libnvidia-ml1"
+        srcs = ["nvidia-graphics-drivers"] + (
+            ["nvidia-open-gpu-kernel-modules"] if km and open_ else []
+        )
+        plan.apt_preferences = _apt_pin(srcs, plan.pin)
+        plan.repository = {"name": "debian", "components": ["contrib", "non-free"]}
+    elif plat.distro == "ubuntu":
+        plan.known_branches = list(UBUNTU[plat.release]["branches"])
+        user = [f"nvidia-utils-{b}-server", f"libnvidia-compute-{b}-server"]
+        kernel = [f"nvidia-headless-{b}-server" + ("-open" if open_ else "")]
+        plan.packages = user + (kernel if km else [])
+        plan.hold = list(plan.packages)
+        plan.version_package = f"libnvidia-compute-{b}-server"
+        plan.apt_preferences = _apt_pin([f"nvidia-graphics-drivers-{b}-server"], plan.pin)
+        plan.repository = {"name": "ubuntu", "components": ["restricted"]}
+    else:
+        raise ProvisionError(
+            f"nvidia_driver_source: {plat.distro} {plat.release} has no NVIDIA driver in its own "
+            "repositories; use cuda-repo"
+        )
+
+
+def _cuda_repo_driver(plat: Platform, plan: DriverPlan) -> None:
+    b, km, open_ = plan.branch, plan.kernel_module, plan.flavor == "open"
+    plan.repository = cuda_repository(plat)
+    plan.known_branches = list(CUDA_REPO_BRANCHES[plat.repo_id])
+    if plat.family == "apt":
+        user = [f"nvidia-utils-{b}", f"libnvidia-compute-{b}"]
+        if open_:
+            kernel = [
+                f"nvidia-open-{b}" if int(b) >= OPEN_DEFAULT_FROM else f"nvidia-driver-{b}-open"
+            ]
+        else:
+            kernel = [f"cuda-drivers-{b}"]
+        plan.packages = user + (kernel if km else [])
+        plan.hold = list(plan.packages)
+        plan.version_package = f"libnvidia-compute-{b}"
+        plan.apt_preferences = _apt_pin([f"nvidia-graphics-drivers-{b}"], plan.pin)
+        return
+    user = ["nvidia-driver-cuda", "nvidia-driver-cuda-libs"]
+    if int(b) < RHEL_MODULES_BEFORE:
+        plan.dnf_module = f"nvidia-driver:{b}-{'open' if open_ else 'dkms'}"
+    kernel = ["kmod-nvidia-open-dkms" if open_ else "kmod-nvidia-latest-dkms"]
+    plan.packages = user + (kernel if km else [])
+    plan.hold = list(plan.packages)
+    plan.version_package = "nvidia-driver-cuda-libs"
+
+
+@dataclass
+class CudaPlan:
+    source: str
+    package_set: str
+    versions: list[str]
+    default: str
+    packages: dict[str, list[str]]  # per CUDA version
+    version_packages: dict[str, str]  # per CUDA version: the package whose version is checked
+    homes: dict[str, str]  # per CUDA version: CUDA_HOME
+    bin_dirs: dict[str, str]
+    repository: dict | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def cuda_plan(
+    plat: Platform,
+    *,
+    source: str,
+    versions: list[str],
+    default: str = "",
+    package_set: str = "full",
+) -> CudaPlan:
+    if source not in SOURCES:
+        raise ProvisionError(f"cuda_toolkit_source: {source!r} is not one of {', '.join(SOURCES)}")
+    if package_set not in PACKAGE_SETS:
+        raise ProvisionError(
+            f"cuda_toolkit_package_set: {package_set!r} is not one of {', '.join(PACKAGE_SETS)}"
+        )
+    if not versions:
+        raise ProvisionError(
+            "cuda_toolkit_versions: empty; give one or more CUDA versions (e.g. ['12.4'])"
+        )
+    mms = [major_minor(v) for v in versions]
+    if len(set(mms)) != len(mms):
+        raise ProvisionError(f"cuda_toolkit_versions: {versions} names a CUDA release twice")
+    default = major_minor(default) if default else mms[-1]
+    if default not in mms:
+        raise ProvisionError(
+            f"cuda_toolkit_default_version: {default} is not one of cuda_toolkit_versions ({', '.join(mms)})"
+        )
+    plan = CudaPlan(source, package_set, mms, default, {}, {}, {}, {})
+    if source == "distro":
+        if plat.distro not in ("debian", "ubuntu"):
+            raise ProvisionError(
+                f"cuda_toolkit_source: {plat.distro} {plat.release} has no CUDA toolkit in its own "
+                "repositories; use cuda-repo"
+            )
+        rel = (DEBIAN if plat.distro == "debian" else UBUNTU)[plat.release]
+        if mms != [rel["cuda"]]:
+            raise ProvisionError(
+                f"cuda_toolkit_versions: {plat.distro} {plat.release} ships CUDA {rel['cuda']} only; "
+                f"request {rel['cuda']} or set cuda_toolkit_source: cuda-repo"
+            )
+        mm = rel["cuda"]
+        full = package_set == "full"
+        plan.packages[mm] = ["nvidia-cuda-toolkit"] if full else [rel["cudart"]]
+        plan.version_packages[mm] = "nvidia-cuda-toolkit" if full else rel["cudart"]
+        plan.homes[mm] = "/usr/lib/nvidia-cuda-toolkit"
+        plan.bin_dirs[mm] = "/usr/bin"
+        return plan
+    plan.repository = cuda_repository(plat)
+    for mm in mms:
+        dash = mm.replace(".", "-")
+        plan.packages[mm] = [
+            f"cuda-toolkit-{dash}" if package_set == "full" else f"cuda-cudart-{dash}"
+        ]
+        plan.version_packages[mm] = f"cuda-cudart-{dash}"
+        plan.homes[mm] = f"/usr/local/cuda-{mm}"
+        plan.bin_dirs[mm] = f"/usr/local/cuda-{mm}/bin"
+    return plan

@@ -1,0 +1,170 @@
+"""Package and repository decisions per distribution, release, branch and flavour."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpunode.provision import ProvisionError, sources
+from gpunode.provision.sources import Gpu, cuda_plan, driver_plan, platform
+
+A100, V100, B200 = Gpu(device_id=0x20B2), Gpu(device_id=0x1DB4), Gpu(device_id=0x2901)
+
+
+def test_debian12_userspace_only_exact_pin():
+    p = driver_plan(
+        platform("debian", "12"),
+        source="distro",
+        branch="535",
+        version="535.261.03",
+        kernel_module=False,
+    )
+    assert p.packages == ["nvidia-smi", "libcuda1", "libnvidia-ml1"] == p.hold
+    assert p.version_package == "libnvidia-ml1" and p.pin_kind == "exact"
+    assert (
+        "Package: src:nvidia-graphics-drivers\nPin: version 535.261.03-*\nPin-Priority: 1001"
+        in p.apt_preferences
+    )
+    assert p.kernel_packages == [] and p.services == []
+
+
+def test_debian_kernel_module_flavours():
+    prop = driver_plan(platform("debian", "12"), source="distro", branch="535", gpus=[A100])
+    assert "nvidia-kernel-dkms" in prop.packages and prop.flavor == "proprietary"
+    assert (
+        prop.services == ["nvidia-persistenced"]
+        and "linux-headers-{kernel}" in prop.kernel_packages
+    )
+    op = driver_plan(
+        platform("debian", "13"), source="distro", branch="550", flavor="open", gpus=[A100]
+    )
+    assert {"nvidia-open-kernel-dkms", "firmware-nvidia-gsp"} <= set(op.packages)
+    assert "src:nvidia-open-gpu-kernel-modules" in op.apt_preferences
+    assert "Pin: version 550.*" in op.apt_preferences  # branch pin
+
+
+def test_debian_branch_not_in_release():
+    with pytest.raises(
+        ProvisionError,
+        match=r"^nvidia_driver_branch: 550 is not available from Debian on debian 12; available: 535$",
+    ):
+        driver_plan(platform("debian", "12"), source="distro", branch="550")
+
+
+def test_malformed_pin_and_branch_mismatch():
+    with pytest.raises(
+        ProvisionError, match=re.escape("nvidia_driver_version: '535.26x' is not a driver version")
+    ):
+        driver_plan(platform("debian", "12"), source="distro", branch="535", version="535.26x")
+    with pytest.raises(
+        ProvisionError,
+        match=re.escape("nvidia_driver_version: 550.163.01 is not on nvidia_driver_branch 535"),
+    ):
+        driver_plan(platform("debian", "12"), source="distro", branch="535", version="550.163.01")
+    with pytest.raises(ProvisionError, match="nvidia_driver_branch: 'r535' is not a driver branch"):
+        driver_plan(platform("debian", "12"), source="distro", branch="r535")
+
+
+def test_ubuntu_server_branches():
+    p = driver_plan(platform("ubuntu", "22.04"), source="distro", branch="535", gpus=[A100])
+    assert p.packages == [
+        "nvidia-utils-535-server",
+        "libnvidia-compute-535-server",
+        "nvidia-headless-535-server",
+    ]
+    assert "src:nvidia-graphics-drivers-535-server" in p.apt_preferences
+    op = driver_plan(platform("ubuntu", "24.04"), source="distro", branch="580", gpus=[A100])
+    assert op.flavor == "open" and "nvidia-headless-580-server-open" in op.packages
+    user = driver_plan(
+        platform("ubuntu", "24.04"), source="distro", branch="550", kernel_module=False
+    )
+    assert user.packages == ["nvidia-utils-550-server", "libnvidia-compute-550-server"]
+
+
+def test_cuda_repo_ubuntu_keyring_signed_by():
+    p = driver_plan(
+        platform("ubuntu", "24.04", "aarch64"), source="cuda-repo", branch="570", gpus=[A100]
+    )
+    r = p.repository
+    assert r["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/sbsa/"
+    assert r["key_url"].endswith("/ubuntu2404/sbsa/3bf863cc.pub")
+    assert r["line"] == f"deb [signed-by={sources.APT_KEYRING}] {r['url']} /"
+    assert p.packages[-1] == "nvidia-open-570"
+    prop = driver_plan(platform("ubuntu", "22.04"), source="cuda-repo", branch="535", gpus=[A100])
+    assert prop.packages[-1] == "cuda-drivers-535"
+
+
+def test_cuda_repo_ubuntu2404_lacks_old_branches():
+    with pytest.raises(
+        ProvisionError,
+        match=re.escape(
+            "nvidia_driver_branch: 515 is not available from cuda-repo on ubuntu 24.04"
+        ),
+    ):
+        driver_plan(platform("ubuntu", "24.04"), source="cuda-repo", branch="515")
+
+
+@pytest.mark.parametrize(("distro", "rel"), [("rhel", "9.4"), ("rocky", "8.10"), ("redhat", "9")])
+def test_rhel_module_streams(distro, rel):
+    plat = platform(distro, rel)
+    p = driver_plan(plat, source="cuda-repo", branch="535", gpus=[A100])
+    assert p.dnf_module == "nvidia-driver:535-dkms" and "kmod-nvidia-latest-dkms" in p.packages
+    assert p.repository["url"].endswith(f"/rhel{plat.release}/x86_64/")
+    assert p.repository["key_url"].endswith("D42D0685.pub")
+    assert p.kernel_packages == ["kernel-devel-{kernel}", "dkms"]
+    op = driver_plan(plat, source="cuda-repo", branch="565", flavor="open", gpus=[A100])
+    assert op.dnf_module == "nvidia-driver:565-open" and "kmod-nvidia-open-dkms" in op.packages
+    assert driver_plan(plat, source="cuda-repo", branch="580", gpus=[A100]).dnf_module == ""
+
+
+def test_rhel_has_no_distro_driver():
+    with pytest.raises(ProvisionError, match="use cuda-repo"):
+        driver_plan(platform("rocky", "9"), source="distro", branch="535")
+
+
+def test_unsupported_platforms():
+    with pytest.raises(ProvisionError, match="operating system debian 11 is not supported"):
+        platform("debian", "11")
+    with pytest.raises(ProvisionError, match="architecture ppc64le is not supported"):
+        platform("debian", "12", "ppc64le")
+
+
+def test_flavour_decisions():
+    assert sources.choose_flavor("auto", "560", [A100])[0] == "open"
+    assert sources.choose_flavor("auto", "550", [A100])[0] == "proprietary"
+    assert sources.choose_flavor("auto", "580", [A100, V100])[0] == "proprietary"
+    assert sources.choose_flavor("auto", "570", [B200])[0] == "open"
+    assert sources.choose_flavor("auto", "570", [Gpu(compute_capability="7.0")])[0] == "proprietary"
+    with pytest.raises(ProvisionError, match="open kernel modules need branch >= 515"):
+        sources.choose_flavor("open", "470", [A100])
+    with pytest.raises(ProvisionError, match="need Turing or newer"):
+        sources.choose_flavor("open", "570", [V100])
+    with pytest.raises(ProvisionError, match="Blackwell GPUs need the open kernel modules"):
+        sources.choose_flavor("proprietary", "570", [B200])
+    with pytest.raises(ProvisionError, match="does not support this node's Blackwell GPUs"):
+        sources.choose_flavor("auto", "550", [B200])
+
+
+def test_cuda_plans():
+    deb = cuda_plan(
+        platform("debian", "12"), source="distro", versions=["11.8"], package_set="runtime"
+    )
+    assert deb.packages == {"11.8": ["libcudart11.0"]} and deb.version_packages == {
+        "11.8": "libcudart11.0"
+    }
+    full = cuda_plan(platform("debian", "13"), source="distro", versions=["12.4"])
+    assert full.packages == {"12.4": ["nvidia-cuda-toolkit"]}
+    with pytest.raises(
+        ProvisionError, match=re.escape("cuda_toolkit_versions: debian 12 ships CUDA 11.8 only")
+    ):
+        cuda_plan(platform("debian", "12"), source="distro", versions=["12.4"])
+    repo = cuda_plan(
+        platform("rhel", "9"), source="cuda-repo", versions=["12.4", "12.8"], default="12.4"
+    )
+    assert repo.packages["12.8"] == ["cuda-toolkit-12-8"] and repo.default == "12.4"
+    assert repo.bin_dirs["12.4"] == "/usr/local/cuda-12.4/bin"
+    with pytest.raises(
+        ProvisionError, match=re.escape("cuda_toolkit_default_version: 12.6 is not one of")
+    ):
+        cuda_plan(platform("rhel", "9"), source="cuda-repo", versions=["12.4"], default="12.6")

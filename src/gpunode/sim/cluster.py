@@ -228,15 +228,25 @@ def wait_booted(name: str, timeout: float = 120) -> str:
 PODMAN_CONF = "[containers]\ndefault_sysctls = []\n"
 
 
+# The image's package lists were removed at build time, which left /var/lib/apt/lists with
+# the build's mtime: apt's "cache is fresh" test (Ansible's cache_valid_time) would take a
+# node started within the hour for one whose lists are current. Empty lists mean "never
+# updated": say so with the epoch (done only while the directory is empty).
+APT_LISTS_NEVER_UPDATED = (
+    "[ -n \"$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$')\" ]"
+    " || touch -d @0 /var/lib/apt/lists"
+)
+
+
 def tune_node(name: str) -> None:
-    """Adapt engines inside the node to running in a container."""
+    """Adapt engines inside the node to running in a container; empty apt lists look old."""
     exec_(
         name,
         [
             "sh",
             "-c",
             "mkdir -p /etc/containers/containers.conf.d && cat > "
-            "/etc/containers/containers.conf.d/gpunode-sim.conf",
+            "/etc/containers/containers.conf.d/gpunode-sim.conf && " + APT_LISTS_NEVER_UPDATED,
         ],
         input=PODMAN_CONF.encode(),
     )

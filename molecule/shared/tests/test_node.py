@@ -85,7 +85,9 @@ def test_cdi_spec_and_refresh_units(host):
     assert host.service("gpunode-refresh.path").is_enabled
     assert host.service("gpunode-refresh.path").is_running
     # the unit really rewrites the cache and the spec
-    host.check_output("rm -f /var/cache/gpunode/inventory.json && systemctl start gpunode-refresh.service")
+    host.check_output(
+        "rm -f /var/cache/gpunode/inventory.json && systemctl start gpunode-refresh.service"
+    )
     assert host.file("/var/cache/gpunode/inventory.json").exists
 
 

@@ -120,6 +120,55 @@ def test_site_check_provision_idempotent(cluster_inventory):
     assert exec_(cpu, ["test", "-e", "/etc/gpunode/runtime.toml"], check=False).returncode == 1
 
 
+def test_upgrade_driver_drains_only_changing_nodes_and_stops_on_mismatch(
+    cluster_inventory, tmp_path
+):
+    """A node whose loaded driver (NVML) is older than the pin is drained; the driver
+    role's matching check fails naming both versions, the roll stops there and the node
+    stays drained. After the "reboot" (profile back at the pin) a rerun undrains it."""
+    inv, names = cluster_inventory["dir"], cluster_inventory["names"]
+    a100 = names[0]
+    old = tmp_path / "a100x4-old.yaml"
+    text = (ROOT / "src/gpunode/data/profiles/a100x4.yaml").read_text()
+    old.write_text(text.replace('version: "535.261.03"', 'version: "535.247.01"'))
+    hooks = [
+        "-e",
+        f'upgrade_driver_drain_command="touch {tmp_path}/drained-{{{{ inventory_hostname }}}}"',
+        "-e",
+        f'upgrade_driver_undrain_command="touch {tmp_path}/undrained-{{{{ inventory_hostname }}}}"',
+    ]
+
+    def upgrade() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(PLAYBOOK), "-i", str(inv), "playbooks/upgrade-driver.yml", *hooks],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=1200,
+            env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+        )
+
+    def marks() -> set[str]:
+        return {p.name for p in tmp_path.glob("*drained-*")}
+
+    try:
+        cluster.apply(a100, str(old), log=lambda *_: None)
+        failed = upgrade()
+        out = failed.stdout + failed.stderr
+        assert failed.returncode != 0, out[-3000:]
+        assert "the loaded kernel module is 535.247.01" in out, out[-3000:]
+        assert "535.261.03" in out
+        assert set(recap(failed.stdout)) == {a100}, failed.stdout[-2000:]  # roll stopped
+        assert marks() == {f"drained-{a100}"}
+    finally:
+        cluster.apply(a100, "a100x4", log=lambda *_: None)
+    ok = upgrade()
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    # undrained after the fix; the other nodes (driver = pin) were never drained
+    assert marks() == {f"drained-{a100}", f"undrained-{a100}"}
+
+
 def test_unreachable_node_is_reported_while_others_finish(cluster_inventory):
     inv, names = cluster_inventory["dir"], cluster_inventory["names"]
     victim = names[0]

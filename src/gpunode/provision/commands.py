@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from . import CheckFailed, ProvisionError, cuda, matching, packages, preflight, sources
+from .versions import check_pin, is_driver_version
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -68,6 +69,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for v in versions:
         cuda.resolve("cuda_toolkit_versions", v, table)
     cuda.check_policy(args.policy)
+    pin = check_pin("nvidia_driver_version", args.driver_version) if args.driver_version else ""
+    if is_driver_version(pin):
+        # Known before any change: the pinned driver and the requested CUDA releases.
+        for v in versions:
+            verdict = cuda.gate(v, pin, args.policy, table=table)
+            if not verdict.ok and verdict.mode != "undecided":  # undecided: needs the GPUs
+                raise ProvisionError(f"cuda_toolkit_versions: {verdict.message}")
+            notes.append(verdict.message)
     if args.distro:
         plat = _platform(args)
         if args.driver_branch:
@@ -92,13 +101,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
             notes.append(
                 f"CUDA {', '.join(cplan.versions)} ({cplan.package_set}) from {cplan.source}"
             )
-    if args.driver_version and versions:
-        # Known before any change: the pinned driver and the requested CUDA releases.
-        for v in versions:
-            verdict = cuda.gate(v, args.driver_version, args.policy, table=table)
-            if not verdict.ok and verdict.mode != "undecided":  # undecided: needs the GPUs
-                raise ProvisionError(f"cuda_toolkit_versions: {verdict.message}")
-            notes.append(verdict.message)
     return _emit(args, {"ok": True, "message": "; ".join(notes) or "inventory values are valid"})
 
 

@@ -41,8 +41,8 @@ SOURCES = ("distro", "cuda-repo")
 FLAVORS = ("auto", "open", "proprietary")
 PACKAGE_SETS = ("full", "runtime")
 
-# What each Debian release ships (non-free/contrib). Branch lists are what the controller
-# can know; the node's `apt-cache madison` is the authority (gpunode provision resolve).
+# What each Debian release ships (non-free/contrib); informational for branches: the
+# node's `apt-cache madison` decides (gpunode provision driver-plan --resolve).
 DEBIAN = {
     "12": {"branches": ["535"], "driver": "535.261.03", "cuda": "11.8", "cudart": "libcudart11.0"},
     "13": {"branches": ["550"], "driver": "550.163.01", "cuda": "12.4", "cudart": "libcudart12"},
@@ -277,11 +277,13 @@ def driver_plan(
         _distro_driver(plat, plan)
     else:
         _cuda_repo_driver(plat, plan)
-    if branch not in plan.known_branches:
-        where = "Debian" if plat.distro == "debian" and source == "distro" else source
+    # The distribution's archive is configured on the node: its real metadata decides
+    # (`driver-plan --resolve`, apt-cache madison). NVIDIA's repository is not configured
+    # before the driver role runs, so its branches are checked against our data here.
+    if source == "cuda-repo" and branch not in plan.known_branches:
         raise ProvisionError(
-            f"nvidia_driver_branch: {branch} is not available from {where} on {plat.distro} "
-            f"{plat.release}; available: {', '.join(plan.known_branches)}"
+            f"nvidia_driver_branch: {branch} is not available from NVIDIA's CUDA repository for "
+            f"{plat.distro} {plat.release}; available: {', '.join(plan.known_branches)}"
         )
     return plan
 

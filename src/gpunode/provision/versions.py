@@ -44,37 +44,34 @@ def branch_of(version: str) -> str:
     return version.split(".", 1)[0]
 
 
-def check_pin(variable: str, value: str) -> str:
-    """An inventory driver pin: an exact version or a branch; anything else is a ProvisionError."""
+def _checked(variable: str, value: str, ok, expected: str) -> str:
+    """`value` stripped when `ok(value)`, else a ProvisionError naming the variable."""
     value = str(value).strip()
-    if is_driver_version(value) or is_branch(value):
+    if ok(value):
         return value
-    raise ProvisionError(
-        f"{variable}: {value!r} is not a driver version (e.g. 535.261.03) or branch (e.g. 535)"
+    raise ProvisionError(f"{variable}: {value!r} is not {expected}")
+
+
+def check_pin(variable: str, value: str) -> str:
+    """An inventory driver pin: an exact version or a branch."""
+    return _checked(
+        variable,
+        value,
+        lambda v: is_driver_version(v) or is_branch(v),
+        "a driver version (e.g. 535.261.03) or branch (e.g. 535)",
     )
 
 
 def check_branch(variable: str, value: str) -> str:
-    value = str(value).strip()
-    if is_branch(value):
-        return value
-    raise ProvisionError(
-        f"{variable}: {value!r} is not a driver branch (three or four digits, e.g. 535)"
-    )
+    return _checked(variable, value, is_branch, "a driver branch (three or four digits, e.g. 535)")
 
 
 def check_exact(variable: str, value: str) -> str:
-    value = str(value).strip()
-    if is_driver_version(value):
-        return value
-    raise ProvisionError(f"{variable}: {value!r} is not an exact driver version (e.g. 535.261.03)")
+    return _checked(variable, value, is_driver_version, "an exact driver version (e.g. 535.261.03)")
 
 
 def check_cuda(variable: str, value: str) -> str:
-    value = str(value).strip()
-    if _CUDA.match(value):
-        return value
-    raise ProvisionError(f"{variable}: {value!r} is not a CUDA version (e.g. 12.4 or 12.4.1)")
+    return _checked(variable, value, _CUDA.match, "a CUDA version (e.g. 12.4 or 12.4.1)")
 
 
 def upstream(package_version: str) -> str:

@@ -154,8 +154,17 @@ def test_disk(tmp_path):
             "gpunode: error: cuda_toolkit_versions: CUDA '12.7' is not a known release",
         ),
         (
-            ["--distro", "debian", "--release", "12", "--driver-branch", "550"],
-            "gpunode: error: nvidia_driver_branch: 550 is not available from Debian on debian 12",
+            [
+                "--distro",
+                "ubuntu",
+                "--release",
+                "24.04",
+                "--driver-branch",
+                "515",
+                "--driver-source",
+                "cuda-repo",
+            ],
+            "gpunode: error: nvidia_driver_branch: 515 is not available from NVIDIA's CUDA repository",
         ),
         (
             [
@@ -180,6 +189,26 @@ def test_validate_cli_one_line_exit_2(capsys, argv, line):
     assert cli.main(["provision", "validate", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1
+
+
+def test_validate_gate_before_plan_and_bad_pin_is_one_line(capsys):
+    base = [
+        "provision",
+        "validate",
+        "--distro",
+        "debian",
+        "--release",
+        "12",
+        "--driver-branch",
+        "535",
+    ]
+    assert cli.main([*base, "--driver-version", "535.261.03", "--cuda", "12.4"]) == 2
+    assert "CUDA 12.4 needs NVIDIA driver >= 550.54.14" in capsys.readouterr().err
+    assert cli.main([*base, "--driver-version", "535.26x", "--cuda", "12.4"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("gpunode: error: nvidia_driver_version: '535.26x'") and err.count("\n") == 1
+    )
 
 
 def test_validate_cli_ok_json(capsys):

@@ -148,7 +148,7 @@ def apt_cache(release: str) -> Path:
     provisioning run finds every package already there.
     """
     path = images.cache_dir() / "apt" / release
-    path.mkdir(parents=True, exist_ok=True)
+    (path / "partial").mkdir(parents=True, exist_ok=True)
     return path
 
 

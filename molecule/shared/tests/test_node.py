@@ -120,3 +120,17 @@ def test_driver_and_cuda_packages_pinned_and_held(host):
     assert "libnvidia-ml1" in held
     inv = json.loads(host.check_output("gpunode inventory --json"))
     assert inv["driver_version"] == v["nvidia_driver_version"]
+
+
+def test_containerd_registration_when_asked(host):
+    if not _vars(host).get("gpu_container_runtime_containerd"):
+        assert not host.file("/etc/containerd/conf.d/99-gpunode.toml").exists
+        return
+    assert host.file("/etc/containerd/conf.d/99-gpunode.toml").exists
+    assert (
+        "/etc/containerd/conf.d/*.toml"
+        in host.file("/etc/containerd/config.toml").content_string
+    )
+    dump = host.check_output("containerd config dump")
+    assert "/usr/local/bin/gpunode-container-runtime" in dump
+    assert host.service("containerd").is_running

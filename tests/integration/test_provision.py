@@ -51,9 +51,9 @@ def cluster_inventory(artifacts, image_tags, tmp_path_factory) -> dict:
         cluster.down_names(list(hosts), log=lambda *_: None)
 
 
-def run_site(inv: Path, *args: str) -> subprocess.CompletedProcess:
+def run_site(inv: Path, *args: str, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(PLAYBOOK), "-i", str(inv), "site.yml", *args],
+        [str(PLAYBOOK), "-i", str(inv), playbook, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -139,15 +139,7 @@ def test_upgrade_driver_drains_only_changing_nodes_and_stops_on_mismatch(
     ]
 
     def upgrade() -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(PLAYBOOK), "-i", str(inv), "playbooks/upgrade-driver.yml", *hooks],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=1200,
-            env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-        )
+        return run_site(inv, *hooks, playbook="playbooks/upgrade-driver.yml")
 
     def marks() -> set[str]:
         return {p.name for p in tmp_path.glob("*drained-*")}

@@ -141,14 +141,20 @@ def container_state(name: str) -> dict | None:
     return json.loads(proc.stdout)[0]
 
 
-def apt_cache(release: str) -> Path:
-    """Host directory shared by every node of a release as /var/cache/apt/archives.
+APT_SHARED = "/var/cache/gpunode-apt-shared"
 
-    apt's own lock file in that directory serializes nodes that download at once; a second
-    provisioning run finds every package already there.
+
+def apt_cache(release: str) -> Path:
+    """Host directory shared by every node of a release, mounted at APT_SHARED.
+
+    Not mounted as /var/cache/apt/archives itself: apt takes that directory's lock without
+    waiting, so nodes installing at once would fail ("Could not get lock"). Each node keeps
+    its own archives; tune_node copies the shared packages in at start and an apt hook
+    (DPkg::Pre-Invoke, after downloads) publishes new ones, each by an atomic rename, so a
+    second run on fresh nodes downloads nothing.
     """
     path = images.cache_dir() / "apt" / release
-    (path / "partial").mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -165,7 +171,7 @@ def node_settings(spec: NodeSpec) -> dict:
             "/sys/fs/cgroup:/sys/fs/cgroup:rw",
             f"{spec.name}-docker:/var/lib/docker",
             f"{spec.name}-containers:/var/lib/containers",
-            f"{apt_cache(spec.release)}:/var/cache/apt/archives",
+            f"{apt_cache(spec.release)}:{APT_SHARED}",
         ],
         "tmpfs": ["/run:exec,mode=755", "/run/lock"],
         "device_cgroup_rules": ["c 195:* rwm", f"c {UVM_MAJOR}:* rwm"],
@@ -232,6 +238,22 @@ PODMAN_CONF = "[containers]\ndefault_sysctls = []\n"
 # the build's mtime: apt's "cache is fresh" test (Ansible's cache_valid_time) would take a
 # node started within the hour for one whose lists are current. Empty lists mean "never
 # updated": say so with the epoch (done only while the directory is empty).
+APT_SHARE_SCRIPT = f"""#!/bin/sh
+# gpunode-sim: copy .deb files between the node's apt archives and the shared host cache.
+# usage: gpunode-sim-apt-share in|out
+[ -d {APT_SHARED} ] || exit 0
+if [ "$1" = in ]; then src={APT_SHARED}; dst=/var/cache/apt/archives
+else src=/var/cache/apt/archives; dst={APT_SHARED}; fi
+for f in "$src"/*.deb; do
+  [ -e "$f" ] || continue
+  b=$(basename "$f")
+  [ -e "$dst/$b" ] && continue
+  cp "$f" "$dst/.$b.$$" && mv "$dst/.$b.$$" "$dst/$b" || rm -f "$dst/.$b.$$"
+done
+exit 0
+"""
+APT_SHARE_HOOK = 'DPkg::Pre-Invoke { "/usr/local/sbin/gpunode-sim-apt-share out"; };\n'
+
 APT_LISTS_NEVER_UPDATED = (
     "[ -n \"$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$')\" ]"
     " || touch -d @0 /var/lib/apt/lists"
@@ -239,7 +261,23 @@ APT_LISTS_NEVER_UPDATED = (
 
 
 def tune_node(name: str) -> None:
-    """Adapt engines inside the node to running in a container; empty apt lists look old."""
+    """Adapt engines inside the node to running in a container; empty apt lists look old;
+    the shared apt cache (see apt_cache)."""
+    exec_(
+        name,
+        [
+            "sh",
+            "-c",
+            "cat > /usr/local/sbin/gpunode-sim-apt-share && chmod 755 "
+            "/usr/local/sbin/gpunode-sim-apt-share && /usr/local/sbin/gpunode-sim-apt-share in",
+        ],
+        input=APT_SHARE_SCRIPT.encode(),
+    )
+    exec_(
+        name,
+        ["sh", "-c", "cat > /etc/apt/apt.conf.d/99gpunode-sim-apt-share"],
+        input=APT_SHARE_HOOK.encode(),
+    )
     exec_(
         name,
         [

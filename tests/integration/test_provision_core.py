@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import yaml
@@ -36,33 +35,12 @@ GROUP_VARS = {
 }
 
 
-def apt_cache_dir(release: str) -> Path:
-    base = Path(os.environ.get("GPUNODE_CACHE", Path.home() / ".cache/gpunode"))
-    path = base / "apt" / release
-    (path / "partial").mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def start_with_apt_cache(spec: cluster.NodeSpec, image: str) -> None:
-    """cluster.start_node plus the shared apt archive directory mounted into the node."""
-    real = cluster.docker
-    cache = apt_cache_dir(spec.release)
-
-    def docker(args, **kw):
-        if args and args[0] == "run":
-            args = ["run", "-v", f"{cache}:/var/cache/apt/archives", *args[1:]]
-        return real(args, **kw)
-
-    with mock.patch.object(cluster, "docker", docker):
-        cluster.start_node(spec, image, log=lambda *_: None)
-
-
 @pytest.fixture(scope="module")
 def prov_node(artifacts, image_tags):
     prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
     spec = cluster.NodeSpec(f"{prefix}-prov12", "bookworm", "a100x4")
     cluster.down_names([spec.name], log=lambda *_: None)
-    start_with_apt_cache(spec, image_tags["node-bookworm"])
+    cluster.start_node(spec, image_tags["node-bookworm"], log=lambda *_: None)  # apt cache mounted
     cluster.wait_booted(spec.name)
     cluster.tune_node(spec.name)
     cluster.install_gpunode(spec.name, artifacts, log=lambda *_: None)

@@ -153,6 +153,50 @@ def container_state(name: str) -> dict | None:
     return json.loads(proc.stdout)[0]
 
 
+APT_SHARED = "/var/cache/gpunode-apt-shared"
+
+
+def apt_cache(release: str) -> Path:
+    """Host directory shared by every node of a release, mounted at APT_SHARED.
+
+    Not mounted as /var/cache/apt/archives itself: apt takes that directory's lock without
+    waiting, so nodes installing at once would fail ("Could not get lock"). Each node keeps
+    its own archives; tune_node copies the shared packages in at start and an apt hook
+    (DPkg::Pre-Invoke, after downloads) publishes new ones, each by an atomic rename, so a
+    second run on fresh nodes downloads nothing.
+    """
+    path = images.cache_dir() / "apt" / release
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def node_settings(spec: NodeSpec) -> dict:
+    """How a node container is run; also read by molecule/shared/create.yml (as JSON)."""
+    return {
+        "hostname": spec.name,
+        "stop_signal": "SIGRTMIN+3",
+        "labels": {LABEL: "1", f"{LABEL}.profile": spec.profile},
+        "capabilities": NODE_CAPS,
+        "security_opts": ["seccomp=unconfined", "apparmor=unconfined"],
+        "cgroupns_mode": "host",
+        "volumes": [
+            "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+            f"{spec.name}-docker:/var/lib/docker",
+            f"{spec.name}-containers:/var/lib/containers",
+            f"{apt_cache(spec.release)}:{APT_SHARED}",
+        ],
+        "tmpfs": ["/run:exec,mode=755", "/run/lock"],
+        "device_cgroup_rules": ["c 195:* rwm", f"c {UVM_MAJOR}:* rwm"],
+        # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
+        # "kernel command line" options from its own argv. Harmless on older systemd.
+        "command": [
+            "/sbin/init",
+            "systemd.unified_cgroup_hierarchy=0",
+            "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
+        ],
+    }
+
+
 def start_node(spec: NodeSpec, image: str, log=print) -> bool:
     """Start the node container; True when it was (re)created."""
     state = container_state(spec.name)
@@ -160,47 +204,21 @@ def start_node(spec: NodeSpec, image: str, log=print) -> bool:
         if state["Config"]["Image"] == image and state["State"]["Running"]:
             return False
         docker(["rm", "-f", spec.name])
-    args = [
-        "run",
-        "-d",
-        "--name",
-        spec.name,
-        "--hostname",
-        spec.name,
-        "--stop-signal",
-        "SIGRTMIN+3",
-        "--label",
-        f"{LABEL}=1",
-        "--label",
-        f"{LABEL}.profile={spec.profile}",
-        *[arg for cap in NODE_CAPS for arg in ("--cap-add", cap)],
-        "--security-opt",
-        "seccomp=unconfined",
-        "--security-opt",
-        "apparmor=unconfined",
-        "--cgroupns=host",
-        "-v",
-        "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-        "--tmpfs",
-        "/run:exec,mode=755",
-        "--tmpfs",
-        "/run/lock",
-        "-v",
-        f"{spec.name}-docker:/var/lib/docker",
-        "-v",
-        f"{spec.name}-containers:/var/lib/containers",
-        "--device-cgroup-rule",
-        "c 195:* rwm",
-        "--device-cgroup-rule",
-        f"c {UVM_MAJOR}:* rwm",
-        image,
-        # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
-        # "kernel command line" options from its own argv. Harmless on older systemd.
-        "/sbin/init",
-        "systemd.unified_cgroup_hierarchy=0",
-        "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
-    ]
-    docker(args)
+    s = node_settings(spec)
+    args = ["run", "-d", "--name", spec.name, "--hostname", s["hostname"]]
+    args += ["--stop-signal", s["stop_signal"], f"--cgroupns={s['cgroupns_mode']}"]
+    for key, value in s["labels"].items():
+        args += ["--label", f"{key}={value}"]
+    for flag, key in (
+        ("--cap-add", "capabilities"),
+        ("--security-opt", "security_opts"),
+        ("-v", "volumes"),
+        ("--tmpfs", "tmpfs"),
+        ("--device-cgroup-rule", "device_cgroup_rules"),
+    ):
+        for value in s[key]:
+            args += [flag, value]
+    docker([*args, image, *s["command"]])
     log(f"{spec.name}: started from {image}")
     return True
 
@@ -228,15 +246,57 @@ def wait_booted(name: str, timeout: float = 120) -> str:
 PODMAN_CONF = "[containers]\ndefault_sysctls = []\n"
 
 
+# The image's package lists were removed at build time, which left /var/lib/apt/lists with
+# the build's mtime: apt's "cache is fresh" test (Ansible's cache_valid_time) would take a
+# node started within the hour for one whose lists are current. Empty lists mean "never
+# updated": say so with the epoch (done only while the directory is empty).
+APT_SHARE_SCRIPT = f"""#!/bin/sh
+# gpunode-sim: copy .deb files between the node's apt archives and the shared host cache.
+# usage: gpunode-sim-apt-share in|out
+[ -d {APT_SHARED} ] || exit 0
+if [ "$1" = in ]; then src={APT_SHARED}; dst=/var/cache/apt/archives
+else src=/var/cache/apt/archives; dst={APT_SHARED}; fi
+for f in "$src"/*.deb; do
+  [ -e "$f" ] || continue
+  b=$(basename "$f")
+  [ -e "$dst/$b" ] && continue
+  cp "$f" "$dst/.$b.$$" && mv "$dst/.$b.$$" "$dst/$b" || rm -f "$dst/.$b.$$"
+done
+exit 0
+"""
+APT_SHARE_HOOK = 'DPkg::Pre-Invoke { "/usr/local/sbin/gpunode-sim-apt-share out"; };\n'
+
+APT_LISTS_NEVER_UPDATED = (
+    "[ -n \"$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$')\" ]"
+    " || touch -d @0 /var/lib/apt/lists"
+)
+
+
 def tune_node(name: str) -> None:
-    """Adapt engines inside the node to running in a container."""
+    """Adapt engines inside the node to running in a container; empty apt lists look old;
+    the shared apt cache (see apt_cache)."""
+    exec_(
+        name,
+        [
+            "sh",
+            "-c",
+            "cat > /usr/local/sbin/gpunode-sim-apt-share && chmod 755 "
+            "/usr/local/sbin/gpunode-sim-apt-share && /usr/local/sbin/gpunode-sim-apt-share in",
+        ],
+        input=APT_SHARE_SCRIPT.encode(),
+    )
+    exec_(
+        name,
+        ["sh", "-c", "cat > /etc/apt/apt.conf.d/99gpunode-sim-apt-share"],
+        input=APT_SHARE_HOOK.encode(),
+    )
     exec_(
         name,
         [
             "sh",
             "-c",
             "mkdir -p /etc/containers/containers.conf.d && cat > "
-            "/etc/containers/containers.conf.d/gpunode-sim.conf",
+            "/etc/containers/containers.conf.d/gpunode-sim.conf && " + APT_LISTS_NEVER_UPDATED,
         ],
         input=PODMAN_CONF.encode(),
     )

@@ -1,0 +1,197 @@
+"""site.yml provisions a small simulated cluster end to end (issue 9 acceptance):
+
+* `--check --diff` on fresh nodes shows the daemon.json change it would make (the
+  operator's key kept) and changes nothing;
+* the first run provisions; the second run and `--check --diff` report zero changed;
+* the node without GPU gets the engine but no driver, CUDA or gpunode runtime;
+* a node stopped in the middle of a run is reported unreachable while the others finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpunode.sim import cluster
+from gpunode.sim.docker import docker, exec_
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+SEEDED = {"log-level": "warn"}
+
+
+@pytest.fixture(scope="module")
+def cluster_inventory(artifacts, image_tags, tmp_path_factory) -> dict:
+    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
+    hosts = {
+        f"{prefix}-prov-a100": {"gpunode_sim_release": "bookworm", "gpunode_sim_profile": "a100x4"},
+        f"{prefix}-prov-h100": {"gpunode_sim_release": "trixie", "gpunode_sim_profile": "h100x8"},
+        f"{prefix}-prov-cpu": {"gpunode_sim_release": "trixie", "gpunode_sim_profile": "nogpu"},
+    }
+    inv = tmp_path_factory.mktemp("inventory")
+    (inv / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts}}}})
+    )
+    (inv / "group_vars").symlink_to(ROOT / "inventories/sim/group_vars")
+    cluster.down_names(list(hosts), log=lambda *_: None)
+    cluster.up(inv / "hosts.yml", artifacts, log=lambda *_: None)
+    for name in hosts:  # an operator's own daemon.json, in effect
+        exec_(name, ["sh", "-c", 'echo \'{"log-level": "warn"}\' > /etc/docker/daemon.json'])
+    yield {"dir": inv, "hosts": hosts, "names": list(hosts)}
+    if not os.environ.get("GPUNODE_KEEP_NODES"):
+        cluster.down_names(list(hosts), log=lambda *_: None)
+
+
+def run_site(inv: Path, *args: str, playbook: str = "site.yml") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(PLAYBOOK), "-i", str(inv), playbook, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    out = {}
+    for m in re.finditer(r"^(\S+)\s*:\s*((?:\w+=\d+\s*)+)$", stdout, re.M):
+        out[m[1]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
+    return out
+
+
+def daemon_json(name: str) -> dict:
+    return json.loads(exec_(name, ["cat", "/etc/docker/daemon.json"]).stdout)
+
+
+def test_site_check_provision_idempotent(cluster_inventory):
+    inv, names = cluster_inventory["dir"], cluster_inventory["names"]
+    a100, h100, cpu = names
+
+    check = run_site(inv, "--check", "--diff")
+    assert check.returncode == 0, check.stdout[-4000:] + check.stderr[-2000:]
+    # the diff gpunode would apply to the trixie node's daemon.json: key kept, runtime, CDI
+    diff = check.stdout.split("Show the daemon.json change (check mode)", 1)[1]
+    diff = diff.split("TASK [", 1)[0]
+    assert '-{"log-level": "warn"}' in diff
+    assert '+    "log-level": "warn",' in diff
+    assert '+            "path": "/usr/local/bin/gpunode-container-runtime"' in diff
+    assert '+        "cdi": true' in diff
+    for name in names:  # check mode wrote nothing
+        assert daemon_json(name) == SEEDED
+
+    first = run_site(inv)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    counts = recap(first.stdout)
+    assert counts[a100]["changed"] > 0 and counts[h100]["changed"] > 0
+
+    second = run_site(inv)
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in recap(second.stdout).values()), (
+        second.stdout[-4000:]
+    )
+    recheck = run_site(inv, "--check", "--diff")
+    assert recheck.returncode == 0, recheck.stdout[-4000:]
+    assert all(c["changed"] == 0 for c in recap(recheck.stdout).values()), recheck.stdout[-4000:]
+
+    for name in (a100, h100):
+        config = daemon_json(name)
+        assert config["log-level"] == "warn"
+        assert config["runtimes"]["gpunode"]["path"] == "/usr/local/bin/gpunode-container-runtime"
+        held = exec_(name, ["apt-mark", "showhold"]).stdout.decode().split()
+        assert "libnvidia-ml1" in held, held
+    assert daemon_json(h100)["features"] == {"cdi": True}
+    # the node without GPU: engine running, nothing of the GPU stack
+    assert daemon_json(cpu) == SEEDED
+    assert exec_(cpu, ["systemctl", "is-active", "docker"]).stdout.decode().strip() == "active"
+    listed = exec_(cpu, ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}\\n"])
+    pkgs = [ln.split()[1] for ln in listed.stdout.decode().splitlines() if ln.startswith("ii")]
+    assert not [p for p in pkgs if "nvidia" in p or "cuda" in p], pkgs
+    assert exec_(cpu, ["test", "-e", "/etc/gpunode/runtime.toml"], check=False).returncode == 1
+
+
+def test_upgrade_driver_drains_only_changing_nodes_and_stops_on_mismatch(
+    cluster_inventory, tmp_path
+):
+    """A node whose loaded driver (NVML) is older than the pin is drained; the driver
+    role's matching check fails naming both versions, the roll stops there and the node
+    stays drained. After the "reboot" (profile back at the pin) a rerun undrains it."""
+    inv, names = cluster_inventory["dir"], cluster_inventory["names"]
+    a100 = names[0]
+    old = tmp_path / "a100x4-old.yaml"
+    text = (ROOT / "src/gpunode/data/profiles/a100x4.yaml").read_text()
+    old.write_text(text.replace('version: "535.261.03"', 'version: "535.247.01"'))
+    hooks = [
+        "-e",
+        f'upgrade_driver_drain_command="touch {tmp_path}/drained-{{{{ inventory_hostname }}}}"',
+        "-e",
+        f'upgrade_driver_undrain_command="touch {tmp_path}/undrained-{{{{ inventory_hostname }}}}"',
+    ]
+
+    def upgrade() -> subprocess.CompletedProcess:
+        return run_site(inv, *hooks, playbook="playbooks/upgrade-driver.yml")
+
+    def marks() -> set[str]:
+        return {p.name for p in tmp_path.glob("*drained-*")}
+
+    try:
+        cluster.apply(a100, str(old), log=lambda *_: None)
+        failed = upgrade()
+        out = failed.stdout + failed.stderr
+        assert failed.returncode != 0, out[-3000:]
+        assert "the loaded kernel module is 535.247.01" in out, out[-3000:]
+        assert "535.261.03" in out
+        assert set(recap(failed.stdout)) == {a100}, failed.stdout[-2000:]  # roll stopped
+        assert marks() == {f"drained-{a100}"}
+    finally:
+        cluster.apply(a100, "a100x4", log=lambda *_: None)
+    ok = upgrade()
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    # undrained after the fix; the other nodes (driver = pin) were never drained
+    assert marks() == {f"drained-{a100}", f"undrained-{a100}"}
+
+
+def test_unreachable_node_is_reported_while_others_finish(cluster_inventory):
+    inv, names = cluster_inventory["dir"], cluster_inventory["names"]
+    victim = names[0]
+    proc = subprocess.Popen(
+        [str(PLAYBOOK), "-i", str(inv), "site.yml"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    out = []
+    stopped = False
+    for line in proc.stdout:
+        out.append(line)
+        # mid-run: the driver role has started on every node
+        if not stopped and line.startswith("TASK [nvidia_driver"):
+            docker(["stop", "-t", "1", victim])
+            stopped = True
+    proc.wait(timeout=1200)
+    text = "".join(out)
+    try:
+        assert stopped, text[-3000:]
+        counts = recap(text)
+        assert counts[victim]["unreachable"] == 1, text[-3000:]
+        for name in names[1:]:
+            assert counts[name]["unreachable"] == 0 and counts[name]["failed"] == 0, text[-3000:]
+        # the others reached the end of site.yml (the inventory summary)
+        assert "Summarise the cluster" in text
+        assert f"{names[1]}: driver 550.163.01, CUDA 12.4, 8 GPU(s), healthy" in text
+        assert proc.returncode != 0  # ansible-playbook says the run was not complete
+    finally:
+        docker(["start", victim])
+        time.sleep(1)

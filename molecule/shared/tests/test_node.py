@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import testinfra.utils.ansible_runner
-
 from gpunode.profiles import load_profile
+
 from gpunode.sim import images
 
 ROOT = Path(__file__).resolve().parents[3]

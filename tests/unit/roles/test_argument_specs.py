@@ -1,7 +1,7 @@
 """Every role's defaults/main.yml and meta/argument_specs.yml describe the same variables.
 
-For each role under roles/: every key of defaults/main.yml is an option of the ``main``
-entry point of meta/argument_specs.yml, every option has a default there unless it is
+For each role under roles/: every key of defaults/main.yml is an option of an entry point
+of meta/argument_specs.yml, every option has a default there unless it is
 ``required: true``, and a ``default:`` the spec documents is the value defaults/main.yml
 sets. A role with defaults needs argument specs. Failures name the role and the key.
 """
@@ -28,7 +28,11 @@ def problems(role: Path) -> list[str]:
         return (
             [f"{role.name}: defaults/main.yml without meta/argument_specs.yml"] if defaults else []
         )
-    options = (specs.get("main") or {}).get("options") or {}
+    # defaults/main.yml serves every entry point (main, and e.g. container_engine's
+    # daemon_json): its keys are the options of all of them together.
+    options = {}
+    for entry in specs.values():
+        options.update((entry or {}).get("options") or {})
     out = []
     for key in defaults:
         if key not in options:

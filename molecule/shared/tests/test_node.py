@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import testinfra.utils.ansible_runner
-from gpunode.profiles import load_profile
 
 from gpunode.sim import images
+from gpunode.sim.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(

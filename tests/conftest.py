@@ -7,7 +7,6 @@ Host-level tests run the mock NVML inside a private mount namespace (`unshare -m
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,26 +15,12 @@ import pytest
 
 from gpunode.sim import mocknvml
 
+from .namespaces import unshare_problem
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _unshare_problem() -> str | None:
-    if os.geteuid() != 0:
-        return "not root"
-    if shutil.which("unshare") is None:
-        return "unshare(1) not found"
-    proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        return f"unshare -m / tmpfs mount not permitted: {proc.stderr.strip()}"
-    return None
-
-
-UNSHARE_PROBLEM = _unshare_problem()
+UNSHARE_PROBLEM = unshare_problem()
 
 
 @pytest.fixture(scope="session")

@@ -183,59 +183,40 @@ typedef struct {
     unsigned int size;
 } nvmlPlacement_t; /* nvmlGpuInstancePlacement_t == nvmlComputeInstancePlacement_t */
 
-typedef struct {
-    unsigned int id;
-    unsigned int isP2pSupported;
-    unsigned int sliceCount;
-    unsigned int instanceCount;
-    unsigned int multiprocessorCount;
-    unsigned int copyEngineCount;
-    unsigned int decoderCount;
-    unsigned int encoderCount;
-    unsigned int jpegCount;
-    unsigned int ofaCount;
+/* v2 is v1's fields behind a version word, then a name: one field list for both. */
+#define GI_PROFILE_INFO_FIELDS \
+    unsigned int id; \
+    unsigned int isP2pSupported; \
+    unsigned int sliceCount; \
+    unsigned int instanceCount; \
+    unsigned int multiprocessorCount; \
+    unsigned int copyEngineCount; \
+    unsigned int decoderCount; \
+    unsigned int encoderCount; \
+    unsigned int jpegCount; \
+    unsigned int ofaCount; \
     unsigned long long memorySizeMB;
-} nvmlGpuInstanceProfileInfo_t;
-
+typedef struct { GI_PROFILE_INFO_FIELDS } nvmlGpuInstanceProfileInfo_t;
 typedef struct {
     unsigned int version;
-    unsigned int id;
-    unsigned int isP2pSupported;
-    unsigned int sliceCount;
-    unsigned int instanceCount;
-    unsigned int multiprocessorCount;
-    unsigned int copyEngineCount;
-    unsigned int decoderCount;
-    unsigned int encoderCount;
-    unsigned int jpegCount;
-    unsigned int ofaCount;
-    unsigned long long memorySizeMB;
+    GI_PROFILE_INFO_FIELDS
     char name[DEVICE_NAME_V2_BUFFER_SIZE];
 } nvmlGpuInstanceProfileInfo_v2_t;
 
-typedef struct {
-    unsigned int id;
-    unsigned int sliceCount;
-    unsigned int instanceCount;
-    unsigned int multiprocessorCount;
-    unsigned int sharedCopyEngineCount;
-    unsigned int sharedDecoderCount;
-    unsigned int sharedEncoderCount;
-    unsigned int sharedJpegCount;
+#define CI_PROFILE_INFO_FIELDS \
+    unsigned int id; \
+    unsigned int sliceCount; \
+    unsigned int instanceCount; \
+    unsigned int multiprocessorCount; \
+    unsigned int sharedCopyEngineCount; \
+    unsigned int sharedDecoderCount; \
+    unsigned int sharedEncoderCount; \
+    unsigned int sharedJpegCount; \
     unsigned int sharedOfaCount;
-} nvmlComputeInstanceProfileInfo_t;
-
+typedef struct { CI_PROFILE_INFO_FIELDS } nvmlComputeInstanceProfileInfo_t;
 typedef struct {
     unsigned int version;
-    unsigned int id;
-    unsigned int sliceCount;
-    unsigned int instanceCount;
-    unsigned int multiprocessorCount;
-    unsigned int sharedCopyEngineCount;
-    unsigned int sharedDecoderCount;
-    unsigned int sharedEncoderCount;
-    unsigned int sharedJpegCount;
-    unsigned int sharedOfaCount;
+    CI_PROFILE_INFO_FIELDS
     char name[DEVICE_NAME_V2_BUFFER_SIZE];
 } nvmlComputeInstanceProfileInfo_v2_t;
 

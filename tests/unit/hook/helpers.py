@@ -3,13 +3,14 @@ work inside a private mount namespace (``unshare -m``)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ...namespaces import unshare_problem
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -20,23 +21,7 @@ HOOK = [sys.executable, "-m", "gpunode.hook"]
 LIBZ = Path("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13")
 
 
-def _unshare_problem() -> str | None:
-    if os.geteuid() != 0:
-        return "not root"
-    if shutil.which("unshare") is None:
-        return "unshare(1) not found"
-    proc = subprocess.run(
-        ["unshare", "-m", "-p", "-f", "sh", "-c", "mount -t tmpfs none /mnt"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        return f"unshare not permitted: {proc.stderr.strip()}"
-    return None
-
-
-UNSHARE_PROBLEM = _unshare_problem()
+UNSHARE_PROBLEM = unshare_problem("-p", "-f", target="/mnt")
 
 
 def run_hook(

@@ -25,6 +25,8 @@ except ImportError:  # running from a checkout without an installed package
 from gpunode.sim import mocknvml
 from gpunode.sim.mocknvml import BLOB_SIZE, MAGIC, MockBuildError
 
+from ...namespaces import unshare_problem
+
 GIB = 1024**3
 
 GPUS = [
@@ -113,24 +115,7 @@ def make_payload(gpus: list[dict], driver: bool = True) -> str:
 # environment helpers
 
 
-def _unshare_problem() -> str | None:
-    if shutil.which("unshare") is None:
-        return "unshare(1) not found"
-    try:
-        proc = subprocess.run(
-            ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unshare -m failed to run: {exc}"
-    if proc.returncode != 0:
-        return f"unshare -m / tmpfs mount not permitted: {proc.stderr.strip()}"
-    return None
-
-
-_UNSHARE_PROBLEM = _unshare_problem()
+_UNSHARE_PROBLEM = unshare_problem()
 if _UNSHARE_PROBLEM:
     print(f"skipping mock NVML namespace tests: {_UNSHARE_PROBLEM}", file=sys.stderr)
 needs_unshare = pytest.mark.skipif(

@@ -1,6 +1,8 @@
 """The Linux system calls the hook needs and Python's os module lacks, through ctypes:
-mount(2), umount2, unshare, pivot_root, mount_setattr, execveat, prctl, capset, and the
-seccomp filter for the confined ldconfig (see gpunode.hook.ldcache)."""
+mount(2), umount2, unshare, setns, pivot_root, the new mount API (fsopen, fsconfig, fsmount,
+open_tree, move_mount, mount_setattr: mounts made and moved by fd, without /proc/self/fd
+paths), execveat, prctl, capset, and the seccomp filter for the confined ldconfig (see
+gpunode.hook.ldcache)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import errno
 import os
 import struct
 
-# mount(2) flags
 # mount(2) flags
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
@@ -29,6 +30,15 @@ CLONE_NEWNET = 0x40000000
 
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
+AT_SYMLINK_NOFOLLOW = 0x100
+# the new mount API (linux/mount.h)
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH = 0x04
+MOVE_MOUNT_T_EMPTY_PATH = 0x40
+FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
+FSCONFIG_SET_STRING = 1
+FSCONFIG_CMD_CREATE = 6
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
@@ -133,22 +143,20 @@ def pivot_root(new_root: str, put_old: str) -> None:
     _syscall("pivot_root", _b(new_root), _b(put_old))
 
 
-def make_tree_readonly(fd: int) -> None:
-    """Make the mount at ``fd`` and every mount below it read-only, nosuid, nodev and
-    noexec: mount_setattr(AT_RECURSIVE), per mount (the host's mounts keep their flags)."""
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
 
-    class MountAttr(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
 
-    attr = MountAttr(
-        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0, 0, 0
-    )
+def mount_setattr(fd: int, set_flags: int, recursive: bool = False) -> None:
+    """Set MOUNT_ATTR_* flags on the mount at ``fd`` (attached or detached); with
+    ``recursive`` on every mount below it too, each keeping its other flags."""
+    attr = _MountAttr(set_flags, 0, 0, 0)
     try:
         _syscall(
             "mount_setattr",
             ctypes.c_int(fd),
             b"",
-            ctypes.c_uint(AT_EMPTY_PATH | AT_RECURSIVE),
+            ctypes.c_uint(AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)),
             ctypes.byref(attr),
             ctypes.c_size_t(ctypes.sizeof(attr)),
         )
@@ -158,6 +166,64 @@ def make_tree_readonly(fd: int) -> None:
                 errno.ENOSYS, "mount_setattr: the kernel lacks it (Linux 5.12+)"
             ) from None
         raise
+
+
+MOUNT_ATTR_LOCKED_DOWN = (
+    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC
+)
+
+
+def make_tree_readonly(fd: int) -> None:
+    """Make the mount at ``fd`` and every mount below it read-only, nosuid, nodev and
+    noexec: mount_setattr(AT_RECURSIVE), per mount (the host's mounts keep their flags)."""
+    mount_setattr(fd, MOUNT_ATTR_LOCKED_DOWN, recursive=True)
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+def open_tree_clone(dir_fd: int, path: str = "") -> int:
+    """A detached bind mount of ``path`` under ``dir_fd`` (of ``dir_fd`` itself when
+    ``path`` is empty), never following a last symlink; the fd is close-on-exec."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW
+    if not path:
+        flags |= AT_EMPTY_PATH
+    return _syscall("open_tree", ctypes.c_int(dir_fd), _b(path), ctypes.c_uint(flags))
+
+
+def move_mount(from_fd: int, to_fd: int) -> None:
+    """Attach (or move) the mount at ``from_fd`` onto the directory ``to_fd``."""
+    _syscall(
+        "move_mount",
+        ctypes.c_int(from_fd),
+        b"",
+        ctypes.c_int(to_fd),
+        b"",
+        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+    )
+
+
+def new_fs_mount(fstype: str, options: dict[str, str], attrs: int) -> int:
+    """A new, detached mount of a ``fstype`` filesystem (fsopen, fsconfig, fsmount) with
+    mount attributes ``attrs``; returns its fd (close-on-exec)."""
+    fs = _syscall("fsopen", _b(fstype), ctypes.c_uint(FSOPEN_CLOEXEC))
+    try:
+        for key, value in options.items():
+            _syscall(
+                "fsconfig",
+                ctypes.c_int(fs),
+                ctypes.c_uint(FSCONFIG_SET_STRING),
+                _b(key),
+                _b(value),
+                ctypes.c_int(0),
+            )
+        _syscall("fsconfig", ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, 0)
+        return _syscall(
+            "fsmount", ctypes.c_int(fs), ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(attrs)
+        )
+    finally:
+        os.close(fs)
 
 
 def execveat_empty(fd: int, argv: list[str], envp: list[str]) -> None:

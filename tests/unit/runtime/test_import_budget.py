@@ -53,11 +53,61 @@ JSON = {
     "types",
     "_collections",
 }
+# What the hook's `configure` imports (the CDI path runs it as a hook; the runtime's GPU
+# path calls its functions in-process).
+HOOK_CONFIGURE = {
+    "__future__",
+    "_collections",
+    "_ctypes",
+    "_functools",
+    "_operator",
+    "_struct",
+    "collections",
+    "contextlib",
+    "ctypes",
+    "ctypes._endian",
+    "enum",
+    "errno",
+    "fcntl",
+    "functools",
+    "itertools",
+    "keyword",
+    "operator",
+    "reprlib",
+    "resource",
+    "select",
+    "signal",
+    "struct",
+    "types",
+} | {
+    "gpunode",
+    "gpunode.hook",
+    "gpunode.hook.configure",
+    "gpunode.hook.errors",
+    "gpunode.hook.fileops",
+    "gpunode.hook.ldcache",
+    "gpunode.hook.linux",
+    "gpunode.hook.main",
+    "gpunode.hook.procdriver",
+    "gpunode.hook.state",
+    "gpunode.hook.symlinks",
+    "gpunode.nvidia",
+    "gpunode.nvidia.busid",
+    "gpunode.nvidia.devices",
+    "gpunode.nvidia.procfs",
+    "gpunode.util",
+    "gpunode.util.elf",
+    "gpunode.util.record",
+    "gpunode.util.safepath",
+}
+
 ALLOWED = {
     # create without a GPU request: straight to execve, nothing but the shim
     "runtime, no GPU request": {"gpunode", "gpunode.runtime", "gpunode.runtime.shim"},
-    # create with one: request, cached discovery, edits, config.json rewritten
+    # create with one: request, cached discovery, edits, config.json rewritten, and the
+    # hook's work done in-process (no hook process)
     "runtime, GPU request": JSON
+    | HOOK_CONFIGURE
     | {"__future__", "collections.abc", "contextlib"}
     | {
         "gpunode",
@@ -80,52 +130,7 @@ ALLOWED = {
         "gpunode.util.record",
     },
     # the hook as the runtime calls it (--root given: no OCI state, no json)
-    "hook configure": {
-        "__future__",
-        "_collections",
-        "_ctypes",
-        "_functools",
-        "_operator",
-        "_struct",
-        "collections",
-        "contextlib",
-        "ctypes",
-        "ctypes._endian",
-        "enum",
-        "errno",
-        "fcntl",
-        "functools",
-        "itertools",
-        "keyword",
-        "operator",
-        "reprlib",
-        "resource",
-        "select",
-        "signal",
-        "struct",
-        "types",
-    }
-    | {
-        "gpunode",
-        "gpunode.hook",
-        "gpunode.hook.configure",
-        "gpunode.hook.errors",
-        "gpunode.hook.fileops",
-        "gpunode.hook.ldcache",
-        "gpunode.hook.linux",
-        "gpunode.hook.main",
-        "gpunode.hook.procdriver",
-        "gpunode.hook.state",
-        "gpunode.hook.symlinks",
-        "gpunode.nvidia",
-        "gpunode.nvidia.busid",
-        "gpunode.nvidia.devices",
-        "gpunode.nvidia.procfs",
-        "gpunode.util",
-        "gpunode.util.elf",
-        "gpunode.util.record",
-        "gpunode.util.safepath",
-    },
+    "hook configure": HOOK_CONFIGURE,
 }
 
 HARNESS = """
@@ -137,7 +142,8 @@ def report(*args):
     os.write(1, "\\n".join(sorted(set(sys.modules) - base)).encode())
     os._exit(0)
 
-os.execve = report  # where the runtime hands over to runc
+os.execve = report  # where the runtime hands over to runc (no GPU request)
+os.posix_spawn = report  # where it starts runc's create (GPU request)
 {setup}
 from {module} import main
 main({argv!r})
@@ -170,6 +176,7 @@ def check(entry: str, modules: set[str], forbidden: set[str] = FORBIDDEN) -> Non
 def bundle(tmp_path):
     b = tmp_path / "bundle"
     (b / "rootfs" / "etc").mkdir(parents=True)
+    (b / "rootfs" / "dev").mkdir()
     (b / "rootfs" / "etc" / "debian_version").write_text("12\n")
     return b
 
@@ -213,7 +220,7 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path):
         "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup
     )
     edited = json.loads((bundle / "config.json").read_text())
-    assert edited["hooks"]["createContainer"], "the GPU path did not run to the end"
+    assert "hooks" not in edited
     assert lib in [m["source"] for m in edited["mounts"]]
     check("runtime, GPU request", modules)
 

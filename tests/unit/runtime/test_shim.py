@@ -37,11 +37,15 @@ def test_shim_edits_gpu_spec(tmp_path, monkeypatch, disc, devroot):
     bundle, _ = make_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-4000-8000-000000000002"]
     )
-    summary = shim.modify_bundle(str(bundle), cfg)
-    assert "GPUs [2]" in summary
+    job = shim.modify_bundle(str(bundle), cfg)
+    assert "GPUs [2]" in job.summary
     spec = json.loads((bundle / "config.json").read_text())
     assert [d["path"] for d in spec["linux"]["devices"]][-1] == "/dev/nvidia2"
-    assert spec["hooks"]["createContainer"][0]["path"] == "/usr/local/bin/gpunode-hook"
+    # no hook on the shim's path: the shim does the hook's work itself, with these args
+    assert "hooks" not in spec
+    assert job.rootfs == str(bundle / "rootfs")
+    assert job.args.gpu == [GPUS[2].procfs_bus_id] and job.args.gpus_selected
+    assert job.args.proc_driver and job.args.link
 
 
 def test_shim_unknown_device_error_lists_gpus(tmp_path, monkeypatch, disc, devroot):
@@ -129,7 +133,7 @@ def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch)
     bundle, _ = make_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"]
     )
-    shim.modify_bundle(str(bundle), cfg)
+    job = shim.modify_bundle(str(bundle), cfg)
     assert roots == [root]
     spec = json.loads((bundle / "config.json").read_text())
     mounts = {m["destination"]: m["source"] for m in spec["mounts"] if m["type"] == "bind"}
@@ -145,9 +149,9 @@ def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch)
     }
     # device nodes still come from the dev root
     assert spec["linux"]["devices"][-1]["path"] == "/dev/nvidia1"
-    args = spec["hooks"]["createContainer"][0]["args"]
-    assert args[args.index("--driver-root") + 1] == root
-    assert args[args.index("--ldconfig-path") + 1] == "/sbin/ldconfig.real"
+    assert "hooks" not in spec
+    assert job.args.driver_root == root
+    assert job.args.ldconfig_path == "/sbin/ldconfig.real"
 
 
 # ------------------------------------------------------------- jit-CDI names (item 3)

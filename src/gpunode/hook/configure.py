@@ -21,7 +21,7 @@ def rootfs(args, root_path: str) -> None:
     """The files a container gets in its root: symlinks, then the ld cache."""
     if args.link:
         cmd_create_symlinks(args, root_path)
-    if args.folder:
+    if args.library or args.folder:
         cmd_update_ldcache(args, root_path)
 
 

@@ -115,7 +115,7 @@ def test_quick_non_gpu_check_is_conservative(spec, config_exists, expect):
 
 def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch):
     """Sources under the driver root, container paths without it, and the hook told the
-    driver root and the configured ldconfig."""
+    driver root; the deprecated ldconfig key changes nothing."""
     monkeypatch.setattr(discovery, "ldcache_libraries", ldcache_of_driver_tree)
     roots = []
     monkeypatch.setattr(
@@ -151,7 +151,7 @@ def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch)
     assert spec["linux"]["devices"][-1]["path"] == "/dev/nvidia1"
     assert "hooks" not in spec
     assert job.args.driver_root == root
-    assert job.args.ldconfig_path == "/sbin/ldconfig.real"
+    assert "/sbin/ldconfig.real" not in str(vars(job.args))  # the key is ignored now
 
 
 # ------------------------------------------------------------- jit-CDI names (item 3)

@@ -28,6 +28,7 @@ from .fake_node import GPUS, VERSION, make_bundle
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 BUS = [g.procfs_bus_id for g in GPUS]
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
 PARAMS = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n"
 
 FAKE_RUNTIME = r"""#!/bin/sh
@@ -78,7 +79,12 @@ def node(tmp_path):
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidia2"):
         (dev / name).symlink_to("/dev/null")
     cache = tmp_path / "inventory.json"
-    files = discovery.DriverFiles(root=str(driver))
+    lib = f"{driver}{LIBDIR}/libnvidia-ml.so.{VERSION}"
+    files = discovery.DriverFiles(
+        root=str(driver),
+        libraries={"utility": [lib]},
+        sonames={lib: "libnvidia-ml.so.1"},
+    )
     key = discovery.cache_key(str(driver))
     discovery.write_cache(
         discovery.Discovery(NodeFacts(VERSION, "12.2", GPUS), files, key), str(cache)
@@ -241,3 +247,46 @@ def test_post_create_unknown_gpu_deletes_the_container(node):
     (line,) = proc.stderr.splitlines()
     assert f"GPU {BUS[2]} not found" in line, line
     assert calls[-1].split()[-3:] == ["delete", "--force", "ctr"]
+
+
+def test_post_create_refuses_a_proc_driver_nvidia_already_mounted_over(node):
+    tmp_path, env = node
+    env = env | {
+        "FAKE_CONTAINER": env["FAKE_CONTAINER"].replace(
+            "touch ", "mount -t tmpfs planted /proc/driver/nvidia && touch "
+        )
+    }
+    proc, _, calls = create(tmp_path, env)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.endswith("/proc/driver/nvidia is already mounted over in the container"), line
+    assert calls[-1].split()[-3:] == ["delete", "--force", "ctr"]
+
+
+def test_rootfs_writes_stay_inside_a_hostile_root(node):
+    """The image's library directory is an absolute symlink to a host directory: the
+    SONAME link and the ld cache land in the image's own tree, the host dir stays empty."""
+    tmp_path, env = node
+    host = tmp_path / "hostlib"
+    host.mkdir()
+    bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    rootfs = bundle / "rootfs"
+    (rootfs / "usr/lib").mkdir(parents=True)
+    (rootfs / str(host).lstrip("/")).mkdir(parents=True)
+    (rootfs / LIBDIR.lstrip("/")).symlink_to(host)
+    (rootfs / "etc/ld.so.cache").symlink_to(tmp_path / "host-ld.so.cache")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpunode.runtime.shim", "create", "--bundle", str(bundle), "c"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert list(host.iterdir()) == []
+    assert not (tmp_path / "host-ld.so.cache").exists()
+    inside = rootfs / str(host).lstrip("/")
+    assert os.readlink(inside / "libnvidia-ml.so.1") == f"libnvidia-ml.so.{VERSION}"
+    cache = (rootfs / "etc/ld.so.cache").read_bytes()
+    assert b"libnvidia-ml.so.1" in cache and not (rootfs / "etc/ld.so.cache").is_symlink()

@@ -23,7 +23,6 @@ host paths recorded keep it; containers see them at the paths without it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 from ..nvidia.capabilities import BINARIES, IPC, LIBRARIES, expand_capabilities
@@ -259,15 +258,19 @@ def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Disco
 
 
 def write_cache(d: Discovery, path: str) -> None:
+    import json  # sorted and indented: only on a fresh discovery
+
     from ..util.files import write_atomic
 
     write_atomic(path, json.dumps(d.to_dict(), indent=1, sort_keys=True).encode(), 0o644)
 
 
 def read_cache(path: str) -> dict[str, Any] | None:
+    from ..util import fastjson
+
     try:
         with open(path, "rb") as fh:
-            data = json.load(fh)
+            data = fastjson.loads(fh.read())
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("schema") == CACHE_SCHEMA else None

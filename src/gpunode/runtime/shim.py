@@ -185,15 +185,14 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     """Edit <bundle>/config.json for its GPU request. Returns a GpuCreate, or None when the
     container asks for no GPU (the file is then not touched). `raw`: the file's bytes when
     the caller has already read them. The spec gets no hook: the shim does its work."""
-    import json
-
+    from ..util import fastjson
     from . import oci, plan
 
     path = os.path.join(bundle, "config.json")
     if raw is None:
         with open(path, "rb") as fh:
             raw = fh.read()
-    spec = json.loads(raw)
+    spec = fastjson.loads(raw)
     request = plan.request_from_spec(spec, cfg)
     removed_hooks = oci.remove_nvidia_hooks(spec)
     if not request.is_gpu:

@@ -4,7 +4,8 @@ Each entry a container start runs is started as the launchers start it (a fresh
 ``python -IS``), and the modules it imports beyond the interpreter's own start-up must be
 exactly those listed here. Every module costs start-up time on each ``docker run``;
 dataclasses, typing, argparse, pathlib, yaml and pynvml cost milliseconds each and must
-never appear (nor ``re`` where the path does not parse JSON). A new import fails naming
+never appear, nor ``re`` and ``json`` (config.json and the cache go through
+gpunode.util.fastjson). A new import fails naming
 the module: remove it, import it lazily, or (if it is worth its cost) add it here.
 
 The standard-library lists were measured on CPython 3.11 (the interpreter scripts/setup
@@ -27,32 +28,6 @@ from gpunode.runtime import discovery
 SRC = Path(__file__).resolve().parents[3] / "src"
 FORBIDDEN = {"dataclasses", "typing", "argparse", "pathlib", "yaml", "pynvml"}
 
-# What `json` brings (the GPU path reads config.json and the inventory cache).
-JSON = {
-    "_json",
-    "_sre",
-    "collections",
-    "copyreg",
-    "enum",
-    "functools",
-    "_functools",
-    "itertools",
-    "json",
-    "json.decoder",
-    "json.encoder",
-    "json.scanner",
-    "keyword",
-    "operator",
-    "_operator",
-    "re",
-    "re._casefix",
-    "re._compiler",
-    "re._constants",
-    "re._parser",
-    "reprlib",
-    "types",
-    "_collections",
-}
 # What the hook's `configure` imports (the CDI path runs it as a hook; the runtime's GPU
 # path calls its functions in-process).
 HOOK_CONFIGURE = {
@@ -101,9 +76,8 @@ ALLOWED = {
     "runtime, no GPU request": {"gpunode", "gpunode.runtime", "gpunode.runtime.shim"},
     # create with one: request, cached discovery, edits, config.json rewritten, and the
     # hook's work done in-process (no hook process)
-    "runtime, GPU request": JSON
-    | HOOK_CONFIGURE
-    | {"__future__", "collections.abc", "contextlib"}
+    "runtime, GPU request": HOOK_CONFIGURE
+    | {"__future__", "_json", "collections.abc", "contextlib"}
     | {
         "gpunode",
         "gpunode.nvidia",
@@ -121,6 +95,7 @@ ALLOWED = {
         "gpunode.runtime.request",
         "gpunode.runtime.shim",
         "gpunode.util",
+        "gpunode.util.fastjson",
         "gpunode.util.files",
         "gpunode.util.record",
     },
@@ -216,7 +191,7 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path):
     edited = json.loads((bundle / "config.json").read_text())
     assert "hooks" not in edited
     assert lib in [m["source"] for m in edited["mounts"]]
-    check("runtime, GPU request", modules)
+    check("runtime, GPU request", modules, FORBIDDEN | {"re", "json"})
 
 
 def test_hook_configure(tmp_path):

@@ -88,6 +88,7 @@ def is_cdi_name(text: str) -> bool:
         and _only(name, _CDI_DEVICE)
     )
 
+
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})  # Go strconv.ParseBool
 
 PROPERTIES = ("cuda", "driver", "arch", "brand")

@@ -3,7 +3,6 @@ writes into a (hostile) container root, and reads from the host's driver procfs.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 
@@ -37,8 +36,10 @@ def write_file_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> Non
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
             os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
         raise
 
 

@@ -14,13 +14,15 @@ the error `docker run` prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from ..nvidia.busid import BusId
 from ..nvidia.capabilities import ALL_CAPABILITIES
 from ..nvidia.facts import GpuFacts, NodeFacts
 from ..util.record import record
 from .config import RuntimeConfig
+
+TYPE_CHECKING = False  # typing and collections cost milliseconds on every GPU container start
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
@@ -148,7 +150,7 @@ Requirement = tuple[tuple[Factor, ...], ...]
 def _env_dict(env: list[str] | Mapping[str, str] | None) -> dict[str, str]:
     if env is None:
         return {}
-    if isinstance(env, Mapping):
+    if hasattr(env, "keys"):  # a mapping (as dict() tells one)
         return dict(env)
     out: dict[str, str] = {}
     for entry in env:
@@ -246,7 +248,7 @@ def _tokens_from_annotations(annotations: Mapping[str, str], prefixes: Sequence[
 def _tokens_from_mounts(mounts: Sequence[Mapping]) -> list[str]:
     tokens: list[str] = []
     for mount in mounts:
-        if not isinstance(mount, Mapping) or mount.get("source") != "/dev/null":
+        if not isinstance(mount, dict) or mount.get("source") != "/dev/null":
             continue
         dest = mount.get("destination")
         if not isinstance(dest, str) or not dest.startswith(DEVICE_MOUNT_ROOT):
@@ -537,9 +539,9 @@ def _check_mig_env(env: Mapping[str, str], privileged: bool) -> None:
 
 def is_privileged(spec: dict) -> bool:
     """CAP_SYS_ADMIN in the OCI spec's bounding set (a flat list in pre-1.0 specs)."""
-    process = spec.get("process") if isinstance(spec, Mapping) else None
-    caps = process.get("capabilities") if isinstance(process, Mapping) else None
-    if isinstance(caps, Mapping):
+    process = spec.get("process") if isinstance(spec, dict) else None
+    caps = process.get("capabilities") if isinstance(process, dict) else None
+    if isinstance(caps, dict):
         caps = caps.get("bounding")
     return isinstance(caps, list) and "CAP_SYS_ADMIN" in caps
 

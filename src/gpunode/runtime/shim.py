@@ -71,6 +71,23 @@ def _find_runtimes(names, problems):
                 break
 
 
+def _tokens(argv):
+    """(index, option name or None, value) for each token of a runc argument vector: an
+    option with its value (VALUE_OPTS take one, as `--x=v` or `--x v`), or a positional."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-") and arg not in ("-", "--"):
+            name, eq, value = arg.lstrip("-").partition("=")
+            if name in VALUE_OPTS and not eq:
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            yield i, name, value
+        else:
+            yield i, None, arg
+        i += 1
+
+
 def parse_args(argv):
     """Return (is_create, bundle, log_file, log_format) from a runc argument vector."""
     is_create = False
@@ -78,27 +95,18 @@ def parse_args(argv):
     log_file = None
     log_format = "text"
     command = None
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("-") and arg not in ("-", "--"):
-            name, eq, value = arg.lstrip("-").partition("=")
-            if name in VALUE_OPTS:
-                if not eq:
-                    i += 1
-                    value = argv[i] if i < len(argv) else ""
-                if name in ("bundle", "b"):
-                    bundle = value  # the last one wins, as in runc
-                elif name == "log":
-                    log_file = value
-                elif name == "log-format":
-                    log_format = value
-        elif command is None:
+    for _, name, value in _tokens(argv):
+        if name in ("bundle", "b"):
+            bundle = value  # the last one wins, as in runc
+        elif name == "log":
+            log_file = value
+        elif name == "log-format":
+            log_format = value
+        elif name is None and command is None:
             # The first positional token is the subcommand; later ones (a container id that
             # happens to be "create") are not.
-            command = arg
-            is_create = arg == "create"
-        i += 1
+            command = value
+            is_create = value == "create"
     return is_create, bundle, log_file, log_format
 
 
@@ -224,22 +232,14 @@ def create_layout(argv):
     """Where ``create`` is in a runc argument vector: (its index, the container id, the
     --pid-file value or None)."""
     index = container_id = pid_file = None
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("-") and arg not in ("-", "--"):
-            name, eq, value = arg.lstrip("-").partition("=")
-            if name in VALUE_OPTS:
-                if not eq:
-                    i += 1
-                    value = argv[i] if i < len(argv) else ""
-                if name == "pid-file":
-                    pid_file = value
-        elif index is None:
-            index = i
-        else:
-            container_id = arg
-        i += 1
+    for i, name, value in _tokens(argv):
+        if name == "pid-file":
+            pid_file = value
+        elif name is None:
+            if index is None:
+                index = i
+            else:
+                container_id = value
     return index, container_id, pid_file
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpunode.nvidia.facts import GpuFacts, NodeFacts
-from gpunode.runtime import discovery
+from gpunode.runtime import config, discovery
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 FORBIDDEN = {"dataclasses", "typing", "argparse", "pathlib", "yaml", "pynvml"}
@@ -147,9 +147,11 @@ def test_runtime_create_without_gpu_request(bundle):
     check("runtime, no GPU request", modules, FORBIDDEN | {"re", "json"})
 
 
-def test_runtime_create_with_gpu_request(bundle, tmp_path):
-    """A node with a valid inventory cache and no runtime.toml. The device nodes are links
-    to /dev/null (a character device: enough for the imports, and no mknod needed)."""
+@pytest.mark.parametrize("toml", [False, True])
+def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
+    """A node with a valid inventory cache, without a runtime.toml or with one whose parsed
+    form is cached (then tomllib is not imported). The device nodes are links to /dev/null
+    (a character device: enough for the imports, and no mknod needed)."""
     dev = tmp_path / "devroot" / "dev"
     dev.mkdir(parents=True)
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0"):
@@ -169,19 +171,31 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path):
     )
     spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "root": {"path": "rootfs"}}
     (bundle / "config.json").write_text(json.dumps(spec))
-    # runtime.toml's values without a runtime.toml (whose tomllib would be measured too)
-    setup = (
-        "from gpunode.runtime import config\n"
-        f"config.load = lambda path=None: config.RuntimeConfig(cache_file={str(cache)!r}, "
-        f"driver_root={str(driver)!r}, dev_root={str(dev.parent)!r}, log_file='')\n"
-    )
+    values = {"cache_file": str(cache), "driver_root": str(driver), "dev_root": str(dev.parent)}
+    if toml:  # at the default path, parsed once here (which fills the cache)
+        conf, parsed = tmp_path / "runtime.toml", tmp_path / "runtime-toml.json"
+        conf.write_text("".join(f'{k.replace("_", "-")} = "{v}"\n' for k, v in values.items()))
+        with open(conf, "a") as fh:
+            fh.write('log-file = ""\n')
+        monkeypatch.setattr(config, "DEFAULT_PATH", str(conf))
+        monkeypatch.setattr(config, "PARSED_CACHE", str(parsed))
+        config.load()
+        setup = (
+            "from gpunode.runtime import config\n"
+            f"config.DEFAULT_PATH, config.PARSED_CACHE = {str(conf)!r}, {str(parsed)!r}\n"
+        )
+    else:  # runtime.toml's values without a runtime.toml
+        setup = (
+            "from gpunode.runtime import config\n"
+            f"config.load = lambda path=None: config.RuntimeConfig(log_file='', **{values!r})\n"
+        )
     modules = imported(
         "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup
     )
     edited = json.loads((bundle / "config.json").read_text())
     assert "hooks" not in edited
     assert lib in [m["source"] for m in edited["mounts"]]
-    check("runtime, GPU request", modules, FORBIDDEN | {"re", "json"})
+    check("runtime, GPU request", modules, FORBIDDEN | {"re", "json", "tomllib"})
 
 
 def test_hook_configure(tmp_path):

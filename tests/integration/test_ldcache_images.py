@@ -45,10 +45,13 @@ LOADER = "/lib64/ld-linux-x86-64.so.2"
 TESTDIR, IMAGEDIR = "/opt/gpunodetest", "/opt/imagelib"
 TEST_SONAME, IMAGE_SONAME = "libgpunodetest.so.1", "libgpunodeimage.so.1"
 
-pytestmark = pytest.mark.skipif(
-    os.uname().machine != "x86_64" or os.geteuid() != 0,
-    reason="x86-64 test programs, chroot as root",
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        os.uname().machine != "x86_64" or os.geteuid() != 0,
+        reason="x86-64 test programs, chroot as root",
+    ),
+]
 
 LIB_C = "long {fn}(void) {{ return {value}; }}\n"
 PROG_C = r"""

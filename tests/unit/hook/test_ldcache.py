@@ -24,8 +24,8 @@ from gpunode.hook.errors import HookError
 from gpunode.runtime import edits, oci
 from gpunode.util import ldsocache
 
-from ..helpers import snapshot
-from .helpers import CLEAN_ENV, HOOK, SRC, _cc, run_hook
+from ..helpers import cc, snapshot
+from .helpers import CLEAN_ENV, HOOK, SRC, run_hook
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 CUDA = f"libcuda.so.1::{LIBDIR}/libcuda.so.1"
@@ -274,7 +274,7 @@ def test_image_ld_preload_never_reaches_the_hook(ld_rootfs, tmp_path):
     LD_PRELOAD=/proc/self/cwd/evil.so then runs its code in the (host, root) hook. The
     runtime's spec must give the hook its own environment."""
     marker = tmp_path / "preload-ran"
-    _cc(
+    cc(
         ld_rootfs / "evil.so",
         "#include <fcntl.h>\n#include <unistd.h>\n"
         "__attribute__((constructor)) static void init(void) {\n"

@@ -17,6 +17,8 @@ import pytest
 
 from gpunode.util import ldsocache as L
 
+from ..helpers import cc
+
 LDCONFIG = shutil.which("ldconfig") or "/sbin/ldconfig"
 X86 = 0x0303
 
@@ -81,15 +83,6 @@ int main(void) {
 """
 
 
-def _gcc(out: Path, source: str, *flags: str) -> Path:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not available")
-    src = out.with_suffix(".c")
-    src.write_text(source)
-    subprocess.run(["gcc", "-O1", "-o", str(out), str(src), *flags], check=True)
-    return out
-
-
 def _names(rng: random.Random, n: int) -> list[bytes]:
     alphabet = b"lib.so-_0123456789xyzAZ\x7f\x80\xfe\xff"
     out = [n.encode() for n in TRICKY]
@@ -103,7 +96,7 @@ def _names(rng: random.Random, n: int) -> list[bytes]:
 
 @pytest.mark.parametrize("signedness", ["-fsigned-char", "-funsigned-char"])
 def test_libcmp_is_glibcs(tmp_path, signedness):
-    prog = _gcc(tmp_path / "libcmp", LIBCMP_C, signedness)
+    prog = cc(tmp_path / "libcmp", LIBCMP_C, signedness)
     rng = random.Random(7)
     names = _names(rng, 400)
     pairs = [(a, b) for a in names[:40] for b in names[:40]]

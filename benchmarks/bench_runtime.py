@@ -171,7 +171,7 @@ def print_breakdown(bd: dict, extra: float) -> None:
     runtime = ms(t["runtime create"])
     rows = [
         ("runtime create (gpunode-container-runtime)", runtime - edited),
-        (f"hook ({bd['hooks']} added to the spec)", edited - nohook),
+        (f"hook ({bd['hooks'] or 'none'} in the spec)", edited - nohook),
         ("runc's extra mounts and devices", nohook - plain),
     ]
     rows.append(("the rest (engine, first stage, noise)", extra - sum(v for _, v in rows)))
@@ -179,8 +179,6 @@ def print_breakdown(bd: dict, extra: float) -> None:
     print(f"{'phase':<44} {'median ms':>9} {'share':>6}")
     for phase, value in rows:
         print(f"{phase:<44} {value:>9.1f} {share(value, extra)}")
-    if not bd["hooks"]:
-        print("(no hook: gpunode's edited spec has none)")
     print(
         f"(medians of `create` on one bundle: runc, plain spec {plain:.1f} ms; runc, edited spec"
         f" without hooks {nohook:.1f} ms"

@@ -173,7 +173,10 @@ def added_hooks(edited, plain):
 
 
 def without_hooks(spec, hooks):
+    """A copy of `spec` without the hook entries `hooks` (from added_hooks)."""
     spec = json.loads(json.dumps(spec))
+    if not hooks:
+        return spec
     for stage, extra in hooks.items():
         spec["hooks"][stage] = [h for h in spec["hooks"][stage] if h not in extra]
     spec["hooks"] = {k: v for k, v in spec["hooks"].items() if v}
@@ -216,7 +219,8 @@ def bench_breakdown(image, runs):
     times = interleave(variants, runs)
     try:
         with open(DEBUG_LOG) as fh:
-            timing = [line.strip() for line in fh if "timing create " in line]
+            # the first line is the warm-up's
+            timing = [line.strip() for line in fh if "timing create " in line][1:]
     except FileNotFoundError:
         timing = []
     return {"times": times, "timing": timing, "hooks": sum(map(len, hooks.values()))}

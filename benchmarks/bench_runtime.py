@@ -171,7 +171,10 @@ def print_breakdown(bd: dict, extra: float) -> None:
     runtime = ms(t["runtime create"])
     rows = [
         ("runtime create (gpunode-container-runtime)", runtime - edited),
-        (f"hook ({bd['hooks'] or 'none'} in the spec)", edited - nohook),
+        (
+            f"hook ({bd['hooks']} added to the spec)" if bd["hooks"] else "hook (none)",
+            edited - nohook,
+        ),
         ("runc's extra mounts and devices", nohook - plain),
     ]
     rows.append(("the rest (engine, first stage, noise)", extra - sum(v for _, v in rows)))

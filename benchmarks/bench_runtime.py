@@ -168,26 +168,25 @@ def print_breakdown(bd: dict, extra: float) -> None:
     t = bd["times"]
     plain, nohook = ms(t["runc, plain spec"]), ms(t["runc, edited spec without hooks"])
     edited = ms(t["runc, edited spec"]) if bd["hooks"] else nohook
-    runtime = ms(t["runtime create"])
-    rows = [
-        ("runtime create (gpunode-container-runtime)", runtime - edited),
-        (
-            f"hook ({bd['hooks']} added to the spec)" if bd["hooks"] else "hook (none)",
-            edited - nohook,
-        ),
-        ("runc's extra mounts and devices", nohook - plain),
-    ]
-    rows.append(("the rest (engine, first stage, noise)", extra - sum(v for _, v in rows)))
+    runtime = ms(t["gpunode-container-runtime"])
+    rows = [("runtime create (gpunode-container-runtime)", runtime - edited)]
+    if "runc, edited spec, hook without ld cache" in t:
+        noldcache = ms(t["runc, edited spec, hook without ld cache"])
+        rows.append(("hook, its ld cache (--folder: ldconfig)", edited - noldcache))
+        rows.append(("hook, the rest", noldcache - nohook))
+    else:
+        hook = f"hook ({bd['hooks']} added to the spec)" if bd["hooks"] else "hook (none)"
+        rows.append((hook, edited - nohook))
+    rows.append(("runc's extra mounts and devices", nohook - plain))
+    rows.append(("the rest (engine, noise)", extra - sum(v for _, v in rows)))
     print(f"\n3. where a one-GPU container's extra {extra:.1f} ms (docker, vs runc) goes")
     print(f"{'phase':<44} {'median ms':>9} {'share':>6}")
     for phase, value in rows:
         print(f"{phase:<44} {value:>9.1f} {share(value, extra)}")
-    print(
-        f"(medians of `create` on one bundle: runc, plain spec {plain:.1f} ms; runc, edited spec"
-        f" without hooks {nohook:.1f} ms"
-        + (f"; runc, edited spec {edited:.1f} ms" if bd["hooks"] else "")
-        + f";\n gpunode-container-runtime {runtime:.1f} ms; docker's extra: one GPU vs runc)"
-    )
+    print("from these medians of `create` on one bundle of the same image (ms):")
+    for variant, samples in t.items():
+        if variant.startswith(("runc", "gpunode")) and "debug" not in variant:
+            print(f"  {variant:<42} {ms(samples):>9.1f}")
     phases = parse_timing(bd["timing"])
     if not phases:
         print("runtime's own timing: none (the runtime wrote no timing lines at log-level debug)")
@@ -199,8 +198,8 @@ def print_breakdown(bd: dict, extra: float) -> None:
         for phase, values in phases.items():
             med = statistics.median(values)
             print(f"{phase:<44} {med:>9.1f} {share(med, total):>8}")
-        outside = ms(t["runtime create, log-level debug"])
-        print(f"{'the same creates timed from outside':<44} {outside:>9.1f}")
+        outside = ms(t["gpunode-container-runtime, log-level debug"])
+        print(f"{'these creates, timed from outside':<44} {outside:>9.1f}")
     print(f"{'reference: python3 -IS -c pass':<44} {ms(t['python3 -IS -c pass']):>9.1f}")
 
 

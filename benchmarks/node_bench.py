@@ -185,6 +185,22 @@ def without_hooks(spec, hooks):
     return spec
 
 
+def without_ldcache(spec, hooks):
+    """A copy of `spec` whose gpunode-hook does no ld cache (its `--folder DIR` pairs
+    dropped), or None when no added hook has any."""
+    spec = json.loads(json.dumps(spec))
+    found = False
+    for stage, extra in hooks.items():
+        for hook in spec["hooks"][stage]:
+            if hook in extra and "--folder" in hook.get("args", []):
+                args, kept = hook["args"], []
+                for i, arg in enumerate(args):
+                    if arg != "--folder" and (i == 0 or args[i - 1] != "--folder"):
+                        kept.append(arg)
+                hook["args"], found = kept, True
+    return spec if found else None
+
+
 def bench_breakdown(image, runs):
     plain = base_spec(image)
     request = json.loads(json.dumps(plain))
@@ -198,6 +214,9 @@ def bench_breakdown(image, runs):
     hooks = added_hooks(edited, plain)
     write_spec(f"{WORK}/plain", plain)
     write_spec(f"{WORK}/nohook", without_hooks(edited, hooks))
+    noldcache = without_ldcache(edited, hooks)
+    if noldcache:
+        write_spec(f"{WORK}/noldcache", noldcache)
     with open(DEBUG_CONFIG, "w") as fh:
         fh.write(f'log-level = "debug"\nlog-file = "{DEBUG_LOG}"\n')
     debug_env = dict(os.environ, GPUNODE_RUNTIME_CONFIG=DEBUG_CONFIG)
@@ -210,12 +229,15 @@ def bench_breakdown(image, runs):
         "runc, plain spec": create_delete("runc", f"{WORK}/plain", ids),
         "runc, edited spec without hooks": create_delete("runc", f"{WORK}/nohook", ids),
         "runc, edited spec": create_delete("runc", f"{WORK}/edited", ids),
-        "runtime create": runtime_create(f"{WORK}/shim"),
-        "runtime create, log-level debug": runtime_create(f"{WORK}/debug", debug_env),
+        "runc, edited spec, hook without ld cache": create_delete("runc", f"{WORK}/noldcache", ids),
+        "gpunode-container-runtime": runtime_create(f"{WORK}/shim"),
+        "gpunode-container-runtime, log-level debug": runtime_create(f"{WORK}/debug", debug_env),
         "python3 -IS -c pass": timed(["python3", "-IS", "-c", "pass"]),
     }
     if not hooks:
         del variants["runc, edited spec"]  # the same spec as the one without hooks
+    if not noldcache:
+        del variants["runc, edited spec, hook without ld cache"]
     times = interleave(variants, runs)
     try:
         with open(DEBUG_LOG) as fh:

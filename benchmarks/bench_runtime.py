@@ -10,10 +10,12 @@ registers gpunode with its Docker engine, and prints (issue 11):
 2. podman with `--device nvidia.com/gpu=1` (CDI: gpunode's spec and hook) against podman
    without a device: median ratio.
 3. Where a GPU container's extra time goes, measured: `runc create` on one bundle of
-   the plain spec, of the spec as gpunode edits it with and without its hooks, and
-   gpunode-container-runtime's own create (so: runtime create, hook, runc's extra mounts
-   and devices, the rest); the runtime's own timing lines (log-level debug) when it
-   writes them; `python3 -IS -c pass` as a reference.
+   the plain spec, of the spec as gpunode edits it with and without its hooks (and
+   without its hook's ld cache work), and gpunode-container-runtime's own create; their
+   differences (medians over rounds of the difference within a round) are the runtime's
+   create, the hook, runc's extra mounts and devices; the rest is what `docker run` adds.
+   Then the runtime's own timing lines (log-level debug) when it writes them, and
+   `python3 -IS -c pass` as a reference.
 
 Every loop runs inside the node (benchmarks/node_bench.py), variants interleaved. Exit
 status 0 when every target is met and every part was measured, else 1.
@@ -65,6 +67,11 @@ def ms(samples: list[float]) -> float:
 def p90_ms(samples: list[float]) -> float:
     """Nearest-rank 90th percentile."""
     return sorted(samples)[math.ceil(0.9 * len(samples)) - 1] * 1000
+
+
+def paired_ms(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a - b within the round: load drift between rounds cancels."""
+    return statistics.median(x - y for x, y in zip(a, b, strict=True)) * 1000
 
 
 def share(part: float, extra: float) -> str:
@@ -164,26 +171,32 @@ def parse_timing(lines: list[str]) -> dict[str, list[float]]:
 
 
 def print_breakdown(bd: dict, extra: float) -> None:
-    """`extra`: ms a one-GPU `docker run` takes beyond runc's (medians)."""
+    """`extra`: ms a one-GPU `docker run` takes beyond runc's. Each phase is the difference
+    of two `create` variants, as the median over rounds of the difference in the round."""
     t = bd["times"]
-    plain, nohook = ms(t["runc, plain spec"]), ms(t["runc, edited spec without hooks"])
-    edited = ms(t["runc, edited spec"]) if bd["hooks"] else nohook
-    runtime = ms(t["gpunode-container-runtime"])
-    rows = [("runtime create (gpunode-container-runtime)", runtime - edited)]
+    plain, nohook = t["runc, plain spec"], t["runc, edited spec without hooks"]
+    edited = t["runc, edited spec"] if bd["hooks"] else nohook
+    rows = [
+        (
+            "runtime create (gpunode-container-runtime)",
+            paired_ms(t["gpunode-container-runtime"], edited),
+        )
+    ]
     if "runc, edited spec, hook without ld cache" in t:
-        noldcache = ms(t["runc, edited spec, hook without ld cache"])
-        rows.append(("hook, its ld cache (--folder: ldconfig)", edited - noldcache))
-        rows.append(("hook, the rest", noldcache - nohook))
+        noldcache = t["runc, edited spec, hook without ld cache"]
+        rows.append(("hook, its ld cache (--folder: ldconfig)", paired_ms(edited, noldcache)))
+        rows.append(("hook, the rest", paired_ms(noldcache, nohook)))
     else:
         hook = f"hook ({bd['hooks']} added to the spec)" if bd["hooks"] else "hook (none)"
-        rows.append((hook, edited - nohook))
-    rows.append(("runc's extra mounts and devices", nohook - plain))
+        rows.append((hook, paired_ms(edited, nohook)))
+    rows.append(("runc's extra mounts and devices", paired_ms(nohook, plain)))
     rows.append(("the rest (engine, noise)", extra - sum(v for _, v in rows)))
     print(f"\n3. where a one-GPU container's extra {extra:.1f} ms (docker, vs runc) goes")
+    print("(each figure: the median over rounds of a difference within the round)")
     print(f"{'phase':<44} {'median ms':>9} {'share':>6}")
     for phase, value in rows:
         print(f"{phase:<44} {value:>9.1f} {share(value, extra)}")
-    print("from these medians of `create` on one bundle of the same image (ms):")
+    print("medians of `create` on one bundle of the same image (ms), the phases' sources:")
     for variant, samples in t.items():
         if variant.startswith(("runc", "gpunode")) and "debug" not in variant:
             print(f"  {variant:<42} {ms(samples):>9.1f}")
@@ -248,7 +261,7 @@ def main() -> int:
     elif "times" in results["podman"]:
         print_podman(results["podman"]["times"], workload)
     if docker_times and "times" in results["breakdown"]:
-        extra = ms(docker_times["gpunode, one GPU"]) - ms(docker_times["runc"])
+        extra = paired_ms(docker_times["gpunode, one GPU"], docker_times["runc"])
         print_breakdown(results["breakdown"], extra)
     return 0 if ok else 1
 

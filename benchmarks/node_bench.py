@@ -201,6 +201,15 @@ def without_ldcache(spec, hooks):
     return spec if found else None
 
 
+def timing_lines():
+    """The runtime's `timing create` lines so far (log-level debug)."""
+    try:
+        with open(DEBUG_LOG) as fh:
+            return [line.strip() for line in fh if "timing create " in line]
+    except FileNotFoundError:
+        return []
+
+
 def bench_breakdown(image, runs):
     plain = base_spec(image)
     request = json.loads(json.dumps(plain))
@@ -217,9 +226,14 @@ def bench_breakdown(image, runs):
     noldcache = without_ldcache(edited, hooks)
     if noldcache:
         write_spec(f"{WORK}/noldcache", noldcache)
+    # Does this runtime write timing lines? One create at log-level debug says.
     with open(DEBUG_CONFIG, "w") as fh:
         fh.write(f'log-level = "debug"\nlog-file = "{DEBUG_LOG}"\n')
     debug_env = dict(os.environ, GPUNODE_RUNTIME_CONFIG=DEBUG_CONFIG)
+    write_spec(f"{WORK}/debug", request)
+    create_delete(RUNTIME, f"{WORK}/debug", ids, debug_env)()
+    writes_timing = bool(timing_lines())
+    open(DEBUG_LOG, "w").close()
 
     def runtime_create(bundle, env=None):
         # the runtime edits config.json in place: each run starts from the request again
@@ -238,13 +252,10 @@ def bench_breakdown(image, runs):
         del variants["runc, edited spec"]  # the same spec as the one without hooks
     if not noldcache:
         del variants["runc, edited spec, hook without ld cache"]
+    if not writes_timing:
+        del variants["gpunode-container-runtime, log-level debug"]
     times = interleave(variants, runs)
-    try:
-        with open(DEBUG_LOG) as fh:
-            # the first line is the warm-up's
-            timing = [line.strip() for line in fh if "timing create " in line][1:]
-    except FileNotFoundError:
-        timing = []
+    timing = timing_lines()[1:]  # the first is the warm-up's
     return {"times": times, "timing": timing, "hooks": sum(map(len, hooks.values()))}
 
 

@@ -141,8 +141,8 @@ def print_docker(times: dict[str, list[float]], workload: str) -> bool:
         print(f"{variant:<38} {ms(samples):>9.1f} {p90_ms(samples):>8.1f} {ratio:>6.3f} {mark}")
     for variant, ratio in REFERENCE.items():
         print(f"{variant:<38} {'':>9} {'':>8} {ratio:>6.3f}  (reference)")
-    print("(reference: issue 11's figures, measured in an earlier session on this simulator;")
-    print(" NVIDIA's toolkit is not run here)")
+    print("(reference: issue 11's figures, measured in an earlier session on this simulator")
+    print(" under the conditions it states; NVIDIA's toolkit is not run here)")
     return ok
 
 

@@ -320,6 +320,39 @@ def test_hostile_ld_preload_never_runs_on_the_host(runtime_nodes, tmp_path):
     assert node.sh("ls / | grep gpunode-preload-marker", check=False).stdout == ""
 
 
+HOSTILE_ETC = f"{WORK}/hostetc"  # exists on the node, with a cache of its own
+HOSTILE_LDCACHE = {
+    # /etc itself an absolute link to a node directory
+    "etc-link": f"mkdir -p .{HOSTILE_ETC} && cp -a etc/. .{HOSTILE_ETC}/ && rm -rf etc && "
+    f"ln -s {HOSTILE_ETC} etc",
+    # the cache a link to the node's own cache file
+    "cache-link": f"rm -f etc/ld.so.cache && ln -s {HOSTILE_ETC}/ld.so.cache etc/ld.so.cache",
+    "cache-fifo": "rm -f etc/ld.so.cache && mkfifo etc/ld.so.cache",
+    "cache-huge": "rm -f etc/ld.so.cache && truncate -s 17M etc/ld.so.cache",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_LDCACHE))
+def test_hostile_etc_or_ld_cache(runtime_nodes, case):
+    """The hook writes the container's ld.so.cache: an image's /etc or ld.so.cache
+    pointing at node files, a FIFO or a huge file never makes it touch the node or
+    hang, and the container still gets a cache listing the driver's libraries."""
+    node = runtime_nodes["bookworm"]
+    node.sh(f"rm -rf {HOSTILE_ETC} && mkdir -p {HOSTILE_ETC} && cp /etc/ld.so.cache {HOSTILE_ETC}/")
+    before = node.sh(f"ls -l --time-style=+%s.%N {HOSTILE_ETC}; md5sum {HOSTILE_ETC}/*").stdout
+    env = ["NVIDIA_VISIBLE_DEVICES=0"]
+    check = "python3 /opt/probe.py && /sbin/ldconfig -p | grep -c 'libnvidia-ml.so.1 '"
+    _, proc = hostile_bundle(
+        node, f"hostile-{case}", env, HOSTILE_LDCACHE[case], args=["sh", "-c", check]
+    )
+    assert proc.returncode == 0, (case, proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    assert json.loads(lines[0])["nvml"] == [UUID[0]], case
+    assert lines[1] == "1", case  # one entry: the injected library's, read by glibc
+    after = node.sh(f"ls -l --time-style=+%s.%N {HOSTILE_ETC}; md5sum {HOSTILE_ETC}/*").stdout
+    assert after == before, case  # the node's directory and file untouched
+
+
 def test_hostile_nvidia_smi_symlink_target(runtime_nodes):
     node = runtime_nodes["bookworm"]
     target = f"{WORK}/smi-target"
@@ -454,7 +487,9 @@ def test_containerised_driver_under_a_driver_root(runtime_nodes):
             )
             args = spec["hooks"]["createContainer"][0]["args"]
             assert args[args.index("--driver-root") + 1] == DRIVER_ROOT
-            assert args[args.index("--ldconfig-path") + 1] == "/sbin/ldconfig"
+            # ldconfig = ... in runtime.toml: deprecated, accepted, no effect
+            assert "--ldconfig-path" not in args and "/sbin/ldconfig" not in args
+            assert f"libnvidia-ml.so.1::{LIBDIR}/libnvidia-ml.so.1" in args
         finally:
             node.sh(RESTORE_DRIVER_ROOT, check=False)
         # the node is back as it was: the default configuration still works

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
+
+import pytest
 
 
 def snapshot(path: Path) -> dict[str, tuple]:
@@ -18,4 +22,14 @@ def snapshot(path: Path) -> dict[str, tuple]:
             st.st_mtime_ns,
             os.readlink(p) if p.is_symlink() else None,
         )
+    return out
+
+
+def cc(out: Path, source: str, *flags: str) -> Path:
+    """Compile C ``source`` with the host's gcc into ``out`` (the source beside it)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not available")
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["gcc", "-O1", "-o", str(out), str(src), *flags], check=True)
     return out

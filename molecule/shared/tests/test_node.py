@@ -128,8 +128,7 @@ def test_containerd_registration_when_asked(host):
         return
     assert host.file("/etc/containerd/conf.d/99-gpunode.toml").exists
     assert (
-        "/etc/containerd/conf.d/*.toml"
-        in host.file("/etc/containerd/config.toml").content_string
+        "/etc/containerd/conf.d/*.toml" in host.file("/etc/containerd/config.toml").content_string
     )
     dump = host.check_output("containerd config dump")
     assert "/usr/local/bin/gpunode-container-runtime" in dump

@@ -19,7 +19,7 @@ def cmd_configure(args, root_path: str) -> int:
     """
     if args.link:
         cmd_create_symlinks(args, root_path)
-    if args.folder:
+    if args.library or args.folder:
         cmd_update_ldcache(args, root_path)
     if args.proc_driver:
         host = os.path.join(args.driver_root, "proc/driver/nvidia")

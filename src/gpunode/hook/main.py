@@ -23,27 +23,29 @@ COMMANDS = {
         cmd_configure,
         {
             "--link": "list",
+            "--library": "list",
             "--folder": "list",
-            "--ldconfig-path": "value",
             "--gpu": "list",
             "--proc-driver": "flag",
             "--gpus-selected": "flag",
             "--driver-root": "value",
         },
     ),
-    "update-ldcache": (cmd_update_ldcache, {"--folder": "list", "--ldconfig-path": "value"}),
+    "update-ldcache": (cmd_update_ldcache, {"--library": "list", "--folder": "list"}),
     "create-symlinks": (cmd_create_symlinks, {"--link": "list"}),
     "mount-proc-driver": (cmd_mount_proc_driver, {"--gpu": "list", "--driver-root": "value"}),
 }
 USAGE = f"""usage: {PROG} [--root ROOTFS] SUBCOMMAND [OPTIONS]
 OCI createContainer hook injecting the NVIDIA driver. The container comes from the OCI
 state on stdin unless --root names its rootfs.
-  configure [--link TARGET::LINK]... [--folder DIR]... [--gpu BUSID]... [--proc-driver]
-            [--gpus-selected] [--driver-root DIR] [--ldconfig-path PATH]
+  configure [--link TARGET::LINK]... [--library SONAME::PATH]... [--folder DIR]...
+            [--gpu BUSID]... [--proc-driver] [--gpus-selected] [--driver-root DIR]
             all of the below in one run; --gpus-selected: the --gpu list is the whole
             selection, even empty (else the container's /dev/nvidia<N> nodes decide)
   create-symlinks --link TARGET::LINK...                 create symlinks in the container
-  update-ldcache --folder DIR... [--ldconfig-path PATH]  refresh the container's ld cache
+  update-ldcache [--library SONAME::PATH]... [--folder DIR]...
+            add the libraries to the container's /etc/ld.so.cache, the folders to an
+            ld.so.conf.d drop-in
   mount-proc-driver --gpu BUSID... [--driver-root DIR]   filter /proc/driver/nvidia
   --version                                              print the version"""
 
@@ -55,9 +57,9 @@ class Args:
         self.help = False
         self.root: str | None = None
         self.link: list[str] = []
+        self.library: list[str] = []
         self.folder: list[str] = []
         self.gpu: list[str] = []
-        self.ldconfig_path: str | None = None
         self.proc_driver = False
         self.gpus_selected = False
         self.driver_root = "/"

@@ -49,9 +49,7 @@ def container_edits(edits: Edits) -> dict[str, Any]:
     return out
 
 
-def generate(
-    disc: Discovery, *, hook_path: str, dev_root: str = "/", ldconfig: str = ""
-) -> dict[str, Any]:
+def generate(disc: Discovery, *, hook_path: str, dev_root: str = "/") -> dict[str, Any]:
     """The spec: one device per GPU with a device node (by index and by UUID) and "all";
     the common edits are what a container with every capability gets, GPUs left to the
     device nodes the engine creates."""
@@ -67,9 +65,7 @@ def generate(
             devices.append({"name": name, "containerEdits": container_edits(Edits([node]))})
     if gpu_nodes:
         devices.append({"name": "all", "containerEdits": container_edits(Edits(gpu_nodes))})
-    common = build(
-        disc, set(ALL_CAPABILITIES), None, hook_path=hook_path, dev_root=dev_root, ldconfig=ldconfig
-    )
+    common = build(disc, set(ALL_CAPABILITIES), None, hook_path=hook_path, dev_root=dev_root)
     # Neutralise a legacy NVIDIA hook that might also be configured for this engine.
     common.env.append("NVIDIA_VISIBLE_DEVICES=void")
     spec = {

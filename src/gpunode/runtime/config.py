@@ -24,10 +24,14 @@ disable-require = false
 # the hook program the runtime puts into specs, and the inventory cache it reads
 hook-path = "/usr/local/bin/gpunode-hook"
 cache-file = "/var/cache/gpunode/inventory.json"
-# the host ldconfig the hook runs (confined) in GPU containers; "" picks the first of
-# /sbin/ldconfig.real, /sbin/ldconfig, /usr/sbin/ldconfig (a static ELF is required)
-ldconfig = ""
 ```
+
+``ldconfig`` (a string) is deprecated and ignored: it named the host ldconfig the hook
+ran, confined, in each GPU container; the hook now writes the container's ld.so.cache
+itself (gpunode.hook.ldcache) and runs no program. The key is still accepted, because a
+runtime.toml written for an earlier gpunode (the gpu_container_runtime role renders any
+key of its settings) must not stop every GPU container on upgrade; an error would buy
+nothing, since no value of it could change what a container gets.
 
 With a ``driver-root`` other than ``/`` the driver's files, NVML and /proc/driver/nvidia are
 looked up under it (see gpunode.runtime.discovery); device nodes come from ``dev-root``.
@@ -68,7 +72,7 @@ class RuntimeConfig:
     disable_require: bool = False
     hook_path: str = "/usr/local/bin/gpunode-hook"
     cache_file: str = "/var/cache/gpunode/inventory.json"
-    ldconfig: str = ""
+    ldconfig: str = ""  # deprecated, ignored (see the module docstring)
     source: str = "<defaults>"
 
     def validate(self) -> RuntimeConfig:
@@ -90,8 +94,8 @@ class RuntimeConfig:
                         f"{where}: {key.replace('_', '-')} has {cap!r}; accepted: "
                         f"{', '.join(ALL_CAPABILITIES)}"
                     )
-        for key in ("driver_root", "dev_root", "hook_path", "ldconfig"):
-            if not os.path.isabs(getattr(self, key)) and (key != "ldconfig" or self.ldconfig):
+        for key in ("driver_root", "dev_root", "hook_path"):
+            if not os.path.isabs(getattr(self, key)):
                 raise ConfigError(
                     f"{where}: {key.replace('_', '-')} {getattr(self, key)!r} must be an absolute path"
                 )

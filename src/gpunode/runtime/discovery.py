@@ -137,7 +137,7 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
 
 def library_sonames(paths: list[str]) -> dict[str, str]:
     """DT_SONAME of each library whose SONAME differs from its file name. The hook makes
-    these links in the container (ldconfig there runs with -X and makes none)."""
+    these links in the container and its ld.so.cache entries under these names."""
     from ..util import elf
 
     out = {}

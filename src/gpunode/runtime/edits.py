@@ -121,7 +121,6 @@ def hook_args(
     caps: set[str],
     libdir: str,
     gpus: list[GpuFacts] | None,
-    ldconfig: str = "",
 ) -> list[str]:
     """Arguments of the one gpunode-hook invocation a container gets.
 
@@ -129,15 +128,19 @@ def hook_args(
     every extra hook is another Python start on the container's critical path.
     `gpus`: the selected GPUs, passed as the complete set (`--gpus-selected`, even when
     empty); None (CDI) lets the hook work them out from the container's device nodes.
-    `ldconfig`: the host ldconfig to run ("" lets the hook pick).
+    Every injected library gets `--library SONAME::PATH` (its /etc/ld.so.cache entry; the
+    path is its SONAME link, or the file itself when the SONAME is its name) and, when
+    its SONAME differs from its file name, `--link` for that SONAME link.
     """
     libs, _, _ = disc.files.for_capabilities(caps)
     names = {os.path.basename(p) for p in libs}
     args: list[str] = []
-    for p in libs:  # the SONAME links (ldconfig in the container makes no links)
-        soname = disc.files.sonames.get(p)
-        if soname:
-            args += ["--link", f"{os.path.basename(p)}::{libdir}/{soname}"]
+    for p in libs:
+        name = os.path.basename(p)
+        soname = disc.files.sonames.get(p, name)  # recorded only where it differs
+        if soname != name:
+            args += ["--link", f"{name}::{libdir}/{soname}"]
+        args += ["--library", f"{soname}::{libdir}/{soname}"]
     suffix = f".so.{disc.node.driver_version}"
     if f"libcuda{suffix}" in names:
         args += ["--link", f"libcuda.so.1::{libdir}/libcuda.so"]
@@ -145,8 +148,6 @@ def hook_args(
         args += ["--link", f"libnvidia-opticalflow.so.1::{libdir}/libnvidia-opticalflow.so"]
     if libs:
         args += ["--folder", libdir]
-        if ldconfig:
-            args += ["--ldconfig-path", ldconfig]
     if disc.files.root not in ("", "/"):
         args += ["--driver-root", disc.files.root]
     for gpu in gpus or []:
@@ -165,7 +166,6 @@ def build(
     hook_path: str,
     dev_root: str = "/",
     rootfs: str | None = None,
-    ldconfig: str = "",
 ) -> Edits:
     """Edits for a container given `selected` GPUs and driver capabilities `caps`.
 
@@ -178,7 +178,7 @@ def build(
     edits.devices = control_devices(caps, dev_root)
     edits.devices += [gpu_device(g, dev_root) for g in selected or []]
     edits.mounts = file_mounts(disc, caps, libdir)
-    args = hook_args(disc, caps, libdir, selected, ldconfig)
+    args = hook_args(disc, caps, libdir, selected)
     # The rootfs is known here: passing it spares the hook reading the OCI state and
     # parsing config.json again (and importing json) on every GPU container start.
     root = ("--root", os.path.abspath(rootfs)) if rootfs else ()

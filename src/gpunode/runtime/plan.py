@@ -71,7 +71,6 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
         hook_path=cfg.hook_path,
         dev_root=cfg.dev_root,
         rootfs=rootfs,
-        ldconfig=cfg.ldconfig,
     )
     return Plan(request, disc, tuple(selected), e)
 
@@ -81,4 +80,4 @@ def cdi_spec(cfg: RuntimeConfig) -> dict[str, Any]:
     from . import cdi
 
     disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
-    return cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root, ldconfig=cfg.ldconfig)
+    return cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root)

@@ -1,11 +1,8 @@
-"""The two facts gpunode needs from ELF files, read with struct (no ``re``, no third-party
-code; the hook imports this on the container start path).
-
-* ``has_interp``: whether an executable names a program interpreter (PT_INTERP), i.e. is
-  dynamically linked. The hook runs only static ldconfig binaries inside a container root.
-* ``soname``: a shared library's DT_SONAME, read from its dynamic segment as the loader
-  does (DT_STRTAB is a virtual address, mapped to a file offset through the PT_LOAD
-  segments). Discovery records it so that the hook can create the SONAME links itself.
+"""What gpunode needs from ELF files, read with struct (no ``re``, no third-party code):
+a shared library's DT_SONAME, read from its dynamic segment as the loader does
+(DT_STRTAB is a virtual address, mapped to a file offset through the PT_LOAD segments).
+Discovery records it so that the hook can create the SONAME links and the ld.so.cache
+entries itself.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 
-PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
+PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_STRTAB, DT_SONAME = 0, 5, 14
 MAX_TABLE = 1 << 20  # program header table / dynamic segment: far above any real file
 MAX_NAME = 255
@@ -53,11 +50,6 @@ def _program_headers(fd: int) -> tuple[str, bool, list[tuple[int, int, int, int]
         else:
             out.append((f[0], f[1], f[2], f[4]))
     return end, is64, out
-
-
-def has_interp(fd: int) -> bool:
-    """True when the ELF file on ``fd`` has a PT_INTERP segment (dynamically linked)."""
-    return any(p[0] == PT_INTERP for p in _program_headers(fd)[2])
 
 
 def soname(path: str) -> str | None:

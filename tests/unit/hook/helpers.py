@@ -3,12 +3,9 @@ work inside a private mount namespace (``unshare -m``)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from ...namespaces import unshare_problem
 
@@ -51,12 +48,3 @@ def run_hook(
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def _cc(out: Path, source: str, *flags: str) -> Path:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not available")
-    src = out.with_suffix(".c")
-    src.write_text(source)
-    subprocess.run(["gcc", "-O1", "-o", str(out), str(src), *flags], check=True)
-    return out

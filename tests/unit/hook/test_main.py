@@ -40,7 +40,10 @@ def test_bundle_state_on_stdin(tmp_path, rootfs):
         ["update-ldcache", "--folder", "/ok\n/evil"],
         ["mount-proc-driver", "--gpu", "../../etc"],
         ["configure", "--driver-root", "relative/dir", "--proc-driver"],
-        ["configure", "--ldconfig-path", "sbin/ldconfig", "--folder", "/x"],
+        ["configure", "--ldconfig-path", "/sbin/ldconfig", "--folder", "/x"],  # removed
+        ["configure", "--library", "libcuda.so.1", "--folder", "/x"],
+        ["configure", "--library", "libcuda.so.1::relative/libcuda.so.1"],
+        ["update-ldcache", "--library", "a/b.so.1::/usr/lib/b.so.1"],
         ["bogus"],
         [],
     ],

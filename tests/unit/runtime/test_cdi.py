@@ -30,6 +30,14 @@ def test_cdi_spec(disc, devroot):
     (hook,) = edits_["hooks"]
     assert hook["hookName"] == "createContainer" and hook["env"]
     assert "--proc-driver" in hook["args"] and "--gpu" not in hook["args"]
+    # every library of every capability gets its ld.so.cache entry (the hook runs no
+    # ldconfig that would scan the folder)
+    args = hook["args"]
+    libraries = {args[i + 1].split("::")[1] for i, a in enumerate(args) if a == "--library"}
+    mounted = {m["containerPath"] for m in edits_["mounts"] if ".so." in m["containerPath"]}
+    assert len(mounted) == 4 and {p.rsplit(".so.", 1)[0] for p in libraries} == {
+        p.rsplit(".so.", 1)[0] for p in mounted
+    }
     assert yaml.safe_load(cdi.dump(spec, "yaml")) == spec
 
 

@@ -58,3 +58,15 @@ def test_cdi_spec_dirs_must_be_absolute(tmp_path):
     f.write_text('cdi-spec-dirs = ["cdi"]\n')
     with pytest.raises(config.ConfigError, match="must list absolute directories"):
         config.load(f)
+
+
+def test_deprecated_ldconfig_key_is_accepted_and_ignored(tmp_path):
+    """runtime.toml files written for gpunode versions that ran ldconfig keep working."""
+    f = tmp_path / "runtime.toml"
+    f.write_text('ldconfig = "/sbin/ldconfig"\nlog-file = ""\n')
+    assert config.load(f).log_file == ""
+    f.write_text('ldconfig = "relative/once/an/error"\n')
+    config.load(f)
+    f.write_text("ldconfig = 1\n")  # still a string key
+    with pytest.raises(config.ConfigError, match="ldconfig = 1 is not valid; expected a string"):
+        config.load(f)

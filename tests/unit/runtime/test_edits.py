@@ -59,6 +59,26 @@ def test_hook_makes_the_soname_links_of_the_injected_libraries(disc, devroot):
     assert "libcuda.so.1::/usr/lib64/libcuda.so" in links
 
 
+def test_every_injected_library_gets_an_ld_cache_entry(disc, devroot):
+    """--library SONAME::PATH for each library mounted, also where the SONAME is the file
+    name (no --link then): the hook writes exactly these into /etc/ld.so.cache."""
+    e = edits.build(disc, {"compute", "utility"}, [], hook_path="/h", dev_root=str(devroot))
+    args = e.hooks[0].args
+    libraries = [args[i + 1] for i, a in enumerate(args) if a == "--library"]
+    lib = "/usr/lib/x86_64-linux-gnu"
+    assert sorted(libraries) == sorted(
+        [
+            f"libnvidia-ml.so.1::{lib}/libnvidia-ml.so.1",
+            f"libcuda.so.1::{lib}/libcuda.so.1",
+            f"libnvidia-ptxjitcompiler.so.{VERSION}::{lib}/libnvidia-ptxjitcompiler.so.{VERSION}",
+        ]
+    )
+    mounted = {m.destination for m in e.mounts if m.destination.startswith(lib)}
+    assert len(libraries) == len(mounted)
+    links = [args[i + 1] for i, a in enumerate(args) if a == "--link"]
+    assert not any("ptxjitcompiler" in link for link in links)
+
+
 def test_display_adds_modeset_and_graphics(disc, devroot):
     e = edits.build(disc, {"display"}, [], hook_path="/h", dev_root=str(devroot))
     assert "/dev/nvidia-modeset" in [d.path for d in e.devices]
@@ -88,10 +108,10 @@ def test_non_debian_image_gets_usr_lib64(disc, devroot, tmp_path):
     assert e.mounts[0].destination.startswith("/usr/lib/x86_64-linux-gnu/")
 
 
-def test_hook_args_without_driver_root_or_ldconfig(disc, devroot):
+def test_hook_args_without_driver_root(disc, devroot):
     e = edits.build(disc, {"compute", "utility"}, [GPUS[0]], hook_path="/h", dev_root=str(devroot))
     (hook,) = e.hooks
-    assert "--driver-root" not in hook.args and "--ldconfig-path" not in hook.args
+    assert "--driver-root" not in hook.args
     # firmware and sockets keep their own paths with the default root
     ipc = next(m for m in e.mounts if m.source.endswith("socket"))
     assert ipc.destination == ipc.source == "/run/nvidia-persistenced/socket"

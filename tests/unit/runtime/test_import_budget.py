@@ -91,17 +91,12 @@ ALLOWED = {
         "contextlib",
         "ctypes",
         "ctypes._endian",
-        "enum",
         "errno",
-        "fcntl",
         "functools",
         "itertools",
         "keyword",
         "operator",
         "reprlib",
-        "resource",
-        "select",
-        "signal",
         "struct",
         "types",
     }
@@ -122,7 +117,7 @@ ALLOWED = {
         "gpunode.nvidia.devices",
         "gpunode.nvidia.procfs",
         "gpunode.util",
-        "gpunode.util.elf",
+        "gpunode.util.ldsocache",  # the ld.so.cache writer (struct only)
         "gpunode.util.record",
         "gpunode.util.safepath",
     },
@@ -219,13 +214,15 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path):
 
 
 def test_hook_configure(tmp_path):
-    """As the runtime's spec runs it: --root, links, and /proc/driver/nvidia of a driver root
+    """As the runtime's spec runs it: --root, links, the ld cache, and /proc/driver/nvidia of a driver root
     without one (the hook says so and leaves it; every module is imported at load time, so
     the path taken after that does not change the set)."""
     root = tmp_path / "rootfs"
     root.mkdir()
     argv = ["--root", str(root), "configure", "--link", "libcuda.so.1::/usr/lib/libcuda.so"]
+    argv += ["--library", "libcuda.so.1::/usr/lib/libcuda.so.1", "--folder", "/usr/lib"]
     argv += ["--proc-driver", "--gpus-selected", "--driver-root", str(tmp_path / "none")]
     modules = imported("gpunode.hook.main", argv)
     assert os.readlink(root / "usr/lib/libcuda.so") == "libcuda.so.1"
+    assert (root / "etc/ld.so.cache").read_bytes().startswith(b"glibc-ld.so.cache1.1")
     check("hook configure", modules, FORBIDDEN | {"re", "json"})

@@ -1,8 +1,7 @@
-"""gpunode.util.elf: PT_INTERP and DT_SONAME."""
+"""gpunode.util.elf: DT_SONAME."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -55,17 +54,3 @@ def test_not_elf_and_truncated(tmp_path, shared_lib):
     cut.write_bytes(lib.read_bytes()[:80])
     with pytest.raises(elf.ElfError):
         elf.soname(str(cut))
-
-
-def test_has_interp(tmp_path, shared_lib):
-    fd = os.open("/bin/true", os.O_RDONLY)
-    try:
-        assert elf.has_interp(fd) is True
-    finally:
-        os.close(fd)
-    lib = shared_lib("libx.so", "-Wl,-soname,libx.so")
-    fd = os.open(lib, os.O_RDONLY)
-    try:
-        assert elf.has_interp(fd) is False
-    finally:
-        os.close(fd)

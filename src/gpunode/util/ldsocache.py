@@ -1,0 +1,317 @@
+"""glibc's ``/etc/ld.so.cache``: read every format images carry, write the new format.
+
+The hook adds the injected driver libraries to a container's cache with this module
+instead of running ldconfig (gpunode.hook.ldcache). The layouts (glibc
+``sysdeps/generic/dl-cache.h``, all integers in the machine's byte order):
+
+* old, ``ld.so-1.7.0``: magic (11 bytes, padded to 12), nlibs (uint32), then nlibs
+  entries ``{int32 flags; uint32 key, value}``; key (the SONAME) and value (the path) are
+  offsets of NUL-terminated strings counted from the end of the entry table. Written
+  alone only by very old ldconfig; glibc < 2.32 wrote it as the first half of
+  the *compat* format.
+* compat (glibc < 2.32 default; Debian 10/11, Ubuntu 18.04/20.04): an old-format cache
+  whose string table starts, aligned to 8, with a complete new-format cache (the loader
+  looks for it there and uses it).
+* new, ``glibc-ld.so.cache1.1`` (alone since glibc 2.32): a 48-byte header (magic and
+  version, nlibs, len_strings, a flags byte giving the byte order, extension_offset,
+  unused words), then nlibs entries ``{int32 flags; uint32 key, value; uint32 osversion;
+  uint64 hwcap}``. String offsets are counted from the new-format header (also inside a
+  compat file). Since glibc 2.33 ``extension_offset`` may point at ``{uint32 magic;
+  uint32 count; {uint32 tag, flags, offset, size}[count]}``; it and the section offsets
+  count from the start of the *file* (the loader's ``file_base``; the same place unless
+  the file is compat, as glibc >= 2.33's ``ldconfig -c compat`` shows). Tag 0 is the
+  generator string ("ldconfig (GNU libc) ..."), tag 1 the glibc-hwcaps subdirectories:
+  an array of uint32 string offsets (string offsets: from the new header). An entry
+  whose hwcap's upper word is exactly DL_CACHE_HWCAP_EXTENSION's names its subdirectory
+  by the index in its lower word.
+
+The loader binary-searches the entries with ``_dl_cache_libcmp`` (digit runs compared as
+numbers), so entries are written in exactly ldconfig's order (``sort_key``). Anything that
+does not parse raises CacheError; the caller then rebuilds from its own entries.
+
+Only struct is imported: the hook imports this on every GPU container start.
+"""
+
+from __future__ import annotations
+
+import struct
+
+OLD_MAGIC = b"ld.so-1.7.0"
+NEW_MAGIC = b"glibc-ld.so.cache1.1"
+OLD_HEADER = 16  # magic padded to 12 + nlibs
+OLD_ENTRY = 12
+NEW_HEADER = 48
+NEW_ENTRY = 24
+ENDIAN_LITTLE, ENDIAN_BIG = 2, 3  # cache_file_new_flags_endian_*
+EXTENSION_MAGIC = 0xEAA42174  # (uint32_t) -358342284
+TAG_GENERATOR, TAG_GLIBC_HWCAPS = 0, 1
+HWCAP_EXTENSION = 1 << 62  # DL_CACHE_HWCAP_EXTENSION
+MAX_CACHE = 16 << 20  # far above any real cache (a full Debian desktop: ~200 KiB)
+GENERATOR = b"gpunode"
+
+FLAG_ELF_LIBC6 = 0x0003
+# The cache flags of a 64-bit (or i386) glibc library per machine (`uname -m`), as glibc's
+# ldconfig sets them from the ELF header and each loader's _dl_cache_check_flags accepts
+# them (FLAG_ELF_LIBC6 | FLAG_<ARCH>_LIB64); byte order; whether C `char` is signed there
+# (_dl_cache_libcmp compares chars). Other architectures encode their ABI (hard/soft float,
+# NaN mode) in e_flags and are refused rather than guessed.
+MACHINES: dict[str, tuple[int, str, bool]] = {
+    "x86_64": (FLAG_ELF_LIBC6 | 0x0300, "<", True),  # FLAG_X8664_LIB64
+    "aarch64": (FLAG_ELF_LIBC6 | 0x0A00, "<", False),  # FLAG_AARCH64_LIB64
+    "ppc64le": (FLAG_ELF_LIBC6 | 0x0500, "<", False),  # FLAG_POWERPC_LIB64
+    "s390x": (FLAG_ELF_LIBC6 | 0x0400, ">", False),  # FLAG_S390_LIB64
+    "i686": (FLAG_ELF_LIBC6, "<", True),
+    "i386": (FLAG_ELF_LIBC6, "<", True),
+}
+
+
+class CacheError(ValueError):
+    """Not a cache this module can read (corrupt, truncated, unknown format)."""
+
+
+def machine_info(machine: str) -> tuple[int, str, bool]:
+    """(entry flags, struct byte order, signed char) for ``machine`` (``uname -m``)."""
+    try:
+        return MACHINES[machine]
+    except KeyError:
+        raise ValueError(
+            f"no ld.so.cache flags known for architecture {machine!r}; "
+            f"supported: {', '.join(MACHINES)}"
+        ) from None
+
+
+class Entry:
+    """One cache entry. ``hwcaps``: the glibc-hwcaps subdirectory name of an extension
+    entry (its hwcap is then rewritten on output), else None."""
+
+    __slots__ = ("flags", "hwcap", "hwcaps", "osversion", "path", "soname")
+
+    def __init__(
+        self,
+        soname: bytes,
+        path: bytes,
+        flags: int,
+        hwcap: int = 0,
+        osversion: int = 0,
+        hwcaps: bytes | None = None,
+    ) -> None:
+        self.soname, self.path, self.flags = soname, path, flags
+        self.hwcap, self.osversion, self.hwcaps = hwcap, osversion, hwcaps
+
+    def __repr__(self) -> str:
+        extra = f", hwcaps={self.hwcaps!r}" if self.hwcaps is not None else ""
+        return f"Entry({self.soname!r}, {self.path!r}, {self.flags:#06x}{extra})"
+
+    def astuple(self) -> tuple:
+        return (self.soname, self.path, self.flags, self.hwcap, self.osversion, self.hwcaps)
+
+
+# ------------------------------------------------------------------ order
+
+
+def _int32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+# Bytes as C's signed char order them, mapped to unsigned order (-128 -> 0, 0 -> 128).
+_SIGNED = bytes((c + 128) & 0xFF for c in range(256))
+_DIGIT_MASK = bytes(49 if 48 <= c <= 57 else 48 for c in range(256))  # b"1" digit else b"0"
+_RUN = chr(0x100)  # a digit run: above every char
+
+
+def libcmp_key(name: bytes, signed_char: bool = True) -> str:
+    """A sort key ordering names as glibc's ``_dl_cache_libcmp`` does. That function
+    walks both names: a digit run is one number (accumulated in a C int, which wraps for
+    runs over 9 digits, as here) and is greater than any non-digit; other bytes compare
+    as C ``char`` values, the terminating NUL included (so with a signed char, byte 0xff
+    sorts before the end of a name). The key: each byte as a code point in its char
+    order, each digit run as a mark above all of them plus its value in two fixed-width
+    code points, the NUL at the end. Built with bytes.translate and find per digit run,
+    not per byte: the hook sorts a whole image cache on every GPU container start."""
+    chars = (name.translate(_SIGNED) if signed_char else name).decode("latin-1")
+    term = "\x80" if signed_char else "\0"
+    mask = name.translate(_DIGIT_MASK)
+    j = mask.find(b"1")
+    if j < 0:
+        return chars + term
+    out = []
+    i = 0
+    while j >= 0:
+        k = mask.find(b"0", j)
+        if k < 0:
+            k = len(name)
+        u = _int32(int(name[j:k])) + (1 << 31)
+        out += (chars[i:j], _RUN, chr(0x200 + (u >> 16)), chr(0x200 + (u & 0xFFFF)))
+        i = k
+        j = mask.find(b"1", k)
+    out += (chars[i:], term)
+    return "".join(out)
+
+
+def libcmp(a: bytes, b: bytes, signed_char: bool = True) -> int:
+    """-1, 0 or 1: the sign of ``_dl_cache_libcmp(a, b)``."""
+    ka, kb = libcmp_key(a, signed_char), libcmp_key(b, signed_char)
+    return (ka > kb) - (ka < kb)
+
+
+def sort_entries(entries: list[Entry], signed_char: bool = True) -> list[Entry]:
+    """Entries in the order of ldconfig's ``compare()`` (cache.c): by name descending
+    under _dl_cache_libcmp, then flags descending, glibc-hwcaps entries first (by
+    subdirectory name, strcmp), then legacy hwcap bit count, hwcap and osversion, all
+    descending. Three stable sorts, least significant key first."""
+
+    def legacy(e: Entry) -> tuple:
+        if e.hwcaps is not None:
+            return (0, 0, 0)
+        return (bin(e.hwcap).count("1"), e.hwcap, e.osversion)
+
+    out = list(entries)
+    if any(e.hwcap or e.osversion or e.hwcaps is not None for e in out):
+        out.sort(key=legacy, reverse=True)
+        out.sort(key=lambda e: (0, e.hwcaps) if e.hwcaps is not None else (1, b""))
+    out.sort(key=lambda e: (libcmp_key(e.soname, signed_char), e.flags), reverse=True)
+    return out
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _string(data: bytes, base: int, off: int) -> bytes:
+    start = base + off
+    if off < 0 or start >= len(data):
+        raise CacheError(f"string offset {off} outside the file")
+    end = data.find(b"\0", start)
+    if end < 0:
+        raise CacheError(f"unterminated string at {start}")
+    return data[start:end]
+
+
+def _parse_new(data: bytes, base: int, end: str) -> list[Entry]:
+    if len(data) - base < NEW_HEADER:
+        raise CacheError("truncated new-format header")
+    nlibs, _len_strings, flags, ext_off = struct.unpack_from(end + "IIB3xI", data, base + 20)
+    if flags not in (0, ENDIAN_LITTLE if end == "<" else ENDIAN_BIG):
+        raise CacheError(f"byte order flag {flags} is not this machine's")
+    if nlibs > (len(data) - base - NEW_HEADER) // NEW_ENTRY:
+        raise CacheError(f"{nlibs} entries do not fit in the file")
+    hwcaps = _hwcaps_names(data, base, end, ext_off) if ext_off else None
+    out = []
+    for i in range(nlibs):
+        fl, key, value, osv, hwcap = struct.unpack_from(
+            end + "iIIIQ", data, base + NEW_HEADER + i * NEW_ENTRY
+        )
+        name = None
+        if hwcap >> 32 == HWCAP_EXTENSION >> 32:
+            if hwcaps is None or (hwcap & 0xFFFFFFFF) >= len(hwcaps):
+                continue  # its subdirectory is not known (anymore): the loader skips it too
+            name = hwcaps[hwcap & 0xFFFFFFFF]
+        out.append(
+            Entry(_string(data, base, key), _string(data, base, value), fl, hwcap, osv, name)
+        )
+    return out
+
+
+def _hwcaps_names(data: bytes, base: int, end: str, ext_off: int) -> list[bytes] | None:
+    """The glibc-hwcaps subdirectory names of the extension section, or None when there
+    is none. Only that section is kept: the generator string is ours on output, and a
+    section with an unknown tag is dropped, because its contents may hold offsets this
+    module cannot know how to relocate (keeping it verbatim could point them anywhere)."""
+    start = ext_off  # from the file's start, as section offsets
+    if ext_off % 4 or start + 8 > len(data):
+        raise CacheError("extension offset outside the file")
+    magic, count = struct.unpack_from(end + "II", data, start)
+    if magic != EXTENSION_MAGIC:
+        return None  # as the loader: no extension
+    if count > (len(data) - start - 8) // 16:
+        raise CacheError("extension sections do not fit in the file")
+    names = None
+    for i in range(count):
+        tag, _fl, off, size = struct.unpack_from(end + "IIII", data, start + 8 + 16 * i)
+        if tag != TAG_GLIBC_HWCAPS:
+            continue
+        if off % 4 or size % 4 or off + size > len(data):
+            raise CacheError("glibc-hwcaps section outside the file")
+        offs = struct.unpack_from(f"{end}{size // 4}I", data, off)
+        names = [_string(data, base, o) for o in offs]
+    return names
+
+
+def parse(data: bytes, machine: str = "x86_64") -> list[Entry]:
+    """The entries of a cache file in any format (in file order). Raises CacheError."""
+    _, end, _ = machine_info(machine)
+    if len(data) > MAX_CACHE:
+        raise CacheError(f"larger than {MAX_CACHE} bytes")
+    if data.startswith(NEW_MAGIC):
+        return _parse_new(data, 0, end)
+    if not data.startswith(OLD_MAGIC) or len(data) < OLD_HEADER:
+        raise CacheError("not an ld.so.cache (unknown magic)")
+    (nlibs,) = struct.unpack_from(end + "I", data, 12)
+    table_end = OLD_HEADER + nlibs * OLD_ENTRY
+    if table_end > len(data):
+        raise CacheError(f"{nlibs} entries do not fit in the file")
+    new = (table_end + 7) & ~7
+    if data.startswith(NEW_MAGIC, new):
+        return _parse_new(data, new, end)
+    out = []
+    for i in range(nlibs):
+        fl, key, value = struct.unpack_from(end + "iII", data, OLD_HEADER + i * OLD_ENTRY)
+        out.append(Entry(_string(data, table_end, key), _string(data, table_end, value), fl))
+    return out
+
+
+# ------------------------------------------------------------------ writing
+
+
+def build(entries: list[Entry], machine: str = "x86_64") -> bytes:
+    """A new-format cache (every glibc loader since 2.x reads it) of ``entries``, sorted
+    as ldconfig sorts them, with a glibc-hwcaps section when an entry needs one."""
+    _, end, signed_char = machine_info(machine)
+    entries = sort_entries(entries, signed_char)
+    subdirs = sorted({e.hwcaps for e in entries if e.hwcaps is not None})
+    index = {name: i for i, name in enumerate(subdirs)}
+    strings: dict[bytes, int] = {}
+    pool = bytearray()
+    strings_base = NEW_HEADER + NEW_ENTRY * len(entries)
+
+    def offset(s: bytes) -> int:
+        off = strings.get(s)
+        if off is None:
+            off = strings[s] = strings_base + len(pool)
+            pool.extend(s + b"\0")
+        return off
+
+    table = bytearray()
+    for e in entries:
+        hwcap = e.hwcap if e.hwcaps is None else HWCAP_EXTENSION | index[e.hwcaps]
+        table += struct.pack(
+            end + "iIIIQ", e.flags, offset(e.soname), offset(e.path), e.osversion, hwcap
+        )
+    hwcap_offs = [offset(s) for s in subdirs]
+    gen_off = strings_base + len(pool)
+    pool += GENERATOR
+    ext_off = (strings_base + len(pool) + 7) & ~7
+    pool += bytes(ext_off - strings_base - len(pool))
+    sections = [(TAG_GENERATOR, gen_off, len(GENERATOR))]
+    count = 2 if subdirs else 1
+    data_off = ext_off + 8 + 16 * count
+    if subdirs:
+        sections.append((TAG_GLIBC_HWCAPS, data_off, 4 * len(subdirs)))
+    ext = struct.pack(end + "II", EXTENSION_MAGIC, count)
+    ext += b"".join(struct.pack(end + "IIII", tag, 0, off, size) for tag, off, size in sections)
+    ext += struct.pack(f"{end}{len(hwcap_offs)}I", *hwcap_offs)
+    header = NEW_MAGIC + struct.pack(
+        end + "IIB3xI12x",
+        len(entries),
+        len(pool),
+        ENDIAN_LITTLE if end == "<" else ENDIAN_BIG,
+        ext_off,
+    )
+    return bytes(header + table + pool + ext)
+
+
+def merge(existing: list[Entry], added: list[Entry]) -> list[Entry]:
+    """``existing`` without the entries ``added`` replaces (same SONAME and flags, any
+    hwcap: the injected library must be the one found), plus ``added``."""
+    replaced = {(e.soname, e.flags) for e in added}
+    return [e for e in existing if (e.soname, e.flags) not in replaced] + added

@@ -1,52 +1,96 @@
 #!/usr/bin/env python3
-"""Benchmark: what gpunode's runtime costs per `docker run --rm`, against plain runc.
+"""Benchmark: what gpunode's runtime costs per container start, against plain runc.
 
-Starts (or reuses) a simulated Debian 12 node with the 4xA100 profile, registers gpunode
-with its Docker engine, and times `docker run --rm IMAGE true` for: runc, gpunode without a
-GPU request, gpunode with one GPU, gpunode with all GPUs. Prints the median of RUNS runs
-(default 30) per variant and the ratio to runc. Targets: no request <= 1.03x runc,
-GPU request <= 1.10x runc.
+Starts (or reuses) a simulated node (Debian 12 by default) with the 4xA100 profile,
+registers gpunode with its Docker engine, and prints (issue 11):
 
-usage: .venv/bin/python benchmarks/bench_runtime.py [--runs N] [--release bookworm|trixie] [--keep]
+1. `docker run --rm IMAGE true` for runc, gpunode without a GPU request, with one GPU and
+   with all GPUs: median, p90, ratio to runc, target (no request <= 1.03x, GPU <= 1.12x);
+   NVIDIA's toolkit as text-only reference rows (measured in an earlier session).
+2. podman with `--device nvidia.com/gpu=1` (CDI: gpunode's spec and hook) against podman
+   without a device: median ratio.
+3. Where a GPU container's extra time goes, measured: `runc create` on one bundle of
+   the plain spec, of the spec as gpunode edits it with and without its hooks (and
+   without its hook's ld cache work), and gpunode-container-runtime's own create; their
+   differences (medians over rounds of the difference within a round) are the runtime's
+   create, the hook, runc's extra mounts and devices; the rest is what `docker run` adds.
+   Then the runtime's own timing lines (log-level debug) when it writes them, and
+   `python3 -IS -c pass` as a reference.
+
+Every loop runs inside the node (benchmarks/node_bench.py), variants interleaved. Exit
+status 0 when every target is met and every part was measured, else 1.
+
+usage: .venv/bin/python benchmarks/bench_runtime.py [--runs N] [--release bookworm|trixie]
+           [--node NAME] [--skip-podman] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpunode.sim import cluster, images  # noqa: E402
-from gpunode.sim.docker import docker, exec_  # noqa: E402
+from gpunode.sim.docker import DockerError, docker, exec_  # noqa: E402
 
-TARGETS = {"gpunode, no GPU request": 1.03, "gpunode, one GPU": 1.10, "gpunode, all GPUs": 1.10}
+PROFILE = "a100x4"
+DEBIAN = {"bookworm": "Debian 12", "trixie": "Debian 13"}
+TARGETS = {"gpunode, no GPU request": 1.03, "gpunode, one GPU": 1.12, "gpunode, all GPUs": 1.12}
+# Issue 11's table: NVIDIA's toolkit cannot run here; these are its figures from then.
+REFERENCE = {
+    "NVIDIA toolkit 1.20, cdi mode, 1 GPU": 1.172,
+    "NVIDIA toolkit 1.20, jit-cdi, 1 GPU": 1.248,
+}
+NODE_BENCH = "/root/node_bench.py"
+# gpunode-container-runtime's timing line (log-level debug), one per GPU create:
+#   timing create <container-id> plan=<ms> rootfs=<ms> runtime=<ms> proc=<ms> total=<ms>
+TIMING = re.compile(r"timing create (\S+)((?: \w+=[0-9.]+(?:ms)?)+)\s*$")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--release", default="bookworm", choices=images.RELEASES)
-    ap.add_argument("--keep", action="store_true", help="keep the node afterwards")
-    args = ap.parse_args()
-    if args.runs < 1:
-        print(f"bench: error: --runs {args.runs} must be >= 1", file=sys.stderr)
-        return 2
-    name = f"gpunode-bench-{args.release}"
+def say(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def p90_ms(samples: list[float]) -> float:
+    """Nearest-rank 90th percentile."""
+    return sorted(samples)[math.ceil(0.9 * len(samples)) - 1] * 1000
+
+
+def paired_ms(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a - b within the round: load drift between rounds cancels."""
+    return statistics.median(x - y for x, y in zip(a, b, strict=True)) * 1000
+
+
+def share(part: float, extra: float) -> str:
+    return f"{100 * part / extra:5.0f}%" if extra > 0 else "    -"
+
+
+def prepare_node(name: str, release: str) -> str:
+    """Start the node with gpunode registered with Docker, a CDI spec installed, and the
+    workload image in Docker's storage (node_bench.py copies it to podman's). Returns the
+    workload image."""
     art = cluster.Artifacts.build(ROOT / "build", ROOT, log=lambda *_: None)
-    node_tag = images.build("node", args.release, log=lambda *_: None)
+    node_tag = images.build("node", release, log=lambda *_: None)
     workload = images.build("workload", "bookworm", log=lambda *_: None)
-    spec = cluster.NodeSpec(name, args.release, "a100x4")
-    cluster.start_node(spec, node_tag, log=lambda *_: None)
+    cluster.start_node(cluster.NodeSpec(name, release, PROFILE), node_tag, log=lambda *_: None)
     cluster.wait_booted(name)
+    cluster.tune_node(name)  # podman's settings for running in a container
     cluster.install_gpunode(name, art, log=lambda *_: None)
     cluster.copy_mock(name, art)
-    cluster.apply(name, "a100x4", log=lambda *_: None)
+    cluster.apply(name, PROFILE, log=lambda *_: None)
     exec_(
         name,
         [
@@ -54,40 +98,171 @@ def main() -> int:
             "-c",
             "gpunode runtime configure docker --json >/dev/null && "
             "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 "
-            "&& break; sleep 0.5; done; gpunode runtime refresh >/dev/null",
+            "&& break; sleep 0.5; done; gpunode runtime refresh >/dev/null && "
+            "gpunode cdi generate --install >/dev/null",
         ],
     )
     save = subprocess.Popen(["docker", "save", workload], stdout=subprocess.PIPE)
-    subprocess.run(
+    load = subprocess.run(
         ["docker", "exec", "-i", name, "docker", "load", "-q"],
         stdin=save.stdout,
-        check=True,
         capture_output=True,
+        check=False,
     )
     save.wait()
-    docker(["cp", str(ROOT / "benchmarks" / "node_bench.py"), f"{name}:/root/node_bench.py"])
-    proc = exec_(name, ["python3", "/root/node_bench.py", workload, str(args.runs)], timeout=3600)
-    times = json.loads(proc.stdout)
-    base = statistics.median(times["runc"])
-    print(
-        f"docker run --rm {workload} true  (Debian {args.release} node, {args.runs} runs each,"
-        " median)"
+    if load.returncode != 0:
+        raise cluster.SimError(f"{name}: docker load: {load.stderr.decode().strip()[-300:]}")
+    docker(["cp", str(ROOT / "benchmarks" / "node_bench.py"), f"{name}:{NODE_BENCH}"])
+    return workload
+
+
+def node_bench(name: str, mode: str, workload: str, runs: int) -> dict:
+    """Run one node_bench.py mode; its JSON, or {"error": its last stderr line}."""
+    proc = exec_(
+        name, ["python3", NODE_BENCH, mode, workload, str(runs)], check=False, timeout=1800
     )
-    print(f"{'variant':<26} {'median ms':>10} {'p90 ms':>8} {'ratio':>7} {'target':>7}")
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        return {"error": err[-1] if err else f"exited {proc.returncode}"}
+    return json.loads(proc.stdout)
+
+
+def print_docker(times: dict[str, list[float]], workload: str) -> bool:
+    base = ms(times["runc"])
+    print(f"\n1. docker run --rm --network none {workload} true")
+    print(f"{'variant':<38} {'median ms':>9} {'p90 ms':>8} {'ratio':>6} {'target':>7}")
     ok = True
     for variant, samples in times.items():
-        med = statistics.median(samples)
-        p90 = sorted(samples)[int(0.9 * (len(samples) - 1))]
-        ratio = med / base
+        ratio = ms(samples) / base
         target = TARGETS.get(variant)
-        mark = "" if target is None else ("ok" if ratio <= target else "OVER")
-        ok &= target is None or ratio <= target
-        print(
-            f"{variant:<26} {med * 1000:>10.1f} {p90 * 1000:>8.1f} {ratio:>7.3f} "
-            f"{'' if target is None else f'{target:.2f}':>7} {mark}"
+        met = target is None or ratio <= target
+        ok &= met
+        mark = f"{target:>7.2f} {'ok' if met else 'OVER'}" if target else ""
+        print(f"{variant:<38} {ms(samples):>9.1f} {p90_ms(samples):>8.1f} {ratio:>6.3f} {mark}")
+    for variant, ratio in REFERENCE.items():
+        print(f"{variant:<38} {'':>9} {'':>8} {ratio:>6.3f}  (reference)")
+    print("(reference: issue 11's figures, measured in an earlier session on this simulator")
+    print(" under the conditions it states; NVIDIA's toolkit is not run here)")
+    return ok
+
+
+def print_podman(times: dict[str, list[float]], workload: str) -> None:
+    plain, gpu = times["podman"], times["podman, CDI nvidia.com/gpu=1"]
+    print(f"\n2. podman --cgroup-manager cgroupfs run --rm --network none [...] {workload} true")
+    print(f"{'variant':<38} {'median ms':>9} {'p90 ms':>8} {'ratio':>6}")
+    print(f"{'no device':<38} {ms(plain):>9.1f} {p90_ms(plain):>8.1f} {1:>6.3f}")
+    print(
+        f"{'--device nvidia.com/gpu=1 (CDI)':<38} {ms(gpu):>9.1f} {p90_ms(gpu):>8.1f} "
+        f"{ms(gpu) / ms(plain):>6.3f}"
+    )
+
+
+def parse_timing(lines: list[str]) -> dict[str, list[float]]:
+    """The runtime's timing lines -> {phase: [ms, ...]} (lines of another shape are skipped)."""
+    phases: dict[str, list[float]] = {}
+    for line in lines:
+        m = TIMING.search(line)
+        if not m:
+            continue
+        for item in m.group(2).split():
+            key, _, value = item.partition("=")
+            phases.setdefault(key, []).append(float(value.removesuffix("ms")))
+    return phases
+
+
+def print_breakdown(bd: dict, extra: float) -> None:
+    """`extra`: ms a one-GPU `docker run` takes beyond runc's. Each phase is the difference
+    of two `create` variants, as the median over rounds of the difference in the round."""
+    t = bd["times"]
+    plain, nohook = t["runc, plain spec"], t["runc, edited spec without hooks"]
+    edited = t["runc, edited spec"] if bd["hooks"] else nohook
+    rows = [
+        (
+            "runtime create (gpunode-container-runtime)",
+            paired_ms(t["gpunode-container-runtime"], edited),
         )
-    if not args.keep:
-        cluster.down_names([name], log=lambda *_: None)
+    ]
+    if "runc, edited spec, hook without ld cache" in t:
+        noldcache = t["runc, edited spec, hook without ld cache"]
+        rows.append(("hook, its ld cache (--folder: ldconfig)", paired_ms(edited, noldcache)))
+        rows.append(("hook, the rest", paired_ms(noldcache, nohook)))
+    else:
+        hook = f"hook ({bd['hooks']} added to the spec)" if bd["hooks"] else "hook (none)"
+        rows.append((hook, paired_ms(edited, nohook)))
+    rows.append(("runc's extra mounts and devices", paired_ms(nohook, plain)))
+    rows.append(("the rest (engine, noise)", extra - sum(v for _, v in rows)))
+    print(f"\n3. where a one-GPU container's extra {extra:.1f} ms (docker, vs runc) goes")
+    print("(each figure: the median over rounds of a difference within the round)")
+    print(f"{'phase':<44} {'median ms':>9} {'share':>6}")
+    for phase, value in rows:
+        print(f"{phase:<44} {value:>9.1f} {share(value, extra)}")
+    print("medians of `create` on one bundle of the same image (ms), the phases' sources:")
+    for variant, samples in t.items():
+        if variant.startswith(("runc", "gpunode")) and "debug" not in variant:
+            print(f"  {variant:<42} {ms(samples):>9.1f}")
+    phases = parse_timing(bd["timing"])
+    if not phases:
+        print("runtime's own timing: none (the runtime wrote no timing lines at log-level debug)")
+    else:
+        n = max(len(v) for v in phases.values())
+        total = statistics.median(phases["total"]) if "total" in phases else 0.0
+        print(f"runtime's own timing (log-level debug, {n} GPU creates on the bundle):")
+        print(f"{'phase':<44} {'median ms':>9} {'of total':>8}")
+        for phase, values in phases.items():
+            med = statistics.median(values)
+            print(f"{phase:<44} {med:>9.1f} {share(med, total):>8}")
+        outside = ms(t["gpunode-container-runtime, log-level debug"])
+        print(f"{'these creates, timed from outside':<44} {outside:>9.1f}")
+    print(f"{'reference: python3 -IS -c pass':<44} {ms(t['python3 -IS -c pass']):>9.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=30, help="runs per variant (default 30)")
+    ap.add_argument("--release", default="bookworm", choices=images.RELEASES)
+    ap.add_argument("--node", help="node container name (default gpunode-bench-RELEASE)")
+    ap.add_argument("--skip-podman", action="store_true", help="do not measure podman")
+    ap.add_argument("--keep", action="store_true", help="keep the node afterwards")
+    args = ap.parse_args()
+    if args.runs < 1:
+        print(f"bench: error: --runs {args.runs} must be >= 1", file=sys.stderr)
+        return 2
+    name = args.node or f"gpunode-bench-{args.release}"
+    say(f"preparing node {name}")
+    try:
+        workload = prepare_node(name, args.release)
+        say(f"docker, 4 variants x {args.runs}")
+        results = {"docker": node_bench(name, "docker", workload, args.runs)}
+        if not args.skip_podman:
+            say(f"podman, 2 variants x {args.runs}")
+            results["podman"] = node_bench(name, "podman", workload, args.runs)
+        say(f"breakdown, runc on one bundle x {args.runs}")
+        results["breakdown"] = node_bench(name, "breakdown", workload, args.runs)
+    except (cluster.SimError, DockerError, subprocess.TimeoutExpired) as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:
+            cluster.down_names([name], log=lambda *_: None)
+    print(
+        f"bench_runtime: {DEBIAN[args.release]} ({args.release}) node, profile {PROFILE}, "
+        f"{args.runs} runs per variant, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    )
+    ok = True
+    for part, result in results.items():
+        if "error" in result:
+            print(f"\n{part}: NOT MEASURED: {result['error']}")
+            ok = False
+    docker_times = results["docker"].get("times")
+    if docker_times:
+        ok &= print_docker(docker_times, workload)
+    if args.skip_podman:
+        print("\n2. podman: skipped (--skip-podman)")
+    elif "times" in results["podman"]:
+        print_podman(results["podman"]["times"], workload)
+    if docker_times and "times" in results["breakdown"]:
+        extra = paired_ms(docker_times["gpunode, one GPU"], docker_times["runc"])
+        print_breakdown(results["breakdown"], extra)
     return 0 if ok else 1
 
 

@@ -49,8 +49,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_PATH = "/etc/gpunode/runtime.toml"  # a str: pathlib costs ~3 ms per container start
-# The default file's parsed content, kept with its text (see _parse): importing tomllib
-# alone costs every GPU container start 5-20 ms on a node with a runtime.toml.
+# The config file's parsed content, kept with its text (see _parse): importing tomllib
+# alone costs every GPU container start 5-20 ms on a node with a runtime.toml. One entry,
+# whatever the file's path; $GPUNODE_RUNTIME_CONFIG_CACHE moves it ("" turns it off).
 PARSED_CACHE = "/run/gpunode/runtime-toml.json"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -198,7 +199,7 @@ def load(path: os.PathLike | str | None = None) -> RuntimeConfig:
         return cfg
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    data = _parse(path, raw, PARSED_CACHE if path == os.fspath(DEFAULT_PATH) else None)
+    data = _parse(path, raw, os.environ.get("GPUNODE_RUNTIME_CONFIG_CACHE", PARSED_CACHE))
     defaults = RuntimeConfig()
     accepted = sorted(k.replace("_", "-") for k in _TYPES if k != "source")
     for key, value in data.items():

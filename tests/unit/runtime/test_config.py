@@ -84,7 +84,9 @@ def default_file(tmp_path, monkeypatch):
     f = tmp_path / "etc/runtime.toml"
     f.parent.mkdir()
     monkeypatch.setattr(config, "DEFAULT_PATH", str(f))
-    monkeypatch.setattr(config, "PARSED_CACHE", str(tmp_path / "run/gpunode/runtime-toml.json"))
+    cache = str(tmp_path / "run/gpunode/runtime-toml.json")
+    monkeypatch.setattr(config, "PARSED_CACHE", cache)
+    monkeypatch.delenv("GPUNODE_RUNTIME_CONFIG_CACHE")  # the default place: PARSED_CACHE
     return f
 
 
@@ -142,8 +144,24 @@ def test_a_cache_that_cannot_be_trusted_is_not_used(default_file, tmp_path, dama
     assert config.load().runtimes == ["crun"]
 
 
-def test_explicit_config_paths_are_not_cached(default_file, tmp_path):
+def test_the_cache_follows_the_text_whatever_the_path(default_file, tmp_path, monkeypatch):
     other = tmp_path / "other.toml"
     other.write_text('runtimes = ["crun"]\n')
+    default_file.write_text('runtimes = ["runc"]\n')
     assert config.load(other).runtimes == ["crun"]
-    assert not os.path.exists(config.PARSED_CACHE)
+    assert config.load().runtimes == ["runc"]  # its own text, not the other file's entry
+    with monkeypatch.context() as m:
+        _no_tomllib(m)
+        assert config.load().runtimes == ["runc"]
+
+
+def test_the_cache_can_be_moved_or_turned_off(default_file, tmp_path, monkeypatch):
+    default_file.write_text('runtimes = ["crun"]\n')
+    moved = tmp_path / "elsewhere.json"
+    monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", str(moved))
+    config.load()
+    assert moved.exists() and not os.path.exists(config.PARSED_CACHE)
+    monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", "")
+    moved.unlink()
+    config.load()
+    assert not moved.exists() and not os.path.exists(config.PARSED_CACHE)

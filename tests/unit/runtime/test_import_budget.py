@@ -179,6 +179,7 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
             fh.write('log-file = ""\n')
         monkeypatch.setattr(config, "DEFAULT_PATH", str(conf))
         monkeypatch.setattr(config, "PARSED_CACHE", str(parsed))
+        monkeypatch.delenv("GPUNODE_RUNTIME_CONFIG_CACHE")
         config.load()
         setup = (
             "from gpunode.runtime import config\n"

@@ -4,6 +4,7 @@ and exec of the low-level runtime."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -197,7 +198,12 @@ def _runtime_subprocess(tmp_path, runtimes, argv):
     conf = tmp_path / "runtime.toml"
     conf.write_text(f"runtimes = {json.dumps(runtimes)}\nlog-file = ''\n")
     src = SRC
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "GPUNODE_RUNTIME_CONFIG": str(conf)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(src),
+        "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+    }
     return subprocess.run(
         [sys.executable, "-m", "gpunode.runtime.shim", *argv],
         capture_output=True,

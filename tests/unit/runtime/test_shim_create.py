@@ -112,6 +112,7 @@ def node(tmp_path):
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONPATH": str(SRC),
         "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
         "FAKE_LOG": str(tmp_path / "calls"),
         "FAKE_PIDS": str(tmp_path / "pids"),
         "FAKE_READY": str(ready),

@@ -16,6 +16,7 @@ from gpunode.sim.profiles import load_profile
 pytestmark = pytest.mark.integration
 
 A100 = load_profile("a100x4")
+VERSION = A100.driver.version
 UUID = [g.uuid for g in A100.gpus]
 BUS = [g.bus_id.procfs for g in A100.gpus]
 HERE = Path(__file__).parent / "node"
@@ -232,6 +233,87 @@ def test_docker26_cdi_device(runtime_nodes):
     assert [d for d in out["dev"] if d[6:].isdigit()] == ["nvidia1"]
 
 
+# ------------------------------------------------- the shim's own work (no hook process)
+
+
+def test_docker_proc_driver_is_filtered_and_read_only(runtime_nodes):
+    """The shim filters /proc/driver/nvidia in the created container's mount namespace:
+    exactly the selected GPUs, ModifyDeviceFiles: 0, every mount of it read-only."""
+    script = (
+        "ls /proc/driver/nvidia/gpus; echo --; cat /proc/driver/nvidia/params; echo --; "
+        "awk '$5 ~ \"^/proc/driver/nvidia\" {print $5, $6}' /proc/self/mountinfo; echo --; "
+        f"touch /proc/driver/nvidia/x /proc/driver/nvidia/gpus/{BUS[1]}/x 2>&1; true"
+    )
+    for node in runtime_nodes.values():
+        proc = node.sh(
+            "docker run --rm --network none --runtime gpunode -e NVIDIA_VISIBLE_DEVICES=1,3 "
+            f"{node.workload} sh -c {shlex.quote(script)}"
+        )
+        gpus, params, mounts, touch = (p.split("\n") for p in proc.stdout.split("--\n"))
+        assert [g for g in gpus if g] == [BUS[1], BUS[3]], (node.release, proc.stdout)
+        assert "ModifyDeviceFiles: 0" in params and "ModifyDeviceFiles: 1" not in params
+        targets = {ln.split()[0]: ln.split()[1].split(",") for ln in mounts if ln}
+        assert sorted(targets) == [
+            "/proc/driver/nvidia",
+            f"/proc/driver/nvidia/gpus/{BUS[1]}",
+            f"/proc/driver/nvidia/gpus/{BUS[3]}",
+        ], (node.release, mounts)
+        assert all({"ro", "nosuid", "nodev", "noexec"} <= set(o) for o in targets.values())
+        assert [ln for ln in touch if ln] == [
+            f"touch: cannot touch '{p}': Read-only file system"
+            for p in ("/proc/driver/nvidia/x", f"/proc/driver/nvidia/gpus/{BUS[1]}/x")
+        ], (node.release, touch)
+
+
+def test_docker_read_only_container_gets_its_ld_cache(runtime_nodes):
+    """--read-only: the shim writes the links and /etc/ld.so.cache before runc makes the
+    root read-only, so the loader finds the driver's libraries through the cache."""
+    script = (
+        "ldconfig -p | grep -o 'libnvidia-ml.so.1 ([^)]*) => [^ ]*'; "
+        "readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; "
+        'python3 -c \'import ctypes; n = ctypes.CDLL("libnvidia-ml.so.1"); '
+        'print("nvmlInit", n.nvmlInit_v2())\'; touch /rootfs-is-writable 2>/dev/null || echo ro'
+    )
+    for node in runtime_nodes.values():
+        proc = node.sh(
+            "docker run --rm --network none --read-only --runtime gpunode "
+            f"-e NVIDIA_VISIBLE_DEVICES=0 {node.workload} sh -c {shlex.quote(script)}"
+        )
+        assert proc.stdout.splitlines() == [
+            "libnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            f"libnvidia-ml.so.{VERSION}",
+            "nvmlInit 0",
+            "ro",
+        ], (node.release, proc.stdout, proc.stderr)
+
+
+def test_post_create_failure_leaves_no_container(runtime_nodes):
+    """The /proc step fails after runc's create (here: a GPU's directory gone from the
+    node's /proc/driver/nvidia after discovery): the shim deletes the container and the
+    user gets its one error line, through runc bundles and through Docker."""
+    node = runtime_nodes["bookworm"]
+    gone, away = f"/proc/driver/nvidia/gpus/{BUS[2]}", f"/proc/driver/nvidia/away-{BUS[2]}"
+    message = f"/proc/driver/nvidia: GPU {BUS[2]} not found in /proc/driver/nvidia/gpus"
+    node.sh(f"mv {gone} {away}")
+    try:
+        proc = run_bundle(node, "post-create", ["NVIDIA_VISIBLE_DEVICES=2"])
+        assert proc.returncode != 0
+        lines = [ln for ln in proc.stderr.splitlines() if message in ln]
+        assert lines == [f"create failed (1): gpunode-container-runtime: error: {message}"]
+        assert "t-post-create" not in node.sh("runc list -q").stdout
+        proc = node.sh(
+            "docker run --rm --name shim-post-create --network none --runtime gpunode "
+            f"-e NVIDIA_VISIBLE_DEVICES=2 {node.workload} true",
+            check=False,
+        )
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+        assert node.sh("docker ps -aq --filter name=shim-post-create").stdout == ""
+        left = node.sh("for d in /run/docker/runtime-*/moby; do runc --root $d list -q; done")
+        assert left.stdout == "", left.stdout
+    finally:
+        node.sh(f"mv {away} {gone}")
+
+
 # ----------------------------------------------------------------------------- hostile images
 
 EVIL_C = r"""
@@ -407,7 +489,6 @@ def test_containerd_configuration_is_accepted_by_containerd(runtime_nodes):
 
 DRIVER_ROOT = "/run/nvidia/driver"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
-VERSION = A100.driver.version
 DRIVER_ROOT_CONF = f"{WORK}/runtime-driver-root.toml"
 AWAY = "/root/driver-away"
 
@@ -485,11 +566,7 @@ def test_containerised_driver_under_a_driver_root(runtime_nodes):
             assert sources["/run/nvidia-persistenced/socket"] == (
                 f"{DRIVER_ROOT}/run/nvidia-persistenced/socket"
             )
-            args = spec["hooks"]["createContainer"][0]["args"]
-            assert args[args.index("--driver-root") + 1] == DRIVER_ROOT
-            # ldconfig = ... in runtime.toml: deprecated, accepted, no effect
-            assert "--ldconfig-path" not in args and "/sbin/ldconfig" not in args
-            assert f"libnvidia-ml.so.1::{LIBDIR}/libnvidia-ml.so.1" in args
+            assert "createContainer" not in spec.get("hooks", {})  # the shim did its work
         finally:
             node.sh(RESTORE_DRIVER_ROOT, check=False)
         # the node is back as it was: the default configuration still works

@@ -60,3 +60,12 @@ def resolver(request, monkeypatch):
     elif not safepath.have_openat2():
         pytest.skip("openat2 not available on this kernel")
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _parsed_config_cache(tmp_path_factory, monkeypatch):
+    """runtime.toml's parsed form (gpunode.runtime.config.PARSED_CACHE) goes to a temporary
+    place in every test, never to the machine's /run/gpunode; subprocesses that build their
+    own environment take it from os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"]."""
+    path = tmp_path_factory.mktemp("run") / "runtime-toml.json"
+    monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", str(path))

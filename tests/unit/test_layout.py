@@ -13,7 +13,8 @@ PKG = Path(__file__).resolve().parents[2] / "src" / "gpunode"
 MAY_USE = {
     "util": {"util"},
     "nvidia": {"util", "nvidia"},
-    "runtime": {"util", "nvidia", "runtime"},
+    # the shim does the hook's work in-process (the hook never imports the runtime)
+    "runtime": {"util", "nvidia", "hook", "runtime"},
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},

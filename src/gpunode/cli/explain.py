@@ -95,6 +95,7 @@ def _print_explain(out: dict) -> None:
     for m in e["mounts"]:
         print(f"mount {m['source']} -> {m['destination']} ({','.join(m['options'])})")
     for h in e["hooks"]:
-        print(f"hook createContainer: {h['path']} {' '.join(h['args'][1:])}")
+        # the runtime does this itself; only the CDI path runs it as a createContainer hook
+        print(f"setup (in the runtime, no hook process): {' '.join(h['args'][1:])}")
     for v in e["env"]:
         print(f"env {v}")

@@ -1,4 +1,10 @@
-"""``configure``: all of a container's setup in one process."""
+"""``configure``: all of a container's setup in one process.
+
+Two halves, which the runtime shim also calls in-process on its own path (no hook there):
+``rootfs`` (symlinks, ld.so.conf.d drop-in and ld.so.cache: files written into the
+container root) and ``proc_sources`` (the host's side of the filtered /proc/driver/nvidia,
+whose other half, ``procdriver.install``, runs where the container's mounts are).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,33 @@ import sys
 
 from .errors import PROG
 from .ldcache import cmd_update_ldcache
-from .procdriver import cmd_mount_proc_driver, gpus_from_container_devices
+from .procdriver import Sources, gpus_from_container_devices, install_at, open_sources
 from .symlinks import cmd_create_symlinks
+
+
+def rootfs(args, root_path: str) -> None:
+    """The files a container gets in its root: symlinks, then the ld cache."""
+    if args.link:
+        cmd_create_symlinks(args, root_path)
+    if args.library or args.folder:
+        cmd_update_ldcache(args, root_path)
+
+
+def proc_sources(args, root_path: str) -> Sources | None:
+    """The detached mounts of the container's /proc/driver/nvidia (procdriver), or None
+    when it gets none (no --proc-driver, or no driver procfs on the host: said on stderr)."""
+    if not args.proc_driver:
+        return None
+    host = os.path.join(args.driver_root, "proc/driver/nvidia")
+    if not os.path.isdir(host):
+        print(
+            f"{PROG}: configure: {host} not found; /proc/driver/nvidia left as is",
+            file=sys.stderr,
+        )
+        return None
+    if not args.gpus_selected and not args.gpu:  # CDI: the device nodes given say which
+        args.gpu = gpus_from_container_devices(root_path, args.driver_root)
+    return open_sources(args.driver_root, args.gpu)
 
 
 def cmd_configure(args, root_path: str) -> int:
@@ -17,19 +48,8 @@ def cmd_configure(args, root_path: str) -> int:
     One invocation instead of three keeps the hook's cost on container start to one
     Python start-up.
     """
-    if args.link:
-        cmd_create_symlinks(args, root_path)
-    if args.library or args.folder:
-        cmd_update_ldcache(args, root_path)
-    if args.proc_driver:
-        host = os.path.join(args.driver_root, "proc/driver/nvidia")
-        if not os.path.isdir(host):
-            print(
-                f"{PROG}: configure: {host} not found; /proc/driver/nvidia left as is",
-                file=sys.stderr,
-            )
-            return 0
-        if not args.gpus_selected and not args.gpu:  # CDI: the device nodes given say which
-            args.gpu = gpus_from_container_devices(root_path, args.driver_root)
-        cmd_mount_proc_driver(args, root_path)
+    rootfs(args, root_path)
+    src = proc_sources(args, root_path)
+    if src is not None:
+        install_at(src, root_path)
     return 0

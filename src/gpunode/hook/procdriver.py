@@ -1,31 +1,54 @@
 """``mount-proc-driver``: the container's /proc/driver/nvidia shows only its GPUs, with
 ``ModifyDeviceFiles: 0``: a read-only tmpfs over it holding the host's version, registry
-and (patched) params files and a bind mount of each selected GPU's directory."""
+and (patched) params files and a read-only bind mount of each selected GPU's directory.
+
+One implementation for both callers, in two steps, all by fd with the new mount API (no
+``/proc/self/fd`` path, which would not resolve where the container's procfs is another
+PID namespace's):
+
+* ``open_sources`` (in the host's mount namespace): the host's files read, each selected
+  GPU's directory cloned as a detached read-only bind mount (``open_tree``), the tmpfs made
+  detached (``fsopen``/``fsmount``), filled and made read-only. Nothing is attached yet, so
+  nothing is left behind when a source is missing.
+* ``install`` (in the container's mount namespace, given its root as an fd): the
+  container's /proc/driver/nvidia checked (no symlink, not mounted over) and the tmpfs and
+  the GPU directories attached there (``move_mount``).
+
+The hook (createContainer, CDI path) runs both in the container's mount namespace before
+pivot_root; the runtime shim runs ``open_sources`` in the host's and ``install`` in a child
+that entered the created container's mount namespace (``in_namespace``).
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
 from ..nvidia import procfs
 from ..nvidia.busid import BusId
 from ..nvidia.devices import is_gpu_node
-from ..util.safepath import UnsafePath, open_beneath_no_symlinks, proc_fd_path
+from ..util.safepath import UnsafePath, open_beneath_no_symlinks
 from .errors import PROG, HookError, describe
 from .fileops import create_file_at, open_dir_nofollow, read_at
 from .linux import (
+    CLONE_NEWNS,
     MNT_DETACH,
-    MS_BIND,
-    MS_NODEV,
-    MS_NOEXEC,
-    MS_NOSUID,
-    MS_RDONLY,
-    MS_REMOUNT,
-    mount,
+    MOUNT_ATTR_LOCKED_DOWN,
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOEXEC,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    mount_setattr,
+    move_mount,
+    new_fs_mount,
+    open_tree_clone,
+    setns,
     umount2,
 )
 from .state import open_root
+
+TMPFS_OPTIONS = {"mode": "0555", "size": "1m", "nr_inodes": "256"}
+PROC_FILES = ("version", "registry", "params")
 
 
 def busid_candidates(busid: str) -> list[str]:
@@ -36,42 +59,86 @@ def busid_candidates(busid: str) -> list[str]:
         raise HookError(f"invalid PCI bus id {busid!r}") from None
 
 
-def cmd_mount_proc_driver(args, root_path: str) -> int:
-    driver_root = args.driver_root
-    wanted = [busid_candidates(b) for b in args.gpu or []]
+class Sources:
+    """What the container's /proc/driver/nvidia gets, as detached mounts (see the module
+    docstring). Close it when done: the fds are the only references to the mounts."""
 
+    def __init__(self) -> None:
+        self.tmpfs = -1
+        self.gpus: list[tuple[str, int]] = []  # (directory name, detached bind mount)
+        self.fds: list[int] = []
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def open_sources(driver_root: str, gpus: list[str]) -> Sources:
+    """The host's /proc/driver/nvidia (under ``driver_root``) for GPUs ``gpus`` (bus ids),
+    as detached mounts. Raises HookError when the host tree or a GPU is missing."""
+    wanted = [busid_candidates(b) for b in gpus]
     host_dir = os.path.join(driver_root, "proc/driver/nvidia")
     try:
         host_fd = os.open(host_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise HookError(f"no NVIDIA driver procfs at {host_dir}: {exc.strerror}") from None
-    fds: list[int] = [host_fd]
+    src = Sources()
+    src.fds.append(host_fd)
     try:
-        # Host sources first, so that nothing is mounted if one is missing.
         try:
             host_gpus = open_dir_nofollow(host_fd, "gpus")
-            fds.append(host_gpus)
+            src.fds.append(host_gpus)
         except FileNotFoundError:
             host_gpus = -1
-        sources: list[tuple[str, int]] = []
         for cands in wanted:
             for name in cands:
                 try:
-                    src = open_dir_nofollow(host_gpus, name) if host_gpus >= 0 else -1
+                    gpu_fd = open_dir_nofollow(host_gpus, name) if host_gpus >= 0 else -1
                 except FileNotFoundError:
                     continue
-                if src >= 0:
-                    fds.append(src)
-                    sources.append((name, src))
+                if gpu_fd >= 0:
+                    src.fds.append(gpu_fd)
+                    clone = open_tree_clone(gpu_fd)
+                    src.fds.append(clone)
+                    mount_setattr(clone, MOUNT_ATTR_LOCKED_DOWN)
+                    src.gpus.append((name, clone))
                     break
             else:
                 raise HookError(f"GPU {cands[-1]} not found in {host_dir}/gpus")
-        files = {n: read_at(host_fd, n) for n in ("version", "registry", "params")}
+        files = {n: read_at(host_fd, n) for n in PROC_FILES}
         if files["params"] is not None:
             files["params"] = procfs.set_param(files["params"], "ModifyDeviceFiles", "0")
+        src.tmpfs = new_fs_mount(
+            "tmpfs", TMPFS_OPTIONS, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC
+        )
+        src.fds.append(src.tmpfs)
+        for name in PROC_FILES:
+            if files[name] is not None:
+                create_file_at(src.tmpfs, name, files[name])
+        os.mkdir("gpus", 0o555, dir_fd=src.tmpfs)
+        gpus_fd = open_dir_nofollow(src.tmpfs, "gpus")
+        try:
+            for name, _ in src.gpus:
+                os.mkdir(name, 0o555, dir_fd=gpus_fd)
+        finally:
+            os.close(gpus_fd)
+        mount_setattr(src.tmpfs, MOUNT_ATTR_RDONLY)
+    except OSError as exc:
+        src.close()
+        raise HookError(describe(exc)) from None
+    except BaseException:
+        src.close()
+        raise
+    return src
 
-        root_fd = open_root(root_path)
-        fds.append(root_fd)
+
+def install(src: Sources, root_fd: int) -> bool:
+    """Attach ``src`` over /proc/driver/nvidia of the container root ``root_fd`` (in the
+    caller's mount namespace). False (and a note on stderr) when the container has no
+    /proc/driver; HookError when its /proc/driver/nvidia is unsafe or missing."""
+    fds: list[int] = []
+    try:
         try:
             proc_fd = open_beneath_no_symlinks(root_fd, "proc", os.O_PATH | os.O_DIRECTORY)
             fds.append(proc_fd)
@@ -82,7 +149,7 @@ def cmd_mount_proc_driver(args, root_path: str) -> int:
                 f"{PROG}: mount-proc-driver: no /proc/driver in the container; skipping",
                 file=sys.stderr,
             )
-            return 0
+            return False
         except UnsafePath as exc:
             raise HookError(f"refusing /proc/driver in the container: {exc.strerror}") from None
         except NotADirectoryError:
@@ -107,62 +174,104 @@ def cmd_mount_proc_driver(args, root_path: str) -> int:
         nv_st = os.fstat(nv_fd)
         if nv_st.st_dev != os.fstat(driver_fd).st_dev:
             raise HookError("/proc/driver/nvidia is already mounted over in the container")
-
-        mount(
-            "tmpfs",
-            proc_fd_path(nv_fd),
-            "tmpfs",
-            MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "mode=0555,size=1m,nr_inodes=256",
-        )
+        move_mount(src.tmpfs, nv_fd)
         try:
-            # Look the name up again from its parent: this crosses onto the new mount.
+            # Look the name up again from its parent: this crosses onto the new mount,
+            # which must be our tmpfs.
             tmp_fd = open_dir_nofollow(driver_fd, "nvidia")
             fds.append(tmp_fd)
-            tst = os.fstat(tmp_fd)
-            if tst.st_dev == nv_st.st_dev or os.listdir(proc_fd_path(tmp_fd)):
+            if os.fstat(tmp_fd).st_dev != os.fstat(src.tmpfs).st_dev:
                 raise HookError("/proc/driver/nvidia changed while mounting the tmpfs")
-            for name in ("version", "registry", "params"):
-                if files[name] is not None:
-                    create_file_at(tmp_fd, name, files[name])
-            os.mkdir("gpus", 0o555, dir_fd=tmp_fd)
             gpus_fd = open_dir_nofollow(tmp_fd, "gpus")
             fds.append(gpus_fd)
-            for name, src in sources:
-                os.mkdir(name, 0o555, dir_fd=gpus_fd)
+            for name, clone in src.gpus:
                 dst = open_dir_nofollow(gpus_fd, name)
                 fds.append(dst)
-                mount(proc_fd_path(src), proc_fd_path(dst), None, MS_BIND, None)
-                bound = open_dir_nofollow(gpus_fd, name)  # the bind mount's root
-                fds.append(bound)
-                mount(
-                    None,
-                    proc_fd_path(bound),
-                    None,
-                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                    None,
-                )
-            mount(
-                None,
-                proc_fd_path(tmp_fd),
-                None,
-                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                None,
-            )
+                move_mount(clone, dst)
         except BaseException:
-            # Undo: lazily unmount whatever now covers the original directory (our
-            # tmpfs, and with it the GPU bind mounts below it).
-            with contextlib.suppress(OSError):
-                fd = open_dir_nofollow(driver_fd, "nvidia")
-                fds.append(fd)
-                if os.fstat(fd).st_dev != nv_st.st_dev:
-                    umount2(proc_fd_path(fd), MNT_DETACH)
+            # Undo: lazily unmount our tmpfs (and the GPU mounts below it), by a name
+            # relative to the directory that holds it.
+            try:
+                cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                fds.append(cwd)
+                os.fchdir(driver_fd)
+                try:
+                    umount2("nvidia", MNT_DETACH)
+                finally:
+                    os.fchdir(cwd)
+            except OSError:
+                pass
             raise
     except OSError as exc:
         raise HookError(describe(exc)) from None
     finally:
         for fd in fds:
             os.close(fd)
+    return True
+
+
+def in_namespace(src: Sources, pid: int) -> None:
+    """``install`` in the mount namespace of process ``pid`` (a created container's init),
+    from a forked child: the caller's own namespace, root and working directory are not
+    touched. Raises HookError with the child's one-line error."""
+    try:
+        ns_fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HookError(f"cannot open the container's mount namespace: {describe(exc)}") from None
+    rfd, wfd = os.pipe()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the forked child
+            code = 1
+            try:
+                os.close(rfd)
+                setns(ns_fd, CLONE_NEWNS)  # also moves root and cwd to the namespace's root
+                root_fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                install(src, root_fd)
+                code = 0
+            except HookError as exc:
+                os.write(wfd, str(exc).encode(errors="replace"))
+            except OSError as exc:
+                os.write(wfd, describe(exc).encode(errors="replace"))
+            except BaseException as exc:
+                os.write(wfd, f"{type(exc).__name__}: {exc}".encode(errors="replace"))
+            finally:
+                try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
+                    sys.stderr.flush()
+                except BaseException:
+                    pass
+                os._exit(code)
+        os.close(wfd)
+        wfd = -1
+        message = b""
+        while chunk := os.read(rfd, 4096):
+            message += chunk
+        _, status = os.waitpid(child, 0)
+    finally:
+        for fd in (ns_fd, rfd, wfd):
+            if fd >= 0:
+                os.close(fd)
+    if status != 0:
+        text = " ".join(message.decode(errors="replace").split())
+        raise HookError(text or f"the mount child failed ({os.waitstatus_to_exitcode(status)})")
+
+
+def install_at(src: Sources, root_path: str) -> None:
+    """``install`` into the container root at ``root_path``, then close ``src``."""
+    try:
+        root_fd = open_root(root_path)
+        try:
+            install(src, root_fd)
+        finally:
+            os.close(root_fd)
+    finally:
+        src.close()
+
+
+def cmd_mount_proc_driver(args, root_path: str) -> int:
+    install_at(open_sources(args.driver_root, args.gpu or []), root_path)
     return 0
 
 

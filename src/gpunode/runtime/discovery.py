@@ -22,8 +22,6 @@ host paths recorded keep it; containers see them at the paths without it.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 
 from ..nvidia.capabilities import BINARIES, IPC, LIBRARIES, expand_capabilities
@@ -183,12 +181,14 @@ def discover_files(driver_version: str, driver_root: str = "/") -> DriverFiles:
         if found:
             files.binaries[cap] = found
     fw = under(driver_root, f"/lib/firmware/nvidia/{driver_version}")
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
         files.firmware = sorted(
             os.path.join(fw, n)
             for n in os.listdir(fw)
             if n.startswith("gsp") and n.endswith(".bin")
         )
+    except OSError:
+        pass
     for cap, paths in IPC.items():
         found = [under(driver_root, p) for p in paths if os.path.exists(under(driver_root, p))]
         if found:
@@ -259,15 +259,19 @@ def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Disco
 
 
 def write_cache(d: Discovery, path: str) -> None:
+    import json  # sorted and indented: only on a fresh discovery
+
     from ..util.files import write_atomic
 
     write_atomic(path, json.dumps(d.to_dict(), indent=1, sort_keys=True).encode(), 0o644)
 
 
 def read_cache(path: str) -> dict[str, Any] | None:
+    from ..util import fastjson
+
     try:
         with open(path, "rb") as fh:
-            data = json.load(fh)
+            data = fastjson.loads(fh.read())
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("schema") == CACHE_SCHEMA else None
@@ -327,6 +331,8 @@ def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Disc
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass
     d = discover(driver_root, key=key)
-    with contextlib.suppress(OSError):  # read-only /var/cache: correct, only slower next time
+    try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
         write_cache(d, cache_file)
+    except OSError:  # read-only /var/cache: correct, only slower next time
+        pass
     return d

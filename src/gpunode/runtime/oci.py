@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 
-from ..util import files
+from ..util import fastjson, files
 from .edits import Edits
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
@@ -91,5 +90,5 @@ def write_atomic(path: str, spec: dict[str, Any]) -> None:
         like = os.stat(path)
     except OSError:
         like = None
-    data = json.dumps(spec, separators=(",", ":")).encode()
+    data = fastjson.dumps(spec).encode()
     files.write_atomic(path, data, 0o600, skip_if_same=False, like=like)

@@ -2,10 +2,23 @@
 
 Every invocation is forwarded with execve to the low-level runtime (first found of
 ``runtimes`` in runtime.toml; default runc, then crun) with the same arguments and
-environment. Only ``create`` is intercepted: the bundle's config.json is read, the GPU
-request worked out, the spec edited and written back atomically, then the low-level
-runtime is exec'd. A container that asks for no GPU gets its spec untouched, byte for byte,
-even when discovery is broken or the driver is gone.
+environment. Only ``create`` is intercepted: the bundle's config.json is read and the GPU
+request worked out. A container that asks for no GPU gets its spec untouched, byte for
+byte, even when discovery is broken or the driver is gone, and the runtime is exec'd.
+
+A GPU container is set up by the shim itself, with no hook process (the hook package's
+functions, in-process):
+
+1. the spec edited (devices, cgroup rules, mounts, env) and written back atomically;
+2. the files written into the container root (symlinks, ld.so.conf.d, ld.so.cache);
+3. the low-level runtime's ``create`` run as a child (same argv, env and stdio, plus a
+   ``--pid-file`` of our own when the caller gave none); its exit status is passed on;
+4. after a successful create, the container's /proc/driver/nvidia filtered in its mount
+   namespace (gpunode.hook.procdriver). If that fails the container is deleted
+   (``delete --force``) and the create fails with one error line.
+
+With ``log-level = "debug"`` each GPU create logs ``timing create <id> plan=<ms>
+rootfs=<ms> runtime=<ms> proc=<ms> total=<ms>`` (the four steps above, and all of it).
 
 This module imports only ``os`` and ``sys`` at load time: ``start``, ``state``, ``delete``
 and the rest go straight to execve.
@@ -58,6 +71,23 @@ def _find_runtimes(names, problems):
                 break
 
 
+def _tokens(argv):
+    """(index, option name or None, value) for each token of a runc argument vector: an
+    option with its value (VALUE_OPTS take one, as `--x=v` or `--x v`), or a positional."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-") and arg not in ("-", "--"):
+            name, eq, value = arg.lstrip("-").partition("=")
+            if name in VALUE_OPTS and not eq:
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            yield i, name, value
+        else:
+            yield i, None, arg
+        i += 1
+
+
 def parse_args(argv):
     """Return (is_create, bundle, log_file, log_format) from a runc argument vector."""
     is_create = False
@@ -65,27 +95,18 @@ def parse_args(argv):
     log_file = None
     log_format = "text"
     command = None
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("-") and arg not in ("-", "--"):
-            name, eq, value = arg.lstrip("-").partition("=")
-            if name in VALUE_OPTS:
-                if not eq:
-                    i += 1
-                    value = argv[i] if i < len(argv) else ""
-                if name in ("bundle", "b"):
-                    bundle = value  # the last one wins, as in runc
-                elif name == "log":
-                    log_file = value
-                elif name == "log-format":
-                    log_format = value
-        elif command is None:
+    for _, name, value in _tokens(argv):
+        if name in ("bundle", "b"):
+            bundle = value  # the last one wins, as in runc
+        elif name == "log":
+            log_file = value
+        elif name == "log-format":
+            log_format = value
+        elif name is None and command is None:
             # The first positional token is the subcommand; later ones (a container id that
             # happens to be "create") are not.
-            command = arg
-            is_create = arg == "create"
-        i += 1
+            command = value
+            is_create = value == "create"
     return is_create, bundle, log_file, log_format
 
 
@@ -114,11 +135,14 @@ def _exec_runtime(argv, names, log_file=None, log_format="text"):
     )
 
 
-def _fail(message, log_file, log_format):
+def _fail(message, log_file, log_format, cfg=None):
+    """One error line: stderr, runc's --log file and (with `cfg`) the runtime's log."""
     line = f"{PROG}: error: {message}"
     sys.stderr.write(line + "\n")
     if log_file:
         _log_to_runc_file(log_file, log_format, "error", message)
+    if cfg is not None:
+        _log(cfg, "error", message)
     sys.exit(1)
 
 
@@ -154,19 +178,29 @@ def _log(cfg, level, message):
         pass
 
 
-def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
-    """Edit <bundle>/config.json for its GPU request. Returns a summary, or None when the
-    container asks for no GPU (the file is then not touched). `raw`: the file's bytes when
-    the caller has already read them."""
-    import json
+class GpuCreate:
+    """What the create of a GPU container still has to do once its spec is written: the
+    hook package's arguments (gpunode.hook.main.Args) for its rootfs and /proc work."""
 
+    def __init__(self, summary: str, bundle: str, rootfs: str, args) -> None:
+        self.summary = summary
+        self.bundle = bundle
+        self.rootfs = rootfs
+        self.args = args
+
+
+def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
+    """Edit <bundle>/config.json for its GPU request. Returns a GpuCreate, or None when the
+    container asks for no GPU (the file is then not touched). `raw`: the file's bytes when
+    the caller has already read them. The spec gets no hook: the shim does its work."""
+    from ..util import fastjson
     from . import oci, plan
 
     path = os.path.join(bundle, "config.json")
     if raw is None:
         with open(path, "rb") as fh:
             raw = fh.read()
-    spec = json.loads(raw)
+    spec = fastjson.loads(raw)
     request = plan.request_from_spec(spec, cfg)
     removed_hooks = oci.remove_nvidia_hooks(spec)
     if not request.is_gpu:
@@ -174,7 +208,13 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
             # Docker's --gpus hook with no GPU request: drop the hook, nothing else.
             oci.write_atomic(path, spec)
         return None
-    p = plan.make(request, cfg, plan.rootfs_of(spec, bundle))
+    rootfs = os.path.abspath(plan.rootfs_of(spec, bundle))
+    p = plan.make(request, cfg, rootfs)
+    (hook,) = p.edits.hooks
+    p.edits.hooks = []
+    from ..hook.main import parse_args as hook_args
+
+    args = hook_args(list(hook.args[1:]))
     oci.apply(spec, p.edits)
     oci.write_atomic(path, spec)
     summary = (
@@ -185,7 +225,142 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         f"{'cached' if p.discovery.from_cache else 'fresh'}"
     )
     log("info", f"{bundle}: {summary}")
-    return summary
+    return GpuCreate(summary, bundle, rootfs, args)
+
+
+def create_layout(argv):
+    """Where ``create`` is in a runc argument vector: (its index, the container id, the
+    --pid-file value or None)."""
+    index = container_id = pid_file = None
+    for i, name, value in _tokens(argv):
+        if name == "pid-file":
+            pid_file = value
+        elif name is None:
+            if index is None:
+                index = i
+            else:
+                container_id = value
+    return index, container_id, pid_file
+
+
+def _spawn(argv, names, problems):
+    """posix_spawn the first of `names` that can be run with argv[1:]; its pid, or None
+    with the reasons in `problems`."""
+    for runtime in _find_runtimes(names, problems):
+        try:
+            return runtime, os.posix_spawn(runtime, [runtime, *argv[1:]], os.environ)
+        except OSError as exc:  # not an executable format, vanished, ...: try the next
+            problems.append(f"{runtime}: {exc.strerror or exc}")
+    return None, None
+
+
+def _wait(pid):
+    """The exit status of child `pid`, as a shell reports it (128+N for signal N)."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries already
+            continue
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def create_gpu_container(argv, cfg, job, log_file, log_format, started):
+    """Steps 2-4 of a GPU create (see the module docstring); exits with the status."""
+    import time
+
+    from ..hook import configure, procdriver
+    from ..hook.errors import HookError
+
+    t_plan = time.perf_counter()
+    try:
+        configure.rootfs(job.args, job.rootfs)
+    except (HookError, OSError) as exc:
+        _fail(_hook_message(exc), log_file, log_format, cfg)
+    t_rootfs = time.perf_counter()
+    index, container_id, pid_file = create_layout(argv)
+    own_pid_file = None
+    run = list(argv)
+    if pid_file is None:
+        own_pid_file = os.path.join(
+            os.path.abspath(job.bundle), f".gpunode-{os.getpid()}-{os.urandom(4).hex()}.pid"
+        )
+        run[index + 1 : index + 1] = ["--pid-file", own_pid_file]
+        pid_file = own_pid_file
+    try:
+        problems = []
+        runtime, child = _spawn(run, cfg.runtimes, problems)
+        if child is None:
+            tried = f" ({'; '.join(problems)})" if problems else ""
+            _fail(
+                f"no low-level OCI runtime could be run from runtimes "
+                f"{', '.join(cfg.runtimes)}{tried}",
+                log_file,
+                log_format,
+                cfg,
+            )
+        status = _wait(child)
+        t_runtime = time.perf_counter()
+        if status != 0:
+            sys.exit(status)
+        try:
+            src = configure.proc_sources(job.args, job.rootfs)
+            if src is not None:
+                try:
+                    with open(pid_file, "rb") as fh:
+                        pid = int(fh.read().strip() or b"0")
+                    if pid <= 0:
+                        raise HookError(f"no container pid in {pid_file}")
+                    procdriver.in_namespace(src, pid)
+                finally:
+                    src.close()
+        except (HookError, OSError, ValueError) as exc:
+            message = f"/proc/driver/nvidia: {_hook_message(exc)}"
+            _delete(runtime, argv[1:index], container_id)
+            _fail(message, log_file, log_format, cfg)
+    finally:
+        if own_pid_file:
+            try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
+                os.unlink(own_pid_file)
+            except OSError:
+                pass
+    t_proc = time.perf_counter()
+
+    def ms(a, b):
+        return f"{(b - a) * 1000:.1f}"
+
+    _log(
+        cfg,
+        "debug",
+        f"timing create {container_id} plan={ms(started, t_plan)} "
+        f"rootfs={ms(t_plan, t_rootfs)} runtime={ms(t_rootfs, t_runtime)} "
+        f"proc={ms(t_runtime, t_proc)} total={ms(started, t_proc)}",
+    )
+    sys.exit(0)
+
+
+def _hook_message(exc):
+    if isinstance(exc, OSError):
+        from ..hook.errors import describe
+
+        return describe(exc)
+    return str(exc)
+
+
+def _delete(runtime, global_opts, container_id):
+    """`<runtime> [global opts] delete --force <id>`: no container left behind."""
+    try:
+        pid = os.posix_spawn(
+            runtime,
+            [runtime, *global_opts, "delete", "--force", container_id],
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0)],
+        )
+        _wait(pid)
+    except OSError:
+        pass
 
 
 # Byte strings whose absence proves a spec makes no GPU request (see surely_not_gpu).
@@ -227,6 +402,9 @@ def main(argv=None):
         raw = b""
     if raw and surely_not_gpu(raw, config_exists):
         _exec_runtime(argv, _runtimes_fast(), log_file, log_format)
+    import time
+
+    started = time.perf_counter()
     try:
         from .config import ConfigError, load
 
@@ -234,7 +412,7 @@ def main(argv=None):
     except ConfigError as exc:
         _fail(str(exc), log_file, log_format)
     try:
-        modify_bundle(
+        job = modify_bundle(
             bundle or os.getcwd(), cfg, lambda lvl, msg: _log(cfg, lvl, msg), raw=raw or None
         )
     except Exception as exc:  # every failure becomes one line for `docker run` to show
@@ -246,11 +424,12 @@ def main(argv=None):
             if isinstance(exc, RequestError | EditError)
             else (f"{type(exc).__name__}: {exc}")
         )
-        _log(cfg, "error", message)
         if os.environ.get("GPUNODE_DEBUG"):
             raise
-        _fail(message, log_file, log_format)
-    _exec_runtime(argv, cfg.runtimes, log_file, log_format)
+        _fail(message, log_file, log_format, cfg)
+    if job is None:
+        _exec_runtime(argv, cfg.runtimes, log_file, log_format)
+    create_gpu_container(argv, cfg, job, log_file, log_format, started)
 
 
 def _runtimes_fast():

@@ -4,6 +4,7 @@ stage deciding as the Python runtime does."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -47,7 +48,11 @@ def _dispatch(tmp_path, argv, spec_text=None, config=False):
     if config:
         conf.write_text("")
     argv = [a.replace("BUNDLE", str(bundle)) for a in argv]
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "GPUNODE_RUNTIME_CONFIG": str(conf)}
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+    }
     out = subprocess.run(
         ["sh", str(script), *argv], capture_output=True, text=True, env=env, check=True
     ).stdout.split()

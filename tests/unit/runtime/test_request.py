@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpunode.nvidia.capabilities import ALL_CAPABILITIES
 from gpunode.nvidia.facts import GpuFacts, NodeFacts
+from gpunode.runtime import request
 from gpunode.runtime.config import RuntimeConfig
 from gpunode.runtime.request import (
     Request,
@@ -728,3 +729,57 @@ def test_parse_request_only_raises_request_error(
         check_requirements(r, NODE, select_gpus(r, GPUS))
     except RequestError as exc:
         assert "\n" not in str(exc)
+
+
+# The start path matches these patterns without `re` (its import costs every GPU start);
+# each hand-written matcher must agree with the regex it replaces.
+SAMPLES = [
+    "",
+    "0",
+    "07",
+    "12",
+    "1.2",
+    "1.2.3",
+    "1..2",
+    ".1",
+    "1.",
+    "1:2",
+    ":2",
+    "1:",
+    "1:2:3",
+    "١٢",
+    "1\n",
+    "a",
+    "nvidia.com/gpu=0",
+    "nvidia.com/gpu=all",
+    "runtime.nvidia.com/gpu=1",
+    "Nvidia.com/gpu=0",
+    "nvidia.com/gpu=",
+    "nvidia.com/=0",
+    "/gpu=0",
+    "nvidia.com/gpu=a:b.c-d_e",
+    "nvidia.com/gpu=0=1",
+    "nvidia.com/g/pu=0",
+    "nvidia.com/gpu=0/1",
+    "vendor_x/c=d",
+    "a/b=c\n",
+    "MIG-1",
+    "x/y=z ",
+    " x/y=z",
+]
+
+
+@pytest.mark.parametrize(
+    ("matcher", "pattern"),
+    [
+        (request.is_cdi_name, r"[a-z0-9.-]+/[a-zA-Z0-9._-]+=[a-zA-Z0-9._:-]+"),
+        (request._is_mig_index, r"[0-9]+:[0-9]+"),
+        (request._is_number, r"[0-9]+"),
+        (request._is_version, r"[0-9]+(?:\.[0-9]+)*"),
+    ],
+)
+def test_matchers_agree_with_their_regex(matcher, pattern):
+    import re
+
+    for text in SAMPLES:
+        assert matcher(text) is bool(re.fullmatch(pattern, text)), text

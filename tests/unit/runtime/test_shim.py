@@ -4,6 +4,7 @@ and exec of the low-level runtime."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,11 +38,15 @@ def test_shim_edits_gpu_spec(tmp_path, monkeypatch, disc, devroot):
     bundle, _ = make_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-4000-8000-000000000002"]
     )
-    summary = shim.modify_bundle(str(bundle), cfg)
-    assert "GPUs [2]" in summary
+    job = shim.modify_bundle(str(bundle), cfg)
+    assert "GPUs [2]" in job.summary
     spec = json.loads((bundle / "config.json").read_text())
     assert [d["path"] for d in spec["linux"]["devices"]][-1] == "/dev/nvidia2"
-    assert spec["hooks"]["createContainer"][0]["path"] == "/usr/local/bin/gpunode-hook"
+    # no hook on the shim's path: the shim does the hook's work itself, with these args
+    assert "hooks" not in spec
+    assert job.rootfs == str(bundle / "rootfs")
+    assert job.args.gpu == [GPUS[2].procfs_bus_id] and job.args.gpus_selected
+    assert job.args.proc_driver and job.args.link
 
 
 def test_shim_unknown_device_error_lists_gpus(tmp_path, monkeypatch, disc, devroot):
@@ -129,7 +134,7 @@ def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch)
     bundle, _ = make_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"]
     )
-    shim.modify_bundle(str(bundle), cfg)
+    job = shim.modify_bundle(str(bundle), cfg)
     assert roots == [root]
     spec = json.loads((bundle / "config.json").read_text())
     mounts = {m["destination"]: m["source"] for m in spec["mounts"] if m["type"] == "bind"}
@@ -145,9 +150,9 @@ def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch)
     }
     # device nodes still come from the dev root
     assert spec["linux"]["devices"][-1]["path"] == "/dev/nvidia1"
-    args = spec["hooks"]["createContainer"][0]["args"]
-    assert args[args.index("--driver-root") + 1] == root
-    assert "--ldconfig-path" not in args and "/sbin/ldconfig.real" not in args
+    assert "hooks" not in spec
+    assert job.args.driver_root == root
+    assert "/sbin/ldconfig.real" not in str(vars(job.args))  # the key is ignored now
 
 
 # ------------------------------------------------------------- jit-CDI names (item 3)
@@ -193,7 +198,12 @@ def _runtime_subprocess(tmp_path, runtimes, argv):
     conf = tmp_path / "runtime.toml"
     conf.write_text(f"runtimes = {json.dumps(runtimes)}\nlog-file = ''\n")
     src = SRC
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "GPUNODE_RUNTIME_CONFIG": str(conf)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(src),
+        "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+    }
     return subprocess.run(
         [sys.executable, "-m", "gpunode.runtime.shim", *argv],
         capture_output=True,

@@ -53,6 +53,7 @@ def _dispatch(tmp_path, argv, spec_text=None, config=False):
         "PATH": f"{fake}:/usr/bin:/bin",
         "GPUNODE_RUNTIME_CONFIG": str(conf),
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
     }
     out = subprocess.run(
         ["sh", str(script), *argv], capture_output=True, text=True, env=env, check=True

@@ -185,7 +185,8 @@ def test_create_filters_proc_in_the_created_container(node):
     (timing,) = [ln for ln in log.splitlines() if " timing create " in ln]
     fields = timing.split(" timing create ", 1)[1].split()
     assert fields[0] == "ctr"
-    assert [f.split("=")[0] for f in fields[1:]] == ["plan", "rootfs", "runtime", "proc", "total"]
+    names = ["plan", "rootfs", "sources", "runtime", "proc", "total"]
+    assert [f.split("=")[0] for f in fields[1:]] == names
     assert all(f.split("=")[1].replace(".", "", 1).isdigit() for f in fields[1:])
 
 
@@ -233,6 +234,39 @@ def test_post_create_failure_deletes_the_container_with_one_error_line(node, log
     message = line.removeprefix("gpunode-container-runtime: error: ")
     assert message in logged and "error" in logged
     assert f"error {message}" in (tmp_path / "gpunode.log").read_text()
+
+
+def test_rootfs_failure_while_the_runtime_creates_deletes_the_container(node):
+    """The rootfs files are written while the runtime's create runs: when that fails (the
+    library directory is a file in the image), the create waits for the runtime, deletes
+    the container it made and fails with one line naming the path."""
+    tmp_path, env = node
+    bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    (bundle / "rootfs/proc").mkdir(exist_ok=True)
+    (bundle / "rootfs/usr/lib").mkdir(parents=True)
+    (bundle / "rootfs" / LIBDIR.lstrip("/")).write_text("not a directory\n")
+    runc_log = tmp_path / "runc.log"
+    argv = ["--log", str(runc_log), "create", "--bundle", str(bundle), "ctr"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"gpunode-container-runtime: error: {LIBDIR}/libnvidia-ml.so.1: "), line
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[-3:] for c in calls] == [
+        ["--bundle", str(bundle), "ctr"],
+        ["delete", "--force", "ctr"],
+    ]
+    assert line.removeprefix("gpunode-container-runtime: error: ") in runc_log.read_text()
+    assert [p.name for p in bundle.iterdir() if p.name.endswith(".pid")] == []
+    assert "timing create" not in (tmp_path / "gpunode.log").read_text()
 
 
 def test_post_create_unknown_gpu_deletes_the_container(node):

@@ -185,13 +185,23 @@ def _log(cfg, level, message):
 
 class GpuCreate:
     """What the create of a GPU container still has to do once its spec is written: the
-    hook package's arguments (gpunode.hook.args.Args) for its rootfs and /proc work."""
+    hook arguments its edits carry, parsed (``args``, gpunode.hook.args.Args) only when
+    first used, which is after runc's create has started."""
 
-    def __init__(self, summary: str, bundle: str, rootfs: str, args) -> None:
+    def __init__(self, summary: str, bundle: str, rootfs: str, hook_argv: list[str]) -> None:
         self.summary = summary
         self.bundle = bundle
         self.rootfs = rootfs
-        self.args = args
+        self.hook_argv = hook_argv
+        self._args = None
+
+    @property
+    def args(self):
+        if self._args is None:
+            from ..hook.args import parse_args
+
+            self._args = parse_args(self.hook_argv)
+        return self._args
 
 
 def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
@@ -217,9 +227,6 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     p = plan.make(request, cfg, rootfs)
     (hook,) = p.edits.hooks
     p.edits.hooks = []
-    from ..hook.args import parse_args as hook_args
-
-    args = hook_args(list(hook.args[1:]))
     oci.apply(spec, p.edits)
     oci.write_atomic(path, spec)
     summary = (
@@ -230,7 +237,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         f"{'cached' if p.discovery.from_cache else 'fresh'}"
     )
     log("info", f"{bundle}: {summary}")
-    return GpuCreate(summary, bundle, rootfs, args)
+    return GpuCreate(summary, bundle, rootfs, list(hook.args[1:]))
 
 
 def create_layout(argv):
@@ -304,8 +311,6 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
     and the created container deleted (as for a failure at step 4)."""
     import time
 
-    from ..hook.errors import HookError
-
     index, container_id, pid_file = create_layout(argv)
     own_pid_file = None
     run = list(argv)
@@ -329,6 +334,8 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
                 cfg,
             )
         t_spawn = time.perf_counter()
+        from ..hook.errors import HookError
+
         error = None
         try:  # while the runtime creates the container
             from ..hook import configure, procdriver

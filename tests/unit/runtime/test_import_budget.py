@@ -63,13 +63,10 @@ HOOK_CONFIGURE = {
 }
 
 # What of HOOK_CONFIGURE the runtime imports before it starts runc's create (for the spec's
-# edits and the hook arguments they carry); the rest is imported while runc runs.
+# edits); the rest, the hook's own modules included, is imported while runc runs.
 BEFORE_SPAWN = {
     "__future__",
     "gpunode",
-    "gpunode.hook",
-    "gpunode.hook.args",
-    "gpunode.hook.errors",
     "gpunode.nvidia",
     "gpunode.nvidia.busid",
     "gpunode.nvidia.devices",

@@ -188,11 +188,14 @@ class GpuCreate:
     hook arguments its edits carry, parsed (``args``, gpunode.hook.args.Args) only when
     first used, which is after runc's create has started."""
 
-    def __init__(self, summary: str, bundle: str, rootfs: str, hook_argv: list[str]) -> None:
+    def __init__(
+        self, summary: str, bundle: str, rootfs: str, hook_argv: list[str], overlap=True
+    ) -> None:
         self.summary = summary
         self.bundle = bundle
         self.rootfs = rootfs
         self.hook_argv = hook_argv
+        self.overlap = overlap  # the rootfs files may be written while runc's create runs
         self._args = None
 
     @property
@@ -227,6 +230,8 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     p = plan.make(request, cfg, rootfs)
     (hook,) = p.edits.hooks
     p.edits.hooks = []
+    hook_argv = list(hook.args[1:])
+    overlap = not _mounts_over_rootfs_files(spec, hook_argv)
     oci.apply(spec, p.edits)
     oci.write_atomic(path, spec)
     summary = (
@@ -237,7 +242,25 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         f"{'cached' if p.discovery.from_cache else 'fresh'}"
     )
     log("info", f"{bundle}: {summary}")
-    return GpuCreate(summary, bundle, rootfs, list(hook.args[1:]))
+    return GpuCreate(summary, bundle, rootfs, hook_argv, overlap)
+
+
+def _mounts_over_rootfs_files(spec, hook_argv):
+    """Whether one of the spec's own mounts (the operator's) lands on a file the rootfs
+    step writes: a ``--link`` path or one of /etc/ld.so.*. runc makes such a mount's
+    target in the root, and replacing it by rename while runc runs would detach the mount
+    in the container's namespace; such a container gets its rootfs files before runc
+    starts, as the whole create used to."""
+    links = {
+        hook_argv[i + 1].partition("::")[2]
+        for i in range(len(hook_argv) - 1)
+        if hook_argv[i] == "--link"
+    }
+    for m in spec.get("mounts") or []:
+        dest = os.path.normpath("/" + str(m.get("destination") or "").lstrip("/"))
+        if dest in links or dest.startswith("/etc/ld.so"):
+            return True
+    return False
 
 
 def create_layout(argv):
@@ -320,6 +343,11 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         )
         run[index + 1 : index + 1] = ["--pid-file", own_pid_file]
         pid_file = own_pid_file
+    rootfs_ms = 0.0
+    if not job.overlap:  # see _mounts_over_rootfs_files: the rootfs files first
+        error, rootfs_ms = _rootfs(job)
+        if error:
+            _fail(error, log_file, log_format, cfg)
     src = None
     try:
         problems = []
@@ -334,21 +362,20 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
                 cfg,
             )
         t_spawn = time.perf_counter()
+        # while the runtime creates the container
+        error = None
+        if job.overlap:
+            error, rootfs_ms = _rootfs(job)
+        t_rootfs = time.perf_counter()
+        if error is None:
+            try:
+                from ..hook import configure
+
+                src = configure.proc_sources(job.args, job.rootfs)
+            except Exception as exc:  # as in _rootfs
+                error = f"/proc/driver/nvidia: {_hook_message(exc)}"
         from ..hook.errors import HookError
 
-        error = None
-        try:  # while the runtime creates the container
-            from ..hook import configure, procdriver
-
-            configure.rootfs(job.args, job.rootfs)
-            t_rootfs = time.perf_counter()
-            try:
-                src = configure.proc_sources(job.args, job.rootfs)
-            except (HookError, OSError) as exc:
-                error = f"/proc/driver/nvidia: {_hook_message(exc)}"
-        except Exception as exc:  # the runtime is running: delete its container, one line
-            error = _hook_message(exc)
-            t_rootfs = time.perf_counter()
         t_sources = time.perf_counter()
         status = _wait(child)
         t_runtime = time.perf_counter()
@@ -364,6 +391,8 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
                     pid = int(fh.read().strip() or b"0")
                 if pid <= 0:
                     raise HookError(f"no container pid in {pid_file}")
+                from ..hook import procdriver
+
                 procdriver.in_namespace(src, pid)
         except (HookError, OSError, ValueError) as exc:
             message = error or f"/proc/driver/nvidia: {_hook_message(exc)}"
@@ -386,11 +415,26 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         cfg,
         "debug",
         f"timing create {container_id} plan={ms(started, t_spawn)} "
-        f"rootfs={ms(t_spawn, t_rootfs)} sources={ms(t_rootfs, t_sources)} "
+        f"rootfs={rootfs_ms:.1f} sources={ms(t_rootfs, t_sources)} "
         f"runtime={ms(t_spawn, t_runtime)} proc={ms(t_runtime, t_proc)} "
         f"total={ms(started, t_proc)}",
     )
     sys.exit(0)
+
+
+def _rootfs(job):
+    """The rootfs files (gpunode.hook.configure.rootfs): (one-line error or None, ms)."""
+    import time
+
+    t = time.perf_counter()
+    try:
+        from ..hook import configure
+
+        configure.rootfs(job.args, job.rootfs)
+        error = None
+    except Exception as exc:  # the runtime may be running: delete its container, one line
+        error = _hook_message(exc)
+    return error, (time.perf_counter() - t) * 1000
 
 
 def _hook_message(exc):

@@ -269,6 +269,40 @@ def test_rootfs_failure_while_the_runtime_creates_deletes_the_container(node):
     assert "timing create" not in (tmp_path / "gpunode.log").read_text()
 
 
+@pytest.mark.parametrize(
+    "destination", [f"{LIBDIR}/libnvidia-ml.so.1", "/etc/ld.so.cache", "/etc//ld.so.conf.d"]
+)
+def test_a_mount_over_a_rootfs_file_gets_the_files_before_the_runtime_starts(node, destination):
+    """An operator's mount onto a path the rootfs step writes (a SONAME link, /etc/ld.so.*):
+    runc would make its target while the shim replaced it by rename, so for such a spec
+    the files are written before the runtime's create starts (as the wrapper sees)."""
+    tmp_path, env = node
+    mount = {"destination": destination, "type": "bind", "source": "/dev/null"}
+    bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], {"mounts": [mount]})
+    (bundle / "rootfs/proc").mkdir(exist_ok=True)
+    link = bundle / "rootfs" / LIBDIR.lstrip("/") / "libnvidia-ml.so.1"
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(
+        f"#!/bin/sh\n[ -L {shlex.quote(str(link))} ] && echo LINK >> {tmp_path}/seen\n"
+        f'exec {tmp_path}/fake-runc "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    conf = Path(env["GPUNODE_RUNTIME_CONFIG"])
+    conf.write_text(conf.read_text().replace(str(tmp_path / "fake-runc"), str(wrapper)))
+    argv = ["create", "--bundle", str(bundle), "ctr"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "seen").read_text() == "LINK\n"
+    assert os.readlink(link) == f"libnvidia-ml.so.{VERSION}"
+
+
 def test_post_create_unknown_gpu_deletes_the_container(node):
     """A host GPU directory gone between plan and mount: nothing is mounted (the sources
     are opened first), the container is deleted."""

@@ -317,9 +317,11 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
       filesystem, usually the image's overlay), so they are there whenever the container
       looks, as they were when written before. The runtime's own writes there are the
       mount targets of the spec's mounts (directories and empty files at the libraries'
-      real names, device nodes): our names (SONAME links, ``libcuda.so``, the ld.so.conf.d
-      drop-in, /etc/ld.so.cache) are never mount destinations (gpunode.runtime.edits), and
-      directories both of us may create are made with "exists is fine" on both sides;
+      real names, device nodes): our names (SONAME links, ``libcuda.so``, /etc/ld.so.*)
+      are never destinations of gpunode's mounts (gpunode.runtime.edits), a spec whose own
+      mounts land on one of them gets the files before the runtime starts
+      (_mounts_over_rootfs_files), and directories both of us may create are made with
+      "exists is fine" on both sides;
     * a read-only root (``--read-only``) is a read-only bind in the container's mount
       namespace, a per-mount flag: the host-side directory stays writable, so such
       containers still get the files;

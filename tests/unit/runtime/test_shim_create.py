@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,21 +125,27 @@ def node(tmp_path):
             os.kill(int(pid), signal.SIGKILL)
 
 
+def run_shim(argv, env, cwd=None):
+    """`gpunode-container-runtime ARGV` (the shim as a module), its output captured."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        check=False,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
 def create(tmp_path, env, global_opts=(), create_opts=(), extra_env=None):
     """`gpunode-container-runtime [global_opts] create [create_opts] --bundle B ctr`."""
     bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,2"])
     (bundle / "rootfs/proc").mkdir(exist_ok=True)
     args = [*global_opts, "create", *create_opts, "--bundle", str(bundle), "ctr"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *args],
-        capture_output=True,
-        text=True,
-        env=env | (extra_env or {}),
-        cwd=tmp_path,
-        check=False,
-        timeout=60,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
+    proc = run_shim(args, env | (extra_env or {}), tmp_path)
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     return proc, bundle, calls
 
@@ -247,16 +254,8 @@ def test_rootfs_failure_while_the_runtime_creates_deletes_the_container(node):
     (bundle / "rootfs" / LIBDIR.lstrip("/")).write_text("not a directory\n")
     runc_log = tmp_path / "runc.log"
     argv = ["--log", str(runc_log), "create", "--bundle", str(bundle), "ctr"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
+    proc = run_shim(argv, env)
     assert proc.returncode == 1
-    assert "Traceback" not in proc.stderr, proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"gpunode-container-runtime: error: {LIBDIR}/libnvidia-ml.so.1: "), line
     calls = (tmp_path / "calls").read_text().splitlines()
@@ -290,27 +289,18 @@ def test_a_mount_over_a_rootfs_file_gets_the_files_before_the_runtime_starts(nod
     conf = Path(env["GPUNODE_RUNTIME_CONFIG"])
     conf.write_text(conf.read_text().replace(str(tmp_path / "fake-runc"), str(wrapper)))
     argv = ["create", "--bundle", str(bundle), "ctr"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
+    proc = run_shim(argv, env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "seen").read_text() == "LINK\n"
     assert os.readlink(link) == f"libnvidia-ml.so.{VERSION}"
 
 
 def test_post_create_unknown_gpu_deletes_the_container(node):
-    """A host GPU directory gone between plan and mount: nothing is mounted (the sources
-    are opened first), the container is deleted."""
+    """A host GPU directory gone since discovery (the cache still lists it): the sources,
+    opened while the runtime creates the container, fail; nothing is mounted and the
+    container is deleted."""
     tmp_path, env = node
-    env = env | {
-        "FAKE_CONTAINER": f"rm -r {tmp_path}/driver/proc/driver/nvidia/gpus/{BUS[2]}; "
-        + env["FAKE_CONTAINER"]
-    }
+    shutil.rmtree(tmp_path / "driver/proc/driver/nvidia/gpus" / BUS[2])
     proc, _bundle, calls = create(tmp_path, env)
     assert proc.returncode == 1
     (line,) = proc.stderr.splitlines()
@@ -344,14 +334,7 @@ def test_rootfs_writes_stay_inside_a_hostile_root(node):
     (rootfs / str(host).lstrip("/")).mkdir(parents=True)
     (rootfs / LIBDIR.lstrip("/")).symlink_to(host)
     (rootfs / "etc/ld.so.cache").symlink_to(tmp_path / "host-ld.so.cache")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", "create", "--bundle", str(bundle), "c"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
+    proc = run_shim(["create", "--bundle", str(bundle), "c"], env)
     assert proc.returncode == 0, proc.stderr
     assert list(host.iterdir()) == []
     assert not (tmp_path / "host-ld.so.cache").exists()

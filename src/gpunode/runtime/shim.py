@@ -10,15 +10,20 @@ A GPU container is set up by the shim itself, with no hook process (the hook pac
 functions, in-process):
 
 1. the spec edited (devices, cgroup rules, mounts, env) and written back atomically;
-2. the files written into the container root (symlinks, ld.so.conf.d, ld.so.cache);
-3. the low-level runtime's ``create`` run as a child (same argv, env and stdio, plus a
+2. the low-level runtime's ``create`` started as a child (same argv, env and stdio, plus a
    ``--pid-file`` of our own when the caller gave none); its exit status is passed on;
-4. after a successful create, the container's /proc/driver/nvidia filtered in its mount
-   namespace (gpunode.hook.procdriver). If that fails the container is deleted
-   (``delete --force``) and the create fails with one error line.
+3. while it runs, the files written into the container root (symlinks, ld.so.conf.d,
+   ld.so.cache) and the sources of the filtered /proc/driver/nvidia made (detached mounts;
+   see create_gpu_container for why this overlap is safe);
+4. after a successful create, those mounts attached over the container's
+   /proc/driver/nvidia in its mount namespace (gpunode.hook.procdriver). If step 3 or 4
+   fails the container is deleted (``delete --force``) and the create fails with one
+   error line.
 
 With ``log-level = "debug"`` each GPU create logs ``timing create <id> plan=<ms>
-rootfs=<ms> runtime=<ms> proc=<ms> total=<ms>`` (the four steps above, and all of it).
+rootfs=<ms> sources=<ms> runtime=<ms> proc=<ms> total=<ms>``: step 1 (from the first
+decision), the two parts of step 3 and step 2 (they overlap: rootfs and sources run
+during runtime), step 4, and all of it.
 
 This module imports only ``os`` and ``sys`` at load time: ``start``, ``state``, ``delete``
 and the rest go straight to execve.
@@ -180,13 +185,26 @@ def _log(cfg, level, message):
 
 class GpuCreate:
     """What the create of a GPU container still has to do once its spec is written: the
-    hook package's arguments (gpunode.hook.main.Args) for its rootfs and /proc work."""
+    hook arguments its edits carry, parsed (``args``, gpunode.hook.args.Args) only when
+    first used, which is after runc's create has started."""
 
-    def __init__(self, summary: str, bundle: str, rootfs: str, args) -> None:
+    def __init__(
+        self, summary: str, bundle: str, rootfs: str, hook_argv: list[str], overlap=True
+    ) -> None:
         self.summary = summary
         self.bundle = bundle
         self.rootfs = rootfs
-        self.args = args
+        self.hook_argv = hook_argv
+        self.overlap = overlap  # the rootfs files may be written while runc's create runs
+        self._args = None
+
+    @property
+    def args(self):
+        if self._args is None:
+            from ..hook.args import parse_args
+
+            self._args = parse_args(self.hook_argv)
+        return self._args
 
 
 def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
@@ -212,9 +230,8 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     p = plan.make(request, cfg, rootfs)
     (hook,) = p.edits.hooks
     p.edits.hooks = []
-    from ..hook.main import parse_args as hook_args
-
-    args = hook_args(list(hook.args[1:]))
+    hook_argv = list(hook.args[1:])
+    overlap = not _mounts_over_rootfs_files(spec, hook_argv)
     oci.apply(spec, p.edits)
     oci.write_atomic(path, spec)
     summary = (
@@ -225,7 +242,25 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         f"{'cached' if p.discovery.from_cache else 'fresh'}"
     )
     log("info", f"{bundle}: {summary}")
-    return GpuCreate(summary, bundle, rootfs, args)
+    return GpuCreate(summary, bundle, rootfs, hook_argv, overlap)
+
+
+def _mounts_over_rootfs_files(spec, hook_argv):
+    """Whether one of the spec's own mounts (the operator's) lands on a file the rootfs
+    step writes: a ``--link`` path or one of /etc/ld.so.*. runc makes such a mount's
+    target in the root, and replacing it by rename while runc runs would detach the mount
+    in the container's namespace; such a container gets its rootfs files before runc
+    starts, as the whole create used to."""
+    links = {
+        hook_argv[i + 1].partition("::")[2]
+        for i in range(len(hook_argv) - 1)
+        if hook_argv[i] == "--link"
+    }
+    for m in spec.get("mounts") or []:
+        dest = os.path.normpath("/" + str(m.get("destination") or "").lstrip("/"))
+        if dest in links or dest.startswith("/etc/ld.so"):
+            return True
+    return False
 
 
 def create_layout(argv):
@@ -268,18 +303,39 @@ def _wait(pid):
 
 
 def create_gpu_container(argv, cfg, job, log_file, log_format, started):
-    """Steps 2-4 of a GPU create (see the module docstring); exits with the status."""
+    """Steps 2-4 of a GPU create (see the module docstring); exits with the status.
+
+    The low-level runtime's create is started first, and the host-side work (the hook
+    modules' import, the rootfs files, the /proc sources) done while it runs: most of its
+    ~35 ms is the Go runtime's start-up. That overlap is safe because:
+
+    * the spec (step 1) is complete before the runtime starts, and nothing done here
+      changes it;
+    * the rootfs files are regular files, symlinks and directories written into the
+      host-side root directory (each path resolved inside it with openat2); the
+      container's mount namespace mounts that same directory (a bind of the same
+      filesystem, usually the image's overlay), so they are there whenever the container
+      looks, as they were when written before. The runtime's own writes there are the
+      mount targets of the spec's mounts (directories and empty files at the libraries'
+      real names, device nodes): our names (SONAME links, ``libcuda.so``, /etc/ld.so.*)
+      are never destinations of gpunode's mounts (gpunode.runtime.edits), a spec whose own
+      mounts land on one of them gets the files before the runtime starts
+      (_mounts_over_rootfs_files), and directories both of us may create are made with
+      "exists is fine" on both sides;
+    * a read-only root (``--read-only``) is a read-only bind in the container's mount
+      namespace, a per-mount flag: the host-side directory stays writable, so such
+      containers still get the files;
+    * the /proc sources are detached mounts made in our own mount namespace from the
+      host's /proc; they are attached (the only step that needs the container) after
+      the runtime has exited;
+    * the container's process cannot run before ``start``, which its engine calls only
+      after this process exits, and this process waits for the runtime, then for all of
+      the above.
+
+    A failure of the overlapped work is reported once the runtime is done: one error line,
+    and the created container deleted (as for a failure at step 4)."""
     import time
 
-    from ..hook import configure, procdriver
-    from ..hook.errors import HookError
-
-    t_plan = time.perf_counter()
-    try:
-        configure.rootfs(job.args, job.rootfs)
-    except (HookError, OSError) as exc:
-        _fail(_hook_message(exc), log_file, log_format, cfg)
-    t_rootfs = time.perf_counter()
     index, container_id, pid_file = create_layout(argv)
     own_pid_file = None
     run = list(argv)
@@ -289,6 +345,12 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         )
         run[index + 1 : index + 1] = ["--pid-file", own_pid_file]
         pid_file = own_pid_file
+    rootfs_ms = 0.0
+    if not job.overlap:  # see _mounts_over_rootfs_files: the rootfs files first
+        error, rootfs_ms = _rootfs(job)
+        if error:
+            _fail(error, log_file, log_format, cfg)
+    src = None
     try:
         problems = []
         runtime, child = _spawn(run, cfg.runtimes, problems)
@@ -301,26 +363,46 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
                 log_format,
                 cfg,
             )
+        t_spawn = time.perf_counter()
+        # while the runtime creates the container
+        error = None
+        if job.overlap:
+            error, rootfs_ms = _rootfs(job)
+        t_rootfs = time.perf_counter()
+        if error is None:
+            try:
+                from ..hook import configure
+
+                src = configure.proc_sources(job.args, job.rootfs)
+            except Exception as exc:  # as in _rootfs
+                error = f"/proc/driver/nvidia: {_hook_message(exc)}"
+        from ..hook.errors import HookError
+
+        t_sources = time.perf_counter()
         status = _wait(child)
         t_runtime = time.perf_counter()
         if status != 0:
+            if error:  # ours first; the runtime has said its own
+                _fail(error, log_file, log_format, cfg)
             sys.exit(status)
         try:
-            src = configure.proc_sources(job.args, job.rootfs)
+            if error:
+                raise HookError(error)
             if src is not None:
-                try:
-                    with open(pid_file, "rb") as fh:
-                        pid = int(fh.read().strip() or b"0")
-                    if pid <= 0:
-                        raise HookError(f"no container pid in {pid_file}")
-                    procdriver.in_namespace(src, pid)
-                finally:
-                    src.close()
+                with open(pid_file, "rb") as fh:
+                    pid = int(fh.read().strip() or b"0")
+                if pid <= 0:
+                    raise HookError(f"no container pid in {pid_file}")
+                from ..hook import procdriver
+
+                procdriver.in_namespace(src, pid)
         except (HookError, OSError, ValueError) as exc:
-            message = f"/proc/driver/nvidia: {_hook_message(exc)}"
+            message = error or f"/proc/driver/nvidia: {_hook_message(exc)}"
             _delete(runtime, argv[1:index], container_id)
             _fail(message, log_file, log_format, cfg)
     finally:
+        if src is not None:
+            src.close()
         if own_pid_file:
             try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
                 os.unlink(own_pid_file)
@@ -334,11 +416,27 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
     _log(
         cfg,
         "debug",
-        f"timing create {container_id} plan={ms(started, t_plan)} "
-        f"rootfs={ms(t_plan, t_rootfs)} runtime={ms(t_rootfs, t_runtime)} "
-        f"proc={ms(t_runtime, t_proc)} total={ms(started, t_proc)}",
+        f"timing create {container_id} plan={ms(started, t_spawn)} "
+        f"rootfs={rootfs_ms:.1f} sources={ms(t_rootfs, t_sources)} "
+        f"runtime={ms(t_spawn, t_runtime)} proc={ms(t_runtime, t_proc)} "
+        f"total={ms(started, t_proc)}",
     )
     sys.exit(0)
+
+
+def _rootfs(job):
+    """The rootfs files (gpunode.hook.configure.rootfs): (one-line error or None, ms)."""
+    import time
+
+    t = time.perf_counter()
+    try:
+        from ..hook import configure
+
+        configure.rootfs(job.args, job.rootfs)
+        error = None
+    except Exception as exc:  # the runtime may be running: delete its container, one line
+        error = _hook_message(exc)
+    return error, (time.perf_counter() - t) * 1000
 
 
 def _hook_message(exc):
@@ -346,7 +444,9 @@ def _hook_message(exc):
         from ..hook.errors import describe
 
         return describe(exc)
-    return str(exc)
+    from ..hook.errors import HookError
+
+    return str(exc) if isinstance(exc, HookError) else f"{type(exc).__name__}: {exc}"
 
 
 def _delete(runtime, global_opts, container_id):

@@ -23,6 +23,7 @@ def write_atomic(
     like: os.stat_result | None = None,
     before_replace: Callable[[str], None] | None = None,
     sync_dir: bool = False,
+    durable: bool = True,
 ) -> bool:
     """Write `data` to `path` (unless, with skip_if_same, it already holds exactly that);
     True when written.
@@ -36,6 +37,8 @@ def write_atomic(
     * ``before_replace(tmp_path)`` runs once the temporary file is complete, before it
       replaces ``path``; if it raises, ``path`` is untouched.
     * ``sync_dir``: fsync the directory after the rename, so the rename itself is durable.
+    * ``durable=False``: no fsync of the data either (still atomic for readers): for files
+      that do not outlive the machine's uptime in any useful way.
     """
     path = os.fspath(path)
     if skip_if_same:
@@ -61,7 +64,8 @@ def write_atomic(
                 except PermissionError:
                     pass
             os.fchmod(fh.fileno(), mode)  # O_CREAT honours the umask; chown cleared set-id bits
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if before_replace is not None:
             before_replace(tmp)
         os.replace(tmp, path)

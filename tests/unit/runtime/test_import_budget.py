@@ -42,6 +42,7 @@ HOOK_CONFIGURE = {
 } | {
     "gpunode",
     "gpunode.hook",
+    "gpunode.hook.args",
     "gpunode.hook.configure",
     "gpunode.hook.errors",
     "gpunode.hook.fileops",
@@ -59,6 +60,19 @@ HOOK_CONFIGURE = {
     "gpunode.util.ldsocache",  # the ld.so.cache writer (struct only)
     "gpunode.util.record",
     "gpunode.util.safepath",
+}
+
+# What of HOOK_CONFIGURE the runtime imports before it starts runc's create (for the spec's
+# edits); the rest, the hook's own modules included, is imported while runc runs.
+BEFORE_SPAWN = {
+    "__future__",
+    "gpunode",
+    "gpunode.nvidia",
+    "gpunode.nvidia.busid",
+    "gpunode.nvidia.devices",
+    "gpunode.nvidia.procfs",
+    "gpunode.util",
+    "gpunode.util.record",
 }
 
 ALLOWED = {
@@ -97,22 +111,40 @@ HARNESS = """
 import os, sys
 base = set(sys.modules)
 sys.path[:0] = [{src!r}]
+spawned = []
+
+def modules():
+    return "\\n".join(sorted(set(sys.modules) - base))
 
 def report(*args):
-    os.write(1, "\\n".join(sorted(set(sys.modules) - base)).encode())
+    os.write(1, modules().encode())
+    if spawned:
+        os.write(2, spawned[0].encode())
     os._exit(0)
 
+def spawn(*args, **kwargs):  # a low-level runtime that exits 0 at once (and no container)
+    if not spawned:
+        spawned.append(modules())
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    return pid
+
 os.execve = report  # where the runtime hands over to runc (no GPU request)
-os.posix_spawn = report  # where it starts runc's create (GPU request)
+os.posix_spawn = spawn  # where it starts runc's create (GPU request), and its delete
 {setup}
 from {module} import main
-main({argv!r})
+try:
+    main({argv!r})
+except SystemExit:
+    pass
 report()
 """
 
 
-def imported(module: str, argv: list[str], setup: str = "") -> set[str]:
-    """Modules an entry imports in a fresh `python -IS`, as the launchers run it."""
+def imported(module: str, argv: list[str], setup: str = "", spawned=None) -> set[str]:
+    """Modules an entry imports in a fresh `python -IS`, as the launchers run it (and,
+    in `spawned`, those it had imported when it started the low-level runtime)."""
     code = HARNESS.format(src=str(SRC), module=module, argv=argv, setup=setup)
     proc = subprocess.run(
         [sys.executable, "-IS", "-c", code],
@@ -122,6 +154,8 @@ def imported(module: str, argv: list[str], setup: str = "") -> set[str]:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    if spawned is not None:
+        spawned.update(proc.stderr.split())
     return set(proc.stdout.split())
 
 
@@ -191,9 +225,15 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
             "from gpunode.runtime import config\n"
             f"config.load = lambda path=None: config.RuntimeConfig(log_file='', **{values!r})\n"
         )
+    spawned: set[str] = set()
     modules = imported(
-        "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup
+        "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup, spawned
     )
+    # the hook's work (ctypes, the ld cache, the mount API) is imported while runc's
+    # create runs, not before it starts
+    assert spawned, "the runtime's create was not started"
+    early = sorted(spawned & (HOOK_CONFIGURE - BEFORE_SPAWN))
+    assert not early, f"imported before runc's create starts: {', '.join(early)}"
     edited = json.loads((bundle / "config.json").read_text())
     assert "hooks" not in edited
     assert lib in [m["source"] for m in edited["mounts"]]

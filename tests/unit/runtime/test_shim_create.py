@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -125,21 +126,27 @@ def node(tmp_path):
             os.kill(int(pid), signal.SIGKILL)
 
 
+def run_shim(argv, env, cwd=None):
+    """`gpunode-container-runtime ARGV` (the shim as a module), its output captured."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        check=False,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
 def create(tmp_path, env, global_opts=(), create_opts=(), extra_env=None):
     """`gpunode-container-runtime [global_opts] create [create_opts] --bundle B ctr`."""
     bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,2"])
     (bundle / "rootfs/proc").mkdir(exist_ok=True)
     args = [*global_opts, "create", *create_opts, "--bundle", str(bundle), "ctr"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *args],
-        capture_output=True,
-        text=True,
-        env=env | (extra_env or {}),
-        cwd=tmp_path,
-        check=False,
-        timeout=60,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
+    proc = run_shim(args, env | (extra_env or {}), tmp_path)
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     return proc, bundle, calls
 
@@ -186,7 +193,8 @@ def test_create_filters_proc_in_the_created_container(node):
     (timing,) = [ln for ln in log.splitlines() if " timing create " in ln]
     fields = timing.split(" timing create ", 1)[1].split()
     assert fields[0] == "ctr"
-    assert [f.split("=")[0] for f in fields[1:]] == ["plan", "rootfs", "runtime", "proc", "total"]
+    names = ["plan", "rootfs", "sources", "runtime", "proc", "total"]
+    assert [f.split("=")[0] for f in fields[1:]] == names
     assert all(f.split("=")[1].replace(".", "", 1).isdigit() for f in fields[1:])
 
 
@@ -236,14 +244,64 @@ def test_post_create_failure_deletes_the_container_with_one_error_line(node, log
     assert f"error {message}" in (tmp_path / "gpunode.log").read_text()
 
 
-def test_post_create_unknown_gpu_deletes_the_container(node):
-    """A host GPU directory gone between plan and mount: nothing is mounted (the sources
-    are opened first), the container is deleted."""
+def test_rootfs_failure_while_the_runtime_creates_deletes_the_container(node):
+    """The rootfs files are written while the runtime's create runs: when that fails (the
+    library directory is a file in the image), the create waits for the runtime, deletes
+    the container it made and fails with one line naming the path."""
     tmp_path, env = node
-    env = env | {
-        "FAKE_CONTAINER": f"rm -r {tmp_path}/driver/proc/driver/nvidia/gpus/{BUS[2]}; "
-        + env["FAKE_CONTAINER"]
-    }
+    bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    (bundle / "rootfs/proc").mkdir(exist_ok=True)
+    (bundle / "rootfs/usr/lib").mkdir(parents=True)
+    (bundle / "rootfs" / LIBDIR.lstrip("/")).write_text("not a directory\n")
+    runc_log = tmp_path / "runc.log"
+    argv = ["--log", str(runc_log), "create", "--bundle", str(bundle), "ctr"]
+    proc = run_shim(argv, env)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"gpunode-container-runtime: error: {LIBDIR}/libnvidia-ml.so.1: "), line
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[-3:] for c in calls] == [
+        ["--bundle", str(bundle), "ctr"],
+        ["delete", "--force", "ctr"],
+    ]
+    assert line.removeprefix("gpunode-container-runtime: error: ") in runc_log.read_text()
+    assert [p.name for p in bundle.iterdir() if p.name.endswith(".pid")] == []
+    assert "timing create" not in (tmp_path / "gpunode.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "destination", [f"{LIBDIR}/libnvidia-ml.so.1", "/etc/ld.so.cache", "/etc//ld.so.conf.d"]
+)
+def test_a_mount_over_a_rootfs_file_gets_the_files_before_the_runtime_starts(node, destination):
+    """An operator's mount onto a path the rootfs step writes (a SONAME link, /etc/ld.so.*):
+    runc would make its target while the shim replaced it by rename, so for such a spec
+    the files are written before the runtime's create starts (as the wrapper sees)."""
+    tmp_path, env = node
+    mount = {"destination": destination, "type": "bind", "source": "/dev/null"}
+    bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], {"mounts": [mount]})
+    (bundle / "rootfs/proc").mkdir(exist_ok=True)
+    link = bundle / "rootfs" / LIBDIR.lstrip("/") / "libnvidia-ml.so.1"
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(
+        f"#!/bin/sh\n[ -L {shlex.quote(str(link))} ] && echo LINK >> {tmp_path}/seen\n"
+        f'exec {tmp_path}/fake-runc "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    conf = Path(env["GPUNODE_RUNTIME_CONFIG"])
+    conf.write_text(conf.read_text().replace(str(tmp_path / "fake-runc"), str(wrapper)))
+    argv = ["create", "--bundle", str(bundle), "ctr"]
+    proc = run_shim(argv, env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "seen").read_text() == "LINK\n"
+    assert os.readlink(link) == f"libnvidia-ml.so.{VERSION}"
+
+
+def test_post_create_unknown_gpu_deletes_the_container(node):
+    """A host GPU directory gone since discovery (the cache still lists it): the sources,
+    opened while the runtime creates the container, fail; nothing is mounted and the
+    container is deleted."""
+    tmp_path, env = node
+    shutil.rmtree(tmp_path / "driver/proc/driver/nvidia/gpus" / BUS[2])
     proc, _bundle, calls = create(tmp_path, env)
     assert proc.returncode == 1
     (line,) = proc.stderr.splitlines()
@@ -277,14 +335,7 @@ def test_rootfs_writes_stay_inside_a_hostile_root(node):
     (rootfs / str(host).lstrip("/")).mkdir(parents=True)
     (rootfs / LIBDIR.lstrip("/")).symlink_to(host)
     (rootfs / "etc/ld.so.cache").symlink_to(tmp_path / "host-ld.so.cache")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", "create", "--bundle", str(bundle), "c"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
+    proc = run_shim(["create", "--bundle", str(bundle), "c"], env)
     assert proc.returncode == 0, proc.stderr
     assert list(host.iterdir()) == []
     assert not (tmp_path / "host-ld.so.cache").exists()

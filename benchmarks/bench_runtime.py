@@ -51,6 +51,12 @@ REFERENCE = {
     "NVIDIA toolkit 1.20, jit-cdi, 1 GPU": 1.248,
 }
 NODE_BENCH = "/root/node_bench.py"
+# /etc/gpunode/runtime.toml as the gpu_container_runtime role writes it with its default
+# (empty) settings: every provisioned node has one, and it changes the first stage's path.
+RUNTIME_TOML = """# Ansible managed
+# gpunode runtime configuration; keys and defaults: gpunode's config.py (README "Configuration").
+# Keys not set here take gpunode's defaults.
+"""
 # gpunode-container-runtime's timing line (log-level debug), one per GPU create:
 #   timing create <container-id> plan=<ms> rootfs=<ms> runtime=<ms> proc=<ms> total=<ms>
 TIMING = re.compile(r"timing create (\S+)((?: \w+=[0-9.]+(?:ms)?)+)\s*$")
@@ -96,10 +102,13 @@ def prepare_node(name: str, release: str) -> str:
         [
             "sh",
             "-c",
+            'mkdir -p /etc/gpunode && printf %s "$1" >/etc/gpunode/runtime.toml && '
             "gpunode runtime configure docker --json >/dev/null && "
             "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 "
             "&& break; sleep 0.5; done; gpunode runtime refresh >/dev/null && "
             "gpunode cdi generate --install >/dev/null",
+            "sh",
+            RUNTIME_TOML,
         ],
     )
     save = subprocess.Popen(["docker", "save", workload], stdout=subprocess.PIPE)

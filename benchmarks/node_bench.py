@@ -40,9 +40,11 @@ PODMAN_VARIANTS = {"podman": [], "podman, CDI nvidia.com/gpu=1": ["--device", "n
 WORK = "/var/lib/gpunode-bench"
 ROOTFS = f"{WORK}/rootfs"
 RUNTIME = "gpunode-container-runtime"  # the first stage on PATH, as Docker runs it
-# Only for the timing lines: a config file also sends every runtime call through Python.
+# Only for the timing lines, with its own first-stage file: the node's runtime.toml (the
+# role's, see bench_runtime.py) and its /run/gpunode/first-stage stay as Docker uses them.
 DEBUG_CONFIG = f"{WORK}/runtime-debug.toml"
 DEBUG_LOG = f"{WORK}/runtime-debug.log"
+DEBUG_FIRST_STAGE = f"{WORK}/first-stage-debug"
 
 
 def run(cmd, **kw):
@@ -229,7 +231,11 @@ def bench_breakdown(image, runs):
     # Does this runtime write timing lines? One create at log-level debug says.
     with open(DEBUG_CONFIG, "w") as fh:
         fh.write(f'log-level = "debug"\nlog-file = "{DEBUG_LOG}"\n')
-    debug_env = dict(os.environ, GPUNODE_RUNTIME_CONFIG=DEBUG_CONFIG)
+    debug_env = dict(
+        os.environ,
+        GPUNODE_RUNTIME_CONFIG=DEBUG_CONFIG,
+        GPUNODE_RUNTIME_FIRST_STAGE=DEBUG_FIRST_STAGE,
+    )
     write_spec(f"{WORK}/debug", request)
     create_delete(RUNTIME, f"{WORK}/debug", ids, debug_env)()
     writes_timing = bool(timing_lines())

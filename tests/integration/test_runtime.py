@@ -233,6 +233,68 @@ def test_docker26_cdi_device(runtime_nodes):
     assert [d for d in out["dev"] if d[6:].isdigit()] == ["nvidia1"]
 
 
+# /etc/gpunode/runtime.toml as the gpu_container_runtime role renders it (template
+# runtime.toml.j2, settings dictsorted, values to_json).
+ROLE_RUNTIME_TOML = """# Ansible managed
+# gpunode runtime configuration; keys and defaults: gpunode's config.py (README "Configuration").
+# Keys not set here take gpunode's defaults.
+annotation-prefixes = ["cdi.k8s.io/", "example.com/gpu"]
+log-level = "info"
+runtimes = ["runc", "crun"]
+"""
+LAUNCHER = "/usr/local/bin/gpunode-container-runtime.py"
+
+
+def _annotated_bundle(node, name, annotations):
+    bundle = f"{WORK}/bundles/{name}"
+    node.sh(f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} '[]'")
+    edit = (
+        "import json, sys; p = sys.argv[1]; s = json.load(open(p)); "
+        "s['annotations'] = json.loads(sys.argv[2]); json.dump(s, open(p, 'w'))"
+    )
+    node.sh(
+        f"python3 -c {shlex.quote(edit)} {bundle}/config.json "
+        f"{shlex.quote(json.dumps(annotations))}"
+    )
+    proc = node.sh(f"sh {WORK}/run_bundle.sh gpunode-container-runtime {bundle} t-{name}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_first_stage_starts_python_only_for_a_gpu_create(runtime_nodes):
+    """On a provisioned node (a runtime.toml, the first stage's file from `gpunode runtime
+    refresh`), a `docker run` without a GPU never starts the Python runtime, and one with a
+    GPU starts it once, for its create; a spec with annotations goes to Python only when one
+    has a configured prefix. The Python launcher is wrapped to count its runs."""
+    calls = f"{WORK}/python-runtime-calls"
+    wrapper = f'#!/bin/sh\necho "$*" >>{calls}\nexec {LAUNCHER}.real "$@"\n'
+    for node in runtime_nodes.values():
+        node.sh(
+            f"set -e; mkdir -p /etc/gpunode; printf %s {shlex.quote(ROLE_RUNTIME_TOML)} "
+            f">/etc/gpunode/runtime.toml; gpunode runtime refresh >/dev/null; "
+            f"mv {LAUNCHER} {LAUNCHER}.real; printf %s {shlex.quote(wrapper)} >{LAUNCHER}; "
+            f"chmod 755 {LAUNCHER}; : >{calls}"
+        )
+
+        def ran():
+            return node.sh(f"cat {calls}").stdout.splitlines()  # noqa: B023
+
+        try:
+            assert node.sh("head -1 /run/gpunode/first-stage").stdout == "gpunode-first-stage 1\n"
+            out = docker_probe(node, "--runtime gpunode")
+            assert out["dev"] == [], (node.release, out)
+            assert ran() == [], node.release
+            out = docker_probe(node, "--runtime gpunode -e NVIDIA_VISIBLE_DEVICES=1")
+            assert out["nvml"] == [UUID[1]], (node.release, out)
+            assert len(ran()) == 1 and " create " in f" {ran()[0]} ", (node.release, ran())
+            out = _annotated_bundle(node, "fs-other-annotation", {"org.example/x": "1"})
+            assert out["dev"] == [] and len(ran()) == 1, (node.release, out, ran())
+            out = _annotated_bundle(node, "fs-prefix", {"example.com/gpu.a": "nvidia.com/gpu=2"})
+            assert out["nvml"] == [UUID[2]], (node.release, out)
+            assert len(ran()) == 2 and " create " in f" {ran()[1]} ", (node.release, ran())
+        finally:
+            node.sh(f"mv {LAUNCHER}.real {LAUNCHER}; rm -f /etc/gpunode/runtime.toml")
+
+
 # ------------------------------------------------- the shim's own work (no hook process)
 
 

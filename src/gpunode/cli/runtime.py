@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "refresh":
         from ..runtime import config, discovery
 
-        cfg = config.load(args.config)
+        cfg = config.load(args.config, first_stage_force=True)  # and the sh stage's file
         disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
         result = {
             "cache_file": cfg.cache_file,

@@ -54,6 +54,14 @@ DEFAULT_PATH = "/etc/gpunode/runtime.toml"  # a str: pathlib costs ~3 ms per con
 # whatever the file's path; $GPUNODE_RUNTIME_CONFIG_CACHE moves it ("" turns it off).
 PARSED_CACHE = "/run/gpunode/runtime-toml.json"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# What the sh first stage (gpunode.cli.install.dispatcher) needs to know of runtime.toml, in
+# lines its builtins read: the runtimes entries and the spec markers the annotation
+# prefixes add. $GPUNODE_RUNTIME_FIRST_STAGE moves it ("" turns it off). See first_stage().
+FIRST_STAGE = "/run/gpunode/first-stage"
+FIRST_STAGE_HEADER = "gpunode-first-stage 1"
+# An annotation prefix made of these characters appears verbatim in config.json (no JSON
+# writer escapes them); any other prefix makes every spec with annotations a candidate.
+_PLAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:+=@~")
 
 
 class ConfigError(ValueError):
@@ -184,13 +192,18 @@ def _store(cache: str, text: str, data: dict[str, Any]) -> None:
         pass
 
 
-def load(path: os.PathLike | str | None = None) -> RuntimeConfig:
-    """Load the config file; a missing file (at the default path) means defaults."""
+def load(
+    path: os.PathLike | str | None = None, *, first_stage_force: bool = False
+) -> RuntimeConfig:
+    """Load the config file; a missing file (at the default path) means defaults.
+    `first_stage_force`: rewrite the sh first stage's file even when fresh (see
+    first_stage)."""
     explicit = path is not None or "GPUNODE_RUNTIME_CONFIG" in os.environ
     path = os.fspath(path or os.environ.get("GPUNODE_RUNTIME_CONFIG", DEFAULT_PATH))
     cfg = RuntimeConfig(source=path)
     try:
         with open(path, "rb") as fh:
+            read_stat = os.fstat(fh.fileno())
             raw = fh.read()
     except FileNotFoundError:
         if explicit:
@@ -207,4 +220,91 @@ def load(path: os.PathLike | str | None = None) -> RuntimeConfig:
         if attr not in _TYPES or attr == "source":
             raise ConfigError(f"{path}: unknown key {key!r}; accepted keys: {', '.join(accepted)}")
         setattr(cfg, attr, _check(path, key, value, getattr(defaults, attr)))
-    return cfg.validate()
+    cfg.validate()
+    first_stage(cfg, read_stat, first_stage_force)
+    return cfg
+
+
+def first_stage_markers(prefixes: list[str]) -> list[str]:
+    """Strings, beyond gpunode.runtime.shim.REQUEST_MARKERS, whose absence from a
+    config.json proves that none of its annotation keys starts with one of `prefixes`."""
+    from .shim import REQUEST_MARKERS
+
+    markers = [m.decode() for m in REQUEST_MARKERS]
+    extra: list[str] = []
+    for prefix in prefixes:
+        if any(m in prefix for m in markers + extra):
+            continue  # every key with this prefix contains that marker already
+        marker = prefix if prefix and set(prefix) <= _PLAIN_CHARS else '"annotations"'
+        if marker not in extra:
+            extra.append(marker)
+    return extra
+
+
+def first_stage_text(cfg: RuntimeConfig) -> str | None:
+    """The first stage's file for `cfg` (None when a value cannot be written as a line)."""
+    lines = [FIRST_STAGE_HEADER, f"config {cfg.source}"]
+    lines += [f"runtime {r}" for r in cfg.runtimes]
+    lines += [f"marker {m}" for m in first_stage_markers(cfg.annotation_prefixes)]
+    lines.append("end")
+    if any("\n" in line or "\r" in line for line in lines):
+        return None
+    return "\n".join(lines) + "\n"
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def first_stage(cfg: RuntimeConfig, read_stat: os.stat_result, force: bool = False) -> None:
+    """Write FIRST_STAGE for `cfg`, read from a file whose fstat was `read_stat`, when it is
+    missing, stale or different (always with `force`). If runtime.toml is no longer that
+    file once it is written, the new file is removed again: it must never be newer than a
+    runtime.toml it does not describe.
+
+    Only for the config the runtime itself reads ($GPUNODE_RUNTIME_CONFIG or DEFAULT_PATH),
+    not a symlink. The sh stage trusts the file only while it is a regular file of its own
+    user, not a symlink, and newer (``-nt``) than runtime.toml and than runtime.toml's
+    directory (a rename into it, e.g. `mv` of an older file, changes the directory's
+    mtime). dash compares nanoseconds; a shell comparing seconds sees a file written in
+    runtime.toml's second as stale, so here "fresh" means a later second, and a file that
+    is not is written again on each Python load. Best effort: no error when it cannot be
+    written (not root, read-only /run): the sh stage then hands every call to Python."""
+    side = os.environ.get("GPUNODE_RUNTIME_FIRST_STAGE", FIRST_STAGE)
+    path = cfg.source
+    if not side or path != os.environ.get("GPUNODE_RUNTIME_CONFIG", DEFAULT_PATH):
+        return
+    text = first_stage_text(cfg)
+    try:
+        conf = os.lstat(path)
+        confdir = os.stat(os.path.dirname(path) or ".")
+    except OSError:
+        return
+    if text is None or _identity(conf) != _identity(read_stat):  # a symlink, or replaced
+        return
+    if not force:
+        try:
+            fd = os.open(side, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                st = os.fstat(fd)
+                same = os.read(fd, 1 << 16) == text.encode()
+            finally:
+                os.close(fd)
+            newest = max(int(conf.st_mtime), int(confdir.st_mtime))
+            if same and (st.st_mode & 0o170000) == 0o100000 and int(st.st_mtime) > newest:
+                return
+        except OSError:
+            pass
+    from ..util.files import write_atomic
+
+    try:
+        where = os.path.dirname(side) or "."
+        os.makedirs(where, 0o755, exist_ok=True)
+        st = os.lstat(where)
+        if (st.st_mode & 0o170000) != 0o040000 or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return  # a directory others could write: no file the sh stage would trust
+        write_atomic(side, text.encode(), 0o644, skip_if_same=False)
+        if _identity(os.lstat(path)) != _identity(read_stat):
+            os.unlink(side)  # runtime.toml changed meanwhile
+    except OSError:
+        pass

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
 from gpunode.cli import install
-from gpunode.runtime import shim
+from gpunode.runtime import config, shim
 
 
 def test_install_links_respects_nvidia_toolkit(tmp_path, monkeypatch):
@@ -52,6 +53,7 @@ def _dispatch(tmp_path, argv, spec_text=None, config=False):
         "PATH": f"{fake}:/usr/bin:/bin",
         "GPUNODE_RUNTIME_CONFIG": str(conf),
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
     }
     out = subprocess.run(
         ["sh", str(script), *argv], capture_output=True, text=True, env=env, check=True
@@ -115,3 +117,215 @@ def test_sh_dispatcher_matches_the_python_runtime(tmp_path, argv, spec, config, 
         # the Python runtime would have made the same decision
         parsed = shim.parse_args(["rt", *argv])
         assert not parsed[0] or shim.surely_not_gpu(spec.encode(), config)
+
+
+# --- with a runtime.toml: the first stage's file (gpunode.runtime.config.first_stage) ---
+
+
+class Node:
+    """A temp dir with fake runtimes that print their path and argv, a runtime.toml, the
+    first stage's file and the generated script, run with /bin/sh (dash on Debian)."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        self.tmp = tmp_path
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        for name in ("runc", "crun", "python-runtime"):
+            self.fake(self.bin / name)
+        self.etc = tmp_path / "etc"
+        self.etc.mkdir()
+        self.conf = self.etc / "runtime.toml"
+        self.side = tmp_path / "run" / "first-stage"
+        self.script = tmp_path / "gpunode-container-runtime"
+        self.script.write_text(install.dispatcher(str(self.bin / "python-runtime")))
+        self.bundle = tmp_path / "bundle"
+        self.bundle.mkdir()
+        self.env = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "GPUNODE_RUNTIME_CONFIG": str(self.conf),
+            "GPUNODE_RUNTIME_FIRST_STAGE": str(self.side),
+            "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+        }
+        for key, value in self.env.items():
+            monkeypatch.setenv(key, value)
+
+    @staticmethod
+    def fake(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('#!/bin/sh\nprintf \'%s\\n\' "$0" "$@"\n')
+        path.chmod(0o755)
+
+    def configure(self, text=""):
+        """Write runtime.toml (dated in the past, as is its directory) and let the Python
+        side load it, which writes the first stage's file."""
+        self.conf.write_text(text)
+        past = time.time() - 100
+        os.utime(self.conf, (past, past))
+        os.utime(self.etc, (past, past))
+        return config.load()
+
+    def run(self, *argv, spec=None):
+        if spec is not None:
+            (self.bundle / "config.json").write_text(json.dumps(spec))
+        argv = [a.replace("BUNDLE", str(self.bundle)) for a in argv]
+        out = subprocess.run(
+            ["/bin/sh", str(self.script), *argv],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=True,
+        ).stdout.splitlines()
+        assert out[1:] == argv, "the program must get the caller's argv unchanged"
+        return out[0]
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    return Node(tmp_path, monkeypatch)
+
+
+CREATE = ("create", "--bundle", "BUNDLE", "ctr")
+ANNOTATED = {"process": {"env": ["PATH=/bin"]}, "annotations": {"org.example/x": "1"}}
+
+
+def test_fresh_file_runtime_calls_skip_python(node):
+    node.configure('runtimes = ["crun", "runc"]\n')
+    crun = str(node.bin / "crun")
+    for argv in (("start", "ctr"), ("state", "ctr"), ("kill", "ctr", "9"), ("delete", "ctr")):
+        assert node.run(*argv) == crun
+    assert node.run("--root", "/r", "delete", "--force", "ctr") == crun
+    # no blanket "annotations" rule once the configured prefixes are known
+    assert node.run(*CREATE, spec=ANNOTATED) == crun
+    assert node.run(*CREATE, spec=json.loads(GPU_SPEC)) == str(node.bin / "python-runtime")
+
+
+def test_configured_annotation_prefix_is_a_marker(node):
+    node.configure('annotation-prefixes = ["cdi.k8s.io/", "example.com/gpu"]\n')
+    py = str(node.bin / "python-runtime")
+    with_prefix = {"process": {"env": []}, "annotations": {"example.com/gpu.x": "0"}}
+    assert node.run(*CREATE, spec=with_prefix) == py
+    assert node.run(*CREATE, spec=ANNOTATED) == str(node.bin / "runc")
+    assert node.run("start", "ctr") == str(node.bin / "runc")
+
+
+def test_prefix_that_may_be_escaped_keeps_the_annotations_rule(node):
+    node.configure('annotation-prefixes = ["a<b/"]\n')
+    assert node.run(*CREATE, spec=ANNOTATED) == str(node.bin / "python-runtime")
+    assert node.run(*CREATE, spec=json.loads(PLAIN)) == str(node.bin / "runc")
+
+
+def _stale_by_edit(node):
+    os.utime(node.conf)  # edited after the file was written
+
+
+def _stale_by_rename(node):
+    # an older file moved over runtime.toml: its own mtime is old, its directory's is not
+    old = node.etc / "new.toml"
+    old.write_text('runtimes = ["runc"]\n')
+    past = time.time() - 1000
+    os.utime(old, (past, past))
+    os.replace(old, node.conf)
+
+
+def _missing(node):
+    node.side.unlink()
+
+
+def _symlinked(node):
+    real = node.tmp / "elsewhere"
+    real.write_bytes(node.side.read_bytes())
+    node.side.unlink()
+    node.side.symlink_to(real)
+
+
+def _other_config(node):
+    text = node.side.read_text().replace(f"config {node.conf}", "config /etc/other.toml")
+    node.side.write_text(text)
+
+
+def _truncated(node):
+    node.side.write_text(node.side.read_text().replace("end\n", ""))
+
+
+def _not_ours(node):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    os.chown(node.side, 65534, 65534)
+
+
+def _directory(node):
+    node.side.unlink()
+    node.side.mkdir()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _stale_by_edit,
+        _stale_by_rename,
+        _missing,
+        _symlinked,
+        _other_config,
+        _truncated,
+        _directory,
+        _not_ours,
+    ],
+)
+def test_unusable_file_sends_every_call_to_python(node, damage):
+    node.configure('runtimes = ["crun"]\n')
+    assert node.run("start", "ctr") == str(node.bin / "crun")
+    damage(node)
+    py = str(node.bin / "python-runtime")
+    assert node.run("start", "ctr") == py
+    assert node.run("delete", "ctr") == py
+    assert node.run(*CREATE, spec=ANNOTATED) == py  # today's conservative rule
+    assert node.run(*CREATE, spec=json.loads(PLAIN)) == py
+
+
+def test_runtime_toml_without_file_is_todays_behaviour(node, monkeypatch):
+    monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", "")  # the Python side writes none
+    node.env["GPUNODE_RUNTIME_FIRST_STAGE"] = ""
+    node.configure('runtimes = ["crun"]\n')
+    assert not node.side.exists()
+    py = str(node.bin / "python-runtime")
+    assert node.run("start", "ctr") == py
+    assert node.run(*CREATE, spec=ANNOTATED) == py
+
+
+def test_no_runnable_runtime_goes_to_python_for_its_error(node):
+    node.configure('runtimes = ["/nonexistent/runc"]\n')
+    assert node.run("start", "ctr") == str(node.bin / "python-runtime")
+
+
+@pytest.mark.parametrize(
+    "runtimes",
+    [
+        None,  # the defaults
+        ["crun", "runc"],
+        ["CRUN_ABS"],
+        ["missing-runtime", "runc"],
+        ["/nonexistent/runc", "crun"],
+        ["DIR_ABS", "crun"],
+        ["sub/runc", "runc"],
+    ],
+)
+@pytest.mark.parametrize("path", ["BIN:/usr/bin:/bin", "/nowhere::BIN/", "BIN2:BIN"])
+def test_sh_picks_the_runtime_python_would(node, monkeypatch, runtimes, path):
+    other = node.tmp / "bin2"
+    node.fake(other / "runc")
+    node.fake(node.bin / "sub" / "runc")
+    (node.tmp / "adir").mkdir()
+    mapping = {"CRUN_ABS": str(node.bin / "crun"), "DIR_ABS": str(node.tmp / "adir")}
+    env_path = path.replace("BIN2", str(other)).replace("BIN", str(node.bin))
+    node.env["PATH"] = env_path
+    monkeypatch.setenv("PATH", env_path)
+    monkeypatch.chdir(node.tmp)  # an empty PATH entry means the current directory
+    text = (
+        ""
+        if runtimes is None
+        else f"runtimes = {json.dumps([mapping.get(r, r) for r in runtimes])}\n"
+    )
+    cfg = node.configure(text)
+    python_pick = next(shim._find_runtimes(cfg.runtimes, []), None)
+    expect = python_pick or str(node.bin / "python-runtime")
+    assert node.run("start", "ctr") == expect

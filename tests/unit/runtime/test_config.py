@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -165,3 +166,122 @@ def test_the_cache_can_be_moved_or_turned_off(default_file, tmp_path, monkeypatc
     moved.unlink()
     config.load()
     assert not moved.exists() and not os.path.exists(config.PARSED_CACHE)
+
+
+# --- the sh first stage's file (config.first_stage) ---
+
+
+@pytest.fixture
+def staged(tmp_path, monkeypatch):
+    """runtime.toml (dated in the past, as its directory) as the runtime's own config, and
+    where its first-stage file goes."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    conf = etc / "runtime.toml"
+    monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG", str(conf))
+    side = tmp_path / "run" / "first-stage"
+    monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", str(side))
+
+    def write(text):
+        conf.write_text(text)
+        past = time.time() - 100
+        os.utime(conf, (past, past))
+        os.utime(etc, (past, past))
+        return conf
+
+    return write, side
+
+
+def test_first_stage_file_names_runtimes_and_extra_markers(staged):
+    write, side = staged
+    conf = write(
+        'runtimes = ["crun", "/opt/runc"]\n'
+        'annotation-prefixes = ["cdi.k8s.io/", "x.cdi.k8s.io/", "example.com/", "a\\"b", ""]\n'
+    )
+    config.load()
+    assert side.read_text().splitlines() == [
+        "gpunode-first-stage 1",
+        f"config {conf}",
+        "runtime crun",
+        "runtime /opt/runc",
+        # x.cdi.k8s.io/ contains the built-in marker cdi.k8s.io/; a prefix JSON may escape,
+        # and the empty one, match any annotation
+        "marker example.com/",
+        'marker "annotations"',
+        "end",
+    ]
+    assert side.stat().st_mtime > conf.stat().st_mtime
+
+
+def test_first_stage_file_is_rewritten_only_when_stale(staged):
+    write, side = staged
+    conf = write('runtimes = ["crun"]\n')
+    config.load()
+    before = side.stat().st_mtime_ns
+    os.utime(side, ns=(before - 10**9 * 5, before - 10**9 * 5))  # still after runtime.toml
+    config.load()
+    assert side.stat().st_mtime_ns == before - 10**9 * 5, "a fresh file is left alone"
+    os.utime(conf)  # runtime.toml edited since: the file is stale
+    config.load()
+    assert int(side.stat().st_mtime) >= int(conf.stat().st_mtime)
+    assert side.stat().st_mtime_ns > before - 10**9 * 5
+
+
+def test_first_stage_file_only_for_the_runtimes_own_config(staged, tmp_path, monkeypatch):
+    write, side = staged
+    write("")
+    other = tmp_path / "candidate.toml"
+    other.write_text("")
+    config.load(other)  # e.g. the role's `validate:` of a candidate file
+    assert not side.exists()
+    monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", "")
+    config.load()
+    assert not side.exists()
+
+
+def test_first_stage_file_not_written_into_a_shared_directory(staged):
+    write, side = staged
+    write("")
+    side.parent.mkdir(mode=0o777)
+    side.parent.chmod(0o777)
+    config.load()
+    assert not side.exists()
+    side.parent.chmod(0o755)
+    config.load()
+    assert side.exists()
+
+
+def test_first_stage_file_not_for_values_it_cannot_hold(staged):
+    write, side = staged
+    write('runtimes = ["run\\nc"]\n')
+    config.load()
+    assert not side.exists()
+
+
+def test_refresh_forces_the_first_stage_file(staged):
+    write, side = staged
+    write("")
+    config.load()
+    side.write_text("garbage\n")
+    os.utime(side)  # fresh by its mtime, wrong by its content
+    config.load(first_stage_force=True)  # what `gpunode runtime refresh` does
+    assert side.read_text().startswith("gpunode-first-stage 1\n")
+
+
+def test_first_stage_file_never_outlives_a_runtime_toml_changed_meanwhile(staged, monkeypatch):
+    """runtime.toml replaced between its read and the file's write: no file is left that
+    is newer than a runtime.toml it does not describe."""
+    write, side = staged
+    conf = write('runtimes = ["crun"]\n')
+    from gpunode.util import files
+
+    original = files.write_atomic
+
+    def racing(path, data, *a, **kw):
+        original(path, data, *a, **kw)
+        if str(path) == str(side):  # lands after the read, before the check
+            conf.write_text('runtimes = ["runc"]\n')
+
+    monkeypatch.setattr(files, "write_atomic", racing)
+    config.load()
+    assert not side.exists()

@@ -218,6 +218,7 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
         setup = (
             "from gpunode.runtime import config\n"
             f"config.DEFAULT_PATH, config.PARSED_CACHE = {str(conf)!r}, {str(parsed)!r}\n"
+            f"config.FIRST_STAGE = {str(tmp_path / 'first-stage')!r}\n"
         )
     else:  # runtime.toml's values without a runtime.toml
         setup = (

@@ -203,6 +203,7 @@ def _runtime_subprocess(tmp_path, runtimes, argv):
         "PYTHONPATH": str(src),
         "GPUNODE_RUNTIME_CONFIG": str(conf),
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
     }
     return subprocess.run(
         [sys.executable, "-m", "gpunode.runtime.shim", *argv],

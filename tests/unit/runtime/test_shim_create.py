@@ -114,6 +114,7 @@ def node(tmp_path):
         "PYTHONPATH": str(SRC),
         "GPUNODE_RUNTIME_CONFIG": str(conf),
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
         "FAKE_LOG": str(tmp_path / "calls"),
         "FAKE_PIDS": str(tmp_path / "pids"),
         "FAKE_READY": str(ready),

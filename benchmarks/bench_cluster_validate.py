@@ -87,7 +87,8 @@ def run_playbook(hosts: dict[str, dict], tmp: Path) -> tuple[float, dict, int]:
     t0 = time.monotonic()
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(f), "-f", "16",
-         "playbooks/validate.yml", "-e", f"gpunode_validate_report_dir={out}"],
+         "playbooks/validate.yml", "-e", f"gpunode_validate_report_dir={out}",
+         "-e", "gpunode_validate_fail=false"],  # the faulty T4s fail on purpose
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     wall = time.monotonic() - t0

@@ -56,6 +56,20 @@ def prepare(name: str, profile: str, build_dir: str) -> dict:
         save.wait()
         if load.returncode != 0:
             raise cluster.SimError(f"{name}: docker load failed: {load.stderr.decode().strip()}")
+    # podman too (tests/infra's CDI channel through podman), from the node's Docker
+    have = subprocess.run(
+        [docker, "exec", name, "podman", "image", "exists", workload],
+        capture_output=True,
+        check=False,
+    )
+    if have.returncode != 0:
+        load = subprocess.run(
+            [docker, "exec", name, "sh", "-c",
+             f"docker save {workload} | podman --cgroup-manager cgroupfs load -q"],
+            capture_output=True, check=False,
+        )  # fmt: skip
+        if load.returncode != 0:
+            raise cluster.SimError(f"{name}: podman load failed: {load.stderr.decode().strip()}")
     return {"changed": bool(applied["changes"]), "workload": workload}
 
 

@@ -1,6 +1,7 @@
-"""The inventory play (the last part of site.yml) prints each simulated node's real inventory.
+"""playbooks/inventory.yml prints each simulated node's real inventory.
 
-site.yml as a whole (provisioning first) is tested in test_provision.py."""
+site.yml as a whole (provisioning, then validation and the cluster report) is tested in
+test_provision.py."""
 
 from __future__ import annotations
 

@@ -54,6 +54,26 @@ def test_engine_runs_and_keeps_operator_keys(host):
     assert shm[1] == "256"
 
 
+# A restart follows its daemon.json write within seconds (the role flushes its handler right
+# after the write); the idempotence run, which writes nothing, comes minutes later.
+RESTART_WINDOW_S = 45
+
+
+def test_engine_restarted_only_after_a_daemon_json_change(host):
+    """Docker's last (re)start is the one right after daemon.json's last write: the
+    idempotence converge, which changes nothing, did not restart it."""
+    started = int(
+        host.check_output(
+            'date -d "$(systemctl show docker -p ActiveEnterTimestamp --value)" +%s'
+        )
+    )
+    written = int(host.check_output("stat -c %Y /etc/docker/daemon.json"))
+    assert 0 <= started - written < RESTART_WINDOW_S, (
+        f"docker (re)started {started - written} s after daemon.json was last written: "
+        "a restart without a change (or the change not in effect)"
+    )
+
+
 def test_runtime_registered_only_on_gpu_nodes(host):
     config = _daemon_json(host)
     runtimes = json.loads(host.check_output("docker info --format '{{json .Runtimes}}'"))

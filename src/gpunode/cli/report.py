@@ -88,6 +88,10 @@ def progress_line(event: dict) -> str | None:
     res = data.get("res") or {}
     if kind == "runner_on_unreachable":
         return f"{host}: unreachable: {str(res.get('msg', '')).strip()}"
+    if kind == "runner_on_skipped":  # the playbook does not run gpunode on GPU-less nodes
+        from ..report.results import NO_GPU
+
+        return f"{host}: {NO_GPU}"
     if kind in ("runner_on_ok", "runner_on_failed"):
         import json
 

@@ -1,5 +1,5 @@
-"""`gpunode sim images|up|down|apply|apply-local`: the simulated GPU cluster (development
-and tests)."""
+"""`gpunode sim images|up|down|apply|apply-local|check-report`: the simulated GPU cluster
+(development and tests)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from .base import EXIT_OK, Parser, UsageError, print_json
+from .base import EXIT_FAIL, EXIT_OK, Parser, UsageError, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,14 +18,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ("down", "remove the nodes and their volumes"),
         ("apply", "apply a profile to a running node"),
         ("apply-local", "apply a profile on this machine (inside a node, as root)"),
+        ("check-report", "does a cluster report show exactly the faults the profiles inject?"),
     ):
         sp = simsub.add_parser(name, help=helptext)
         if name == "apply":
             sp.add_argument("node")
         if name in ("apply", "apply-local"):
             sp.add_argument("profile", help="built-in profile name or path to a .yaml file")
-        if name in ("up", "down"):
+        if name in ("up", "down", "check-report"):
             sp.add_argument("-i", "--inventory", default="inventories/sim/hosts.yml")
+        if name == "check-report":
+            sp.add_argument(
+                "report", help="report.json of `gpunode report` / playbooks/validate.yml"
+            )
         if name == "up":
             sp.add_argument("--build-dir", default="build", help="where host artifacts go")
             sp.add_argument("--project", default=".", help="gpunode source tree (for the wheel)")
@@ -48,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(res.changed) if res.changed else "unchanged")
         return EXIT_OK
 
+    if args.action == "check-report":
+        return check_report(Path(args.inventory), args.report, args.json)
+
     from ..sim import cluster, images
 
     if args.action == "images":
@@ -69,3 +77,38 @@ def run(args: argparse.Namespace) -> int:
         cluster.apply(args.node, args.profile)
         return EXIT_OK
     raise UsageError(f"unknown sim action {args.action!r}")
+
+
+def check_report(inventory: Path, report: str, as_json: bool) -> int:
+    """Exit 0 when the report shows exactly the injected faults, 1 when not."""
+    import json
+
+    from ..report.results import REPORT_SCHEMA
+    from ..sim.cluster import SimError
+    from ..sim.expected import compare, describe, injected
+
+    try:
+        with open(report, encoding="utf-8") as fh:
+            model = json.load(fh)
+    except OSError as exc:
+        raise UsageError(f"sim check-report: {report}: cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UsageError(f"sim check-report: {report}: not JSON ({exc})") from None
+    if not isinstance(model, dict) or model.get("schema") != REPORT_SCHEMA:
+        raise UsageError(f"sim check-report: {report}: not a {REPORT_SCHEMA} report.json")
+    try:
+        expected = injected(inventory)
+    except SimError as exc:
+        raise UsageError(f"sim check-report: {exc}") from None
+    problems = compare(model, expected)
+    faults = describe(expected)
+    if as_json:
+        print_json({"ok": not problems, "injected": faults, "problems": problems})
+    elif problems:
+        print("the report does not show the simulated cluster as injected:")
+        print("\n".join(f"  {p}" for p in problems))
+    else:
+        shown = "; ".join(faults) or "no faults injected"
+        print(f"report as injected: failed where the profiles inject faults ({shown}), "
+              "every other node and GPU passed")  # fmt: skip
+    return EXIT_OK if not problems else EXIT_FAIL

@@ -1,9 +1,13 @@
 """Result files of `gpunode validate --json` (schema gpunode.validate/v1), read, checked and
 merged into one cluster report model.
 
-A result file holds one node's result, or an unreachable entry ({"node": ..., "unreachable":
-true, "detail": ...}) written by the playbook for a node it could not reach. Any file that is
-not such a document is refused with one line naming the file and what is wrong.
+A result file holds one node's result, or an entry the playbook writes for a node where
+gpunode validate did not run: unreachable ({"node": ..., "unreachable": true, "detail": ...}),
+validate could not run ({"node": ..., "error": ...}), or a node without NVIDIA GPU that got
+the container engine only ({"node": ..., "no_gpu": true, "detail": ..., "checks": [the
+playbook's own engine check]}: every other check of the report is a skip there, with that
+detail as its reason). Any file that is not such a document is refused with one line naming
+the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ STATUSES = ("pass", "warn", "fail", "skip")
 SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
 REACHABLE = "node.reachable"
 RAN = "node.validate"  # the backward-compatible "error" entry: validate could not run
+NO_GPU = "no NVIDIA GPU: engine only"
 
 
 class ResultError(ValueError):
@@ -55,6 +60,13 @@ def check_result(doc: object, source: str) -> dict:
             out["error"] = detail
         out["checks"] = [_check(source, c, i) for i, c in enumerate(_list(source, checks))]
         return out
+    if doc.get("no_gpu") is True:
+        # gpunode is not installed there (provisioning gives it the engine only): a row of
+        # skips with the reason, plus the checks the playbook ran itself
+        checks = [_check(source, c, i) for i, c in enumerate(_list(source, doc.get("checks", [])))]
+        detail = str(doc.get("detail") or NO_GPU)
+        return {"node": node, "no_gpu": True, "detail": detail, "gpus": [], "versions": {},
+                "checks": checks}  # fmt: skip
     if doc.get("schema") != SCHEMA:
         raise _fail(source, f"schema is {json.dumps(doc.get('schema'))}; expected {SCHEMA!r}")
     checks = [_check(source, c, i) for i, c in enumerate(_list(source, doc.get("checks")))]
@@ -148,13 +160,23 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
     columns: list[str] = []
     titles: dict[str, str] = {}
     gpu_checks: set[str] = set()
-    for n in nodes:
+    # the columns in the order validated nodes report them, then those only GPU-less ones have
+    for n in sorted(nodes, key=lambda n: bool(n.get("no_gpu"))):
         for c in n["checks"]:
             if c["id"] not in titles:
                 columns.append(c["id"])
                 titles[c["id"]] = c["title"]
             if c["gpu"] is not None:
                 gpu_checks.add(c["id"])
+    for n in nodes:
+        if n.get("no_gpu"):  # what was not checked there is a skip saying why
+            have = {c["id"] for c in n["checks"]}
+            skip = {"gpu": None, "uuid": None, "status": "skip", "detail": n["detail"]}
+            n["checks"] += [
+                {"id": c, "title": titles[c], **skip, "duration_s": None}
+                for c in columns
+                if c not in have
+            ]
     counts = dict.fromkeys(STATUSES, 0)
     for n in nodes:
         for c in n["checks"]:

@@ -2,7 +2,9 @@
 real engine and gpunode's runtime see exactly the GPUs they request.
 
 The probe image is built on the node from the node's own files — its python3, the modules
-and shared libraries the probe needs, and gpunode.validate.probe — with ``<engine>
+and shared libraries the probe needs, the system libraries the node's libcuda.so.1 links
+against (libdl, libpthread, librt, ...: a CUDA image has them; the runtime injects the
+driver's libraries, not the C library's), and gpunode.validate.probe — with ``<engine>
 import``: no registry, so air-gapped nodes validate too. It is tagged by the hash of its
 content, so repeated runs reuse it and a python3 upgrade builds a new one.
 
@@ -95,8 +97,12 @@ def image_files(python: str | None = None) -> dict[str, str]:
             pyc = importlib.util.cache_from_source(m)
             if os.path.exists(pyc):
                 files[pyc] = pyc
-    for lib in _ldd([python, *(m for m in modules if m.endswith(".so"))]):
-        files[lib] = os.path.realpath(lib)
+    libcuda = node_libcuda()
+    for lib in _ldd([python, *(m for m in modules if m.endswith(".so"))]) | _ldd(
+        [libcuda] if libcuda else []
+    ):
+        if not re.search(r"/lib(cuda|nvidia)[^/]*$", lib):  # the driver's own: injected
+            files[lib] = os.path.realpath(lib)
     return files
 
 
@@ -197,9 +203,15 @@ def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
     return [f"{request}: " + "; ".join(bad)] if bad else []
 
 
-def _host_has_libcuda() -> bool:
+def node_libcuda() -> str | None:
+    """The node's libcuda.so.1 (from the linker cache), or None."""
     proc = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False)
-    return "libcuda.so.1 " in proc.stdout
+    m = re.search(r"^\s*libcuda\.so\.1 \(.*=>\s*(/\S+)$", proc.stdout, re.M)
+    return m[1] if m else None
+
+
+def _host_has_libcuda() -> bool:
+    return node_libcuda() is not None
 
 
 def evaluate(
@@ -257,7 +269,8 @@ def evaluate(
     ]
     if no_device:
         if any(c.get("absent") for c in no_device) and _host_has_libcuda():
-            add("container.cuda", FAIL, "libcuda.so.1 is on the node but was not injected: "
+            add("container.cuda", FAIL, "libcuda.so.1 is on the node but the container "
+                "could not load it (not injected, or its libraries missing): "
                 + no_device[0]["error"])  # fmt: skip
         else:
             add(

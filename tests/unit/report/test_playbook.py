@@ -28,6 +28,9 @@ def inventory(tmp_path: Path) -> Path:
     hosts = {n: local(n) for n in ("n-a100", "n-t4", "n-broken")}
     hosts["n-down"] = {"ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_connection": "ssh"}
     hosts["n-t4"] |= {"nvidia_driver_version": "550.163.01", "cuda_toolkit_versions": ["12.4"]}
+    # no NVIDIA GPU (engine only, no gpunode): never asked to validate; engine check not wanted
+    hosts["n-cpu"] = {"ansible_connection": "local", "gpunode_expected_gpus": 0,
+                      "gpunode_validate_engine": "none"}  # fmt: skip
     doc = {
         "all": {
             "vars": {
@@ -83,8 +86,13 @@ def calls(tmp_path: Path) -> dict[str, dict]:
 def check_report(out: Path) -> dict:
     merged = json.loads((out / "report.json").read_text())
     nodes = {n["node"]: n for n in merged["nodes"]}
-    assert set(nodes) == {"n-a100", "n-t4", "n-broken", "n-down"}
+    assert set(nodes) == {"n-a100", "n-t4", "n-broken", "n-down", "n-cpu"}
     assert nodes["n-a100"]["status"] == "pass"
+    cpu = nodes["n-cpu"]  # a row of skips saying why, not "could not run"
+    assert cpu["status"] == "pass" and cpu["no_gpu"] and not cpu.get("error")
+    assert {c["detail"] for c in cpu["checks"] if c["id"] != "node.reachable"} == {
+        "no NVIDIA GPU: engine only"
+    }
     assert nodes["n-down"]["unreachable"] and nodes["n-down"]["status"] == "fail"
     assert nodes["n-broken"]["checks"][-1]["id"] == "node.validate"
     assert (
@@ -98,7 +106,7 @@ def check_report(out: Path) -> dict:
 
 def test_validate_playbook_builds_the_report(tmp_path):
     out = tmp_path / "reports"
-    proc = playbook(tmp_path, out)
+    proc = playbook(tmp_path, out, "-e", "gpunode_validate_fail=false")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"report: {out}/index.html" in proc.stdout
     check_report(out)
@@ -116,12 +124,22 @@ def test_validate_playbook_builds_the_report(tmp_path):
     assert argv["n-t4"]["vars"]["nvidia_driver_version"] == "550.163.01"
     assert argv["n-t4"]["vars"]["cuda_toolkit_versions"] == ["12.4"]
     assert not Path("/tmp/gpunode-validate-vars.n-a100.json").exists()  # removed after
-    assert "n-down" not in argv
+    assert "n-down" not in argv and "n-cpu" not in argv
 
 
-def test_validate_playbook_fails_on_request(tmp_path):
-    proc = playbook(tmp_path, tmp_path / "r", "-e", "gpunode_validate_fail=true")
-    assert proc.returncode != 0 and (tmp_path / "r" / "index.html").exists()
+def test_validate_playbook_fails_after_writing_the_report_by_default(tmp_path):
+    out = tmp_path / "r"
+    proc = playbook(tmp_path, out)
+    assert proc.returncode != 0 and (out / "index.html").exists()
+    assert f"report: {out}/index.html" in proc.stdout  # printed before the failure
+    assert "validation failed on n-broken, n-down, n-t4; see" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_validate_playbook_in_check_mode_validates_nothing(tmp_path):
+    out = tmp_path / "r"
+    proc = playbook(tmp_path, out, "--check")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not out.exists() and not (tmp_path / "calls.log").exists()
 
 
 def test_report_run_through_ansible_runner(tmp_path):
@@ -130,7 +148,7 @@ def test_report_run_through_ansible_runner(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr  # nodes failed: exit 1
     lines = proc.stdout.splitlines()
     progress = sorted(ln.split(":")[0] for ln in lines[:-2])
-    assert progress == ["n-a100", "n-broken", "n-down", "n-t4"], lines
+    assert progress == ["n-a100", "n-broken", "n-cpu", "n-down", "n-t4"], lines
     assert any(ln.startswith("n-down: unreachable: ") for ln in lines)
     assert any(ln.startswith("n-t4: FAILED (") for ln in lines)
     assert any(ln.startswith("n-a100: ok (") for ln in lines)

@@ -106,3 +106,25 @@ def test_validate_bad_input_json_is_a_failed_row():
     node = results.merge([("x", results.check_result(doc, "x"))])["nodes"][0]
     assert node["status"] == "fail" and node["error"] == "--expect-gpus: 'x' is not a GPU count"
     assert node["checks"][-1]["id"] == "node.validate"
+
+
+def test_gpu_less_node_is_a_row_of_skips_with_the_reason_and_its_engine_check():
+    """A node without NVIDIA GPU (engine only, no gpunode): the playbook's engine check, and
+    every other column a skip saying why; the node passes, the engine's failure fails it."""
+    engine = {"id": "engine.active", "title": "Container engine answers", "status": "pass",
+              "detail": "docker 26.1.5 answers"}  # fmt: skip
+    cpu = {"node": "cpu", "no_gpu": True, "detail": results.NO_GPU, "checks": [engine]}
+    gpu = results.check_result(result("gpu", "T4", 1), "gpu.json")
+    model = results.merge([("cpu.json", results.check_result(cpu, "cpu.json")), ("gpu.json", gpu)])
+    row = model["nodes"][0]
+    assert row["node"] == "cpu" and row["status"] == "pass"
+    by = {c["id"]: c for c in row["checks"]}
+    assert set(by) == {c["id"] for c in model["columns"]}  # every column has a cell
+    assert by["engine.active"]["status"] == "pass"
+    skipped = [c for c in row["checks"] if c["id"] not in ("engine.active", "node.reachable")]
+    assert skipped and {(c["status"], c["detail"]) for c in skipped} == {("skip", results.NO_GPU)}
+    # the columns keep the validated node's order; GPU-less rows add none
+    assert [c["id"] for c in model["columns"]] == [c["id"] for c in model["nodes"][1]["checks"]]
+    broken = {**cpu, "checks": [{**engine, "status": "fail", "detail": "docker: not running"}]}
+    model = results.merge([("cpu.json", results.check_result(broken, "cpu.json"))])
+    assert model["nodes"][0]["status"] == "fail"

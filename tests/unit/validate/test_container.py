@@ -103,7 +103,24 @@ def test_libcuda_on_node_but_not_in_container_fails(fake_run, monkeypatch):
     monkeypatch.setattr(container, "_host_has_libcuda", lambda: True)
     fake_run.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
     c = checks(inventory())["container.cuda"]
-    assert c.status == "fail" and "not injected" in c.detail
+    assert c.status == "fail" and "could not load it (not injected" in c.detail
+
+
+def test_image_has_the_system_libraries_libcuda_needs_not_the_driver(monkeypatch, tmp_path):
+    """A driver's libcuda.so.1 injected into the probe container needs libdl, libpthread,
+    librt from the image (glibc's, as in a CUDA image); NVIDIA's own libraries are the
+    runtime's to inject."""
+    fake = tmp_path / "libcuda.so.1"
+    fake.write_bytes(b"")
+    deps = {"/lib/x86_64-linux-gnu/libdl.so.2", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}
+    real_ldd = container._ldd
+    monkeypatch.setattr(container, "node_libcuda", lambda: str(fake))
+    monkeypatch.setattr(
+        container, "_ldd", lambda paths: deps if paths == [str(fake)] else real_ldd(paths)
+    )
+    files = container.image_files(sys.executable)
+    assert "/lib/x86_64-linux-gnu/libdl.so.2" in files
+    assert not [f for f in files if "nvidia" in f or "libcuda" in f]
 
 
 def test_skips_without_engine_or_gpus(fake_run):

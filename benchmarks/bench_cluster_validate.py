@@ -34,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpunode.sim import cluster, images  # noqa: E402
+from gpunode.sim import cluster, images, profiles  # noqa: E402
 from gpunode.sim.docker import exec_  # noqa: E402
 
 SHAPE = [("bookworm", "a100x4"), ("trixie", "h100x8"), ("bookworm", "t4x2-faulty"),
@@ -113,6 +113,7 @@ def main() -> int:
         cluster.NodeSpec(f"{prefix}-c{i:02d}-{SHAPE[i % 4][1]}", *SHAPE[i % 4])
         for i in range(min(max(sizes), args.containers))
     ]
+    gpus = {s.profile: len(profiles.load_profile(s.profile).gpus) for s in specs}
     art = cluster.Artifacts.build(ROOT / "build", ROOT, log=quiet)
     cluster.down_names([s.name for s in specs], log=quiet)
     figures = []
@@ -123,7 +124,11 @@ def main() -> int:
         for n in sizes:
             hosts = {
                 f"node{i:02d}-{specs[i % len(specs)].profile}": {
-                    "ansible_host": specs[i % len(specs)].name
+                    "ansible_host": specs[i % len(specs)].name,
+                    # what an operator's inventory says: a node without GPUs expects none
+                    # (validate.yml alone has no preflight to tell it), so it is a row of
+                    # skips rather than a failed node
+                    "gpunode_expected_gpus": gpus[specs[i % len(specs)].profile],
                 }
                 for i in range(n)
             }

@@ -4,6 +4,10 @@ an OCI bundle maker. Device nodes come from the devroot fixture (conftest.py).""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from gpunode.nvidia.facts import GpuFacts
 
@@ -43,3 +47,35 @@ def make_bundle(tmp_path, env, extra=None):
 def ldcache_of_driver_tree(root="/"):
     """What ldconfig -p lists for the driver_tree fixture (as the driver sees it)."""
     return [f"/usr/lib/x86_64-linux-gnu/{n}.so.1" for n in ("libnvidia-ml", "libcuda")]
+
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def shim_env(conf, path="/usr/bin:/bin", **extra):
+    """The environment of a shim subprocess: this checkout's gpunode, runtime.toml `conf`,
+    and the config cache and first-stage file in the test's own places (the autouse
+    fixture's), never /run/gpunode."""
+    return {
+        "PATH": path,
+        "PYTHONPATH": str(SRC),
+        "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
+        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
+        **extra,
+    }
+
+
+def run_shim(argv, env, cwd=None):
+    """`gpunode-container-runtime ARGV` (the shim as a module), its output captured."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        check=False,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc

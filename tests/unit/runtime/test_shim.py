@@ -4,19 +4,14 @@ and exec of the low-level runtime."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from gpunode.nvidia.facts import NodeFacts
 from gpunode.runtime import config, discovery, shim
 
-from .fake_node import GPUS, VERSION, ldcache_of_driver_tree, make_bundle
+from .fake_node import GPUS, VERSION, ldcache_of_driver_tree, make_bundle, run_shim, shim_env
 
-SRC = Path(__file__).resolve().parents[3] / "src"
 PLAIN = json.dumps({"process": {"env": ["PATH=/bin"], "args": ["true"]}})
 
 
@@ -197,22 +192,7 @@ def _runtime_subprocess(tmp_path, runtimes, argv):
 
     conf = tmp_path / "runtime.toml"
     conf.write_text(f"runtimes = {json.dumps(runtimes)}\nlog-file = ''\n")
-    src = SRC
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(src),
-        "GPUNODE_RUNTIME_CONFIG": str(conf),
-        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
-        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
+    return run_shim(argv, shim_env(conf), cwd=tmp_path)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,8 @@ from gpunode.nvidia.facts import NodeFacts
 from gpunode.runtime import discovery
 
 from ..hook.helpers import UNSHARE_PROBLEM
-from .fake_node import GPUS, VERSION, make_bundle
+from .fake_node import GPUS, VERSION, make_bundle, run_shim, shim_env
 
-SRC = Path(__file__).resolve().parents[3] / "src"
 BUS = [g.procfs_bus_id for g in GPUS]
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 PARAMS = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n"
@@ -109,36 +107,18 @@ def node(tmp_path):
         f"mount -t tmpfs fakeproc /proc/driver && mkdir -p {mkdirs} && "
         f"touch {shlex.quote(str(ready))} && exec sleep 60"
     )
-    env = {
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "PYTHONPATH": str(SRC),
-        "GPUNODE_RUNTIME_CONFIG": str(conf),
-        "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
-        "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
-        "FAKE_LOG": str(tmp_path / "calls"),
-        "FAKE_PIDS": str(tmp_path / "pids"),
-        "FAKE_READY": str(ready),
-        "FAKE_CONTAINER": container,
-    }
+    env = shim_env(
+        conf,
+        "/usr/sbin:/usr/bin:/sbin:/bin",
+        FAKE_LOG=str(tmp_path / "calls"),
+        FAKE_PIDS=str(tmp_path / "pids"),
+        FAKE_READY=str(ready),
+        FAKE_CONTAINER=container,
+    )
     yield tmp_path, env
     for pid in (tmp_path / "pids").read_text().split() if (tmp_path / "pids").exists() else []:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-
-
-def run_shim(argv, env, cwd=None):
-    """`gpunode-container-runtime ARGV` (the shim as a module), its output captured."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        check=False,
-        timeout=60,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def create(tmp_path, env, global_opts=(), create_opts=(), extra_env=None):

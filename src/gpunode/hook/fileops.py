@@ -25,19 +25,31 @@ def write_file_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> Non
     again on each create of the container, so a crash can cost nothing a restart does not
     redo, and an fsync on the image's disk-backed layer costs every GPU start milliseconds.
     """
-    tmp = f".{name}.gpunode-{os.urandom(6).hex()}"
-    fd = os.open(
-        tmp,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        mode,
-        dir_fd=dir_fd,
-    )
-    try:
+
+    def make(tmp: str) -> None:
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode,
+            dir_fd=dir_fd,
+        )
         try:
             os.fchmod(fd, mode)
             write_all(fd, data)
         finally:
             os.close(fd)
+
+    replace_at(dir_fd, name, make)
+
+
+def replace_at(dir_fd: int, name: str, make) -> None:
+    """Put a new entry at ``name`` in ``dir_fd`` atomically: ``make(tmp)`` creates it under a
+    temporary name beside it, then rename(2) moves it over ``name`` (replacing a
+    non-directory ``name`` itself, never following it). The temporary entry is removed on
+    any failure, so nothing half-made is left."""
+    tmp = f".{name}.gpunode-{os.urandom(6).hex()}"
+    try:
+        make(tmp)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:  # noqa: SIM105 - contextlib costs the start path ~1 ms

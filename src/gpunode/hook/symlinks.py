@@ -8,7 +8,7 @@ import stat
 
 from ..util.safepath import mkdir_p_in_root
 from .errors import HookError, describe
-from .fileops import split_container_path
+from .fileops import replace_at, split_container_path
 from .state import open_root
 
 
@@ -31,17 +31,8 @@ def create_symlink(root_fd: int, target: str, link: str) -> str:
                 return "exists"
             if stat.S_ISDIR(st.st_mode):
                 raise HookError(f"{link}: exists and is a directory")
-        tmp = f".{name}.gpunode-{os.urandom(6).hex()}"
-        os.symlink(target, tmp, dir_fd=dir_fd)
-        try:
-            # rename(2) replaces a non-directory LINK itself; it never follows it.
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
+        # rename(2) replaces a non-directory LINK itself; it never follows it.
+        replace_at(dir_fd, name, lambda tmp: os.symlink(target, tmp, dir_fd=dir_fd))
         return "replaced" if st is not None else "created"
     except OSError as exc:
         raise HookError(f"{link}: {describe(exc)}") from None

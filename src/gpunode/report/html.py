@@ -74,6 +74,8 @@ def _node_header(n: dict) -> str:
     if n.get("unreachable") or n.get("error"):
         what = "unreachable" if n.get("unreachable") else "validation could not run"
         lines.append(f"{what}: {n.get('detail', '')}")
+    elif n.get("no_gpu"):  # no driver, CUDA or gpunode there to report versions of
+        lines.append(n.get("detail") or "no NVIDIA GPU: engine only")
     else:
         driver = v.get("driver_loaded") or "?"
         extra = ""

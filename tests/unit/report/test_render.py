@@ -173,3 +173,18 @@ def test_report_dir_not_writable_for_the_user(tmp_path):
         assert sorted(os.listdir(out)) == sorted(build.FILES)
     finally:
         shutil.rmtree(base)
+
+
+def test_html_gpu_less_node_header_names_the_reason_not_unknown_versions():
+    """A node without NVIDIA GPU has no driver, CUDA or gpunode to report: its row header
+    says why (engine only), not "driver ? · CUDA max ?"."""
+    from gpunode.report import results
+
+    engine = {"id": "engine.active", "title": "Container engine answers", "status": "pass",
+              "detail": "docker 26.1.5 answers"}  # fmt: skip
+    cpu = {"node": "cpu", "no_gpu": True, "detail": results.NO_GPU, "checks": [engine]}
+    model = results.merge([("cpu.json", results.check_result(cpu, "cpu.json"))])
+    page = html.render(model)
+    header = re.search(r'<th class="node" scope="row">cpu(.*?)</th>', page).group(1)
+    assert results.NO_GPU in header
+    assert "?" not in header and "driver" not in header

@@ -13,6 +13,8 @@ node gets explicit capabilities, seccomp/apparmor unconfined, the host cgroup na
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import shutil
@@ -115,18 +117,38 @@ class Artifacts:
         for old in wheels.glob("gpunode-*.whl"):
             old.unlink()
         # setuptools builds in the project's build/lib and never removes what the source
-        # no longer has: a moved module would ship from there too.
-        shutil.rmtree(project / "build" / "lib", ignore_errors=True)
-        _pip(
-            ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(project)],
-            "building the gpunode wheel",
-        )
+        # no longer has: a moved module would ship from there too. Builds running side by
+        # side (molecule scenarios, the role's controller build) share that directory, so
+        # they take turns on one lock (the role's "Build gpunode" task takes it too).
+        with wheel_build_lock(project):
+            shutil.rmtree(project / "build" / "lib", ignore_errors=True)
+            _pip(
+                ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                 str(project)],
+                "building the gpunode wheel",
+            )  # fmt: skip
         if not list(wheels.glob("nvidia_ml_py-*.whl")):
             _pip(
                 ["download", "--no-deps", "-q", "-d", str(wheels), _pinned_nvml(project)],
                 "downloading nvidia-ml-py",
             )
         return cls(mock, proc_bin, wheels)
+
+
+WHEEL_BUILD_LOCK = "build/.wheel-build.lock"  # relative to the project; the role uses it too
+
+
+@contextlib.contextmanager
+def wheel_build_lock(project: Path):
+    """Hold the project's wheel-build lock (flock) while building from its tree."""
+    lock = project / WHEEL_BUILD_LOCK
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _pip(args: list[str], what: str) -> None:

@@ -111,16 +111,7 @@ def prepare_node(name: str, release: str) -> str:
             RUNTIME_TOML,
         ],
     )
-    save = subprocess.Popen(["docker", "save", workload], stdout=subprocess.PIPE)
-    load = subprocess.run(
-        ["docker", "exec", "-i", name, "docker", "load", "-q"],
-        stdin=save.stdout,
-        capture_output=True,
-        check=False,
-    )
-    save.wait()
-    if load.returncode != 0:
-        raise cluster.SimError(f"{name}: docker load: {load.stderr.decode().strip()[-300:]}")
+    cluster.load_image(name, workload)
     docker(["cp", str(ROOT / "benchmarks" / "node_bench.py"), f"{name}:{NODE_BENCH}"])
     return workload
 

@@ -46,16 +46,7 @@ def prepare(name: str, profile: str, build_dir: str) -> dict:
         check=False,
     )
     if have.returncode != 0:
-        save = subprocess.Popen([docker, "save", workload], stdout=subprocess.PIPE)
-        load = subprocess.run(
-            [docker, "exec", "-i", name, "docker", "load", "-q"],
-            stdin=save.stdout,
-            capture_output=True,
-            check=False,
-        )
-        save.wait()
-        if load.returncode != 0:
-            raise cluster.SimError(f"{name}: docker load failed: {load.stderr.decode().strip()}")
+        cluster.load_image(name, workload)
     # podman too (tests/infra's CDI channel through podman), from the node's Docker
     have = subprocess.run(
         [docker, "exec", name, "podman", "image", "exists", workload],

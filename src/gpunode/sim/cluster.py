@@ -324,6 +324,21 @@ def tune_node(name: str) -> None:
     )
 
 
+def load_image(name: str, image: str) -> None:
+    """`docker save IMAGE` on the host into node `name`'s Docker (`docker load`): nodes have
+    no registry to pull from."""
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    load = subprocess.run(
+        ["docker", "exec", "-i", name, "docker", "load", "-q"],
+        stdin=save.stdout,
+        capture_output=True,
+        check=False,
+    )
+    save.wait()
+    if load.returncode != 0:
+        raise SimError(f"{name}: docker load failed: {load.stderr.decode().strip()[-300:]}")
+
+
 def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
     """Install the gpunode wheel into /opt/gpunode on the node (offline, from copied wheels)."""
     wheels = sorted(art.wheels.glob("*.whl"))

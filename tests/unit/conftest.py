@@ -64,10 +64,13 @@ def resolver(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _parsed_config_cache(tmp_path_factory, monkeypatch):
-    """runtime.toml's parsed form (gpunode.runtime.config.PARSED_CACHE) and the sh first
-    stage's file (FIRST_STAGE) go to a temporary place in every test, never to the
-    machine's /run/gpunode; subprocesses that build their own environment take them from
-    os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"] and ["GPUNODE_RUNTIME_FIRST_STAGE"]."""
+    """runtime.toml's parsed form (gpunode.runtime.config.PARSED_CACHE), the sh first
+    stage's file (FIRST_STAGE) and the prepared edits (gpunode.runtime.prepared.PREPARED)
+    go to a temporary place in every test, never to the machine's /run/gpunode;
+    subprocesses that build their own environment take them from os.environ
+    ["GPUNODE_RUNTIME_CONFIG_CACHE"], ["GPUNODE_RUNTIME_FIRST_STAGE"] and
+    ["GPUNODE_PREPARED_CACHE"]."""
     run = tmp_path_factory.mktemp("run")
     monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", str(run / "runtime-toml.json"))
     monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", str(run / "first-stage"))
+    monkeypatch.setenv("GPUNODE_PREPARED_CACHE", str(run / "prepared.json"))

@@ -5,9 +5,10 @@ Two layers, as in NVIDIA's toolkit (discover → edits):
 * ``NodeFacts`` (driver version, CUDA version, GPUs) come from NVML — slow to initialise,
   so they are kept in the **inventory cache** (``cache-file`` in runtime.toml, default
   ``/var/cache/gpunode/inventory.json``) together with the driver's file list.
-* The cache is keyed on what changes when the driver changes: the driver root, the version
-  in ``/proc/driver/nvidia/version`` and the identity (device, inode, mtime) of
-  ``libnvidia-ml.so.1``'s target and of ``/etc/ld.so.cache``. When any differs, or the
+* The cache is keyed on what changes when the driver changes (gpunode.runtime.driverkey):
+  the driver root, the version in ``/proc/driver/nvidia/version`` and the identity
+  (device, inode, mtime, size) of ``libnvidia-ml.so.1`` and of ``/etc/ld.so.cache``.
+  When any differs, or the
   cache cannot be decoded (corrupt, truncated, another schema), the runtime rediscovers
   and rewrites the cache (atomically). ``gpunode cdi generate`` and
   ``gpunode runtime refresh`` (run at install and at boot by the runtime role) refresh it
@@ -27,8 +28,8 @@ import os
 from ..nvidia.capabilities import BINARIES, IPC, LIBRARIES, expand_capabilities
 from ..nvidia.devices import under
 from ..nvidia.facts import NodeFacts
-from ..nvidia.procfs import parse_version
 from ..util.record import asdict, factory, fields, record
+from .driverkey import NVML_DIRS, cache_key
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 CACHE_SCHEMA = 5
 
-NVML_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
 BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin")
 
 
@@ -215,14 +215,6 @@ def nvml_facts(driver_root: str = "/") -> NodeFacts:
     return NodeFacts(driver_version=driver, cuda_version=cuda, gpus=gpus)
 
 
-def _ident(path: str) -> list[int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
-
-
 def nvml_library(driver_root: str = "/") -> str | None:
     """The host path of the driver root's libnvidia-ml.so.1 (its target), or None."""
     for d in NVML_DIRS:
@@ -230,25 +222,6 @@ def nvml_library(driver_root: str = "/") -> str | None:
         if real is not None:
             return real
     return None
-
-
-def cache_key(driver_root: str = "/") -> dict[str, Any]:
-    try:
-        with open(under(driver_root, "/proc/driver/nvidia/version")) as fh:
-            kernel = parse_version(fh.readline())
-    except OSError:
-        kernel = None
-    # Only an identity to compare: a plain stat, no symlink walk inside the driver root.
-    nvml = next(
-        (p for d in NVML_DIRS if os.path.exists(p := under(driver_root, f"{d}/libnvidia-ml.so.1"))),
-        None,
-    )
-    return {
-        "driver_root": driver_root,
-        "kernel_driver": kernel,
-        "nvml": _ident(nvml) if nvml else None,
-        "ldcache": _ident(under(driver_root, "/etc/ld.so.cache")),
-    }
 
 
 def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Discovery:

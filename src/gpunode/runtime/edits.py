@@ -16,6 +16,7 @@ from ..nvidia.devices import CONTROL_NODES, Device, gpu_node, stat_device
 from ..nvidia.facts import GpuFacts
 from ..util.record import asdict, factory, record
 from .discovery import Discovery
+from .specinputs import container_libdir
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 LIB_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
 IPC_OPTIONS = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
-DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu"
-OTHER_LIBDIR = "/usr/lib64"
 # Hooks get exactly this environment: nothing from the image or the engine reaches them
 # (CVE-2025-23266 was an image LD_PRELOAD reaching a privileged hook).
 HOOK_ENV = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GPUNODE_HOOK=1"]
@@ -92,17 +91,6 @@ def gpu_device(gpu: GpuFacts, dev_root: str) -> Device:
             f"{gpu_node(gpu.minor)} on this node"
         )
     return dev
-
-
-def container_libdir(rootfs: str | None) -> str:
-    """Where libraries go: the multiarch dir on Debian-family images, else /usr/lib64."""
-    if rootfs is None:
-        return DEBIAN_LIBDIR
-    try:
-        os.lstat(os.path.join(rootfs, "etc/debian_version"))
-    except OSError:
-        return OTHER_LIBDIR
-    return DEBIAN_LIBDIR
 
 
 def file_mounts(disc: Discovery, caps: set[str], libdir: str) -> list[Mount]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 
 from ..util import fastjson, files
-from .edits import Edits
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
     from typing import Any
+
+    from .edits import Edits
 
 # Prestart hooks that NVIDIA's toolkit (or Docker's --gpus) puts in a spec. When gpunode is
 # the runtime it does their job itself, so they are removed.
@@ -29,59 +30,79 @@ def remove_nvidia_hooks(spec: dict[str, Any]) -> int:
     return removed
 
 
-def apply(spec: dict[str, Any], edits: Edits) -> None:
-    linux = spec.setdefault("linux", {})
-    devices = linux.get("devices") or []
-    have = {d.get("path") for d in devices}
-    resources = linux.setdefault("resources", {})
-    allow = resources.get("devices") or []
-    for d in edits.devices:
-        if d.path not in have:
-            devices.append(
-                {
-                    "path": d.path,
-                    "type": "c",
-                    "major": d.major,
-                    "minor": d.minor,
-                    "fileMode": d.mode,
-                    "uid": d.uid,
-                    "gid": d.gid,
-                }
-            )
-            have.add(d.path)
-        allow.append(
-            {"allow": True, "type": "c", "major": d.major, "minor": d.minor, "access": "rwm"}
-        )
-    linux["devices"] = devices
-    resources["devices"] = allow
-    mounts = spec.get("mounts") or []
-    taken = {m.get("destination") for m in mounts}
-    for m in edits.mounts:
-        if m.destination in taken:
-            continue  # the operator's own mount wins
-        mounts.append(
+def spec_edits(edits: Edits) -> dict[str, Any]:
+    """`edits` in the OCI spec's own form: {"devices", "mounts", "hooks", "env"}, JSON
+    values (what apply_spec_edits adds; gpunode.runtime.prepared keeps them so)."""
+    return {
+        "devices": [
+            {
+                "path": d.path,
+                "type": "c",
+                "major": d.major,
+                "minor": d.minor,
+                "fileMode": d.mode,
+                "uid": d.uid,
+                "gid": d.gid,
+            }
+            for d in edits.devices
+        ],
+        "mounts": [
             {
                 "destination": m.destination,
                 "type": "bind",
                 "source": m.source,
                 "options": list(m.options),
             }
+            for m in edits.mounts
+        ],
+        "hooks": [
+            {"path": h.path, "args": list(h.args), "env": list(h.env), "timeout": h.timeout}
+            for h in edits.hooks
+        ],
+        "env": list(edits.env),
+    }
+
+
+def apply(spec: dict[str, Any], edits: Edits) -> None:
+    apply_spec_edits(spec, spec_edits(edits))
+
+
+def apply_spec_edits(spec: dict[str, Any], edits: dict[str, Any]) -> None:
+    """Add `edits` (spec_edits' form) to `spec`: device nodes and their cgroup rules,
+    bind mounts (a destination the spec mounts already keeps the spec's mount), hooks
+    (createContainer) and env (replacing the same names)."""
+    linux = spec.setdefault("linux", {})
+    devices = linux.get("devices") or []
+    have = {d.get("path") for d in devices}
+    resources = linux.setdefault("resources", {})
+    allow = resources.get("devices") or []
+    for d in edits["devices"]:
+        if d["path"] not in have:
+            devices.append(dict(d))
+            have.add(d["path"])
+        allow.append(
+            {"allow": True, "type": "c", "major": d["major"], "minor": d["minor"], "access": "rwm"}
         )
-        taken.add(m.destination)
+    linux["devices"] = devices
+    resources["devices"] = allow
+    mounts = spec.get("mounts") or []
+    taken = {m.get("destination") for m in mounts}
+    for m in edits["mounts"]:
+        if m["destination"] in taken:
+            continue  # the operator's own mount wins
+        mounts.append(dict(m, options=list(m["options"])))
+        taken.add(m["destination"])
     spec["mounts"] = mounts
-    if edits.hooks:
+    if edits["hooks"]:
         hooks = spec.setdefault("hooks", {})
         stage = hooks.get("createContainer") or []
-        for h in edits.hooks:
-            stage.append(
-                {"path": h.path, "args": list(h.args), "env": list(h.env), "timeout": h.timeout}
-            )
+        stage.extend(dict(h) for h in edits["hooks"])
         hooks["createContainer"] = stage
-    if edits.env:
+    if edits["env"]:
         process = spec.setdefault("process", {})
         env = process.get("env") or []
-        keys = {e.split("=", 1)[0] for e in edits.env}
-        process["env"] = [e for e in env if e.split("=", 1)[0] not in keys] + list(edits.env)
+        keys = {e.split("=", 1)[0] for e in edits["env"]}
+        process["env"] = [e for e in env if e.split("=", 1)[0] not in keys] + list(edits["env"])
 
 
 def write_atomic(path: str, spec: dict[str, Any]) -> None:

@@ -8,11 +8,9 @@ edits for every GPU; no request). The only place that turns runtime.toml into th
 
 from __future__ import annotations
 
-import os
-
 from ..util.record import record
-from . import discovery, edits
-from .request import Request, check_requirements, is_privileged, parse_request, select_gpus
+from . import discovery, edits, specinputs
+from .request import Request, check_requirements, parse_request, select_gpus
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -33,21 +31,20 @@ class Plan:
 
 
 def request_from_spec(spec: dict[str, Any], cfg: RuntimeConfig) -> Request:
-    """The GPU request of an OCI spec: its env, CAP_SYS_ADMIN, mounts and annotations."""
-    process = spec.get("process") or {}
+    """The GPU request of an OCI spec, read from its request inputs only
+    (gpunode.runtime.specinputs: the NVIDIA_* env, CAP_SYS_ADMIN, the annotations under
+    the configured prefixes and the volume-mount requests)."""
+    return request_from_inputs(specinputs.inputs(spec, cfg), cfg)
+
+
+def request_from_inputs(inputs: dict[str, Any], cfg: RuntimeConfig) -> Request:
     return parse_request(
-        process.get("env") or [],
-        privileged=is_privileged(spec),
-        mounts=spec.get("mounts") or [],
-        annotations=spec.get("annotations") or {},
+        inputs["env"],
+        privileged=inputs["privileged"],
+        mounts=inputs["mounts"],
+        annotations=inputs["annotations"],
         cfg=cfg,
     )
-
-
-def rootfs_of(spec: dict[str, Any], bundle: str) -> str:
-    """The container's root filesystem: root.path of the spec, relative to the bundle."""
-    root = (spec.get("root") or {}).get("path", "rootfs")
-    return root if os.path.isabs(root) else os.path.join(bundle, root)
 
 
 def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Plan:

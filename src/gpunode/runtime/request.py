@@ -19,6 +19,7 @@ from ..nvidia.capabilities import ALL_CAPABILITIES
 from ..nvidia.facts import GpuFacts, NodeFacts
 from ..util.record import record
 from .config import RuntimeConfig
+from .specinputs import DEVICE_MOUNT_ROOT, ENV_CUDA_VERSION
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on every GPU container start
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ ENV_DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
 ENV_REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 ENV_REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
 ENV_REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
-ENV_CUDA_VERSION = "CUDA_VERSION"
-DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
 
 # Fully-qualified CDI device name: vendor/class=name (see is_cdi_name).
 # NVIDIA's CDI vendors: `nvidia.com` (generated specs) and `runtime.nvidia.com` (the
@@ -535,15 +534,6 @@ def _check_mig_env(env: Mapping[str, str], privileged: bool) -> None:
                 f"{name}={_show(value)} needs a privileged container (CAP_SYS_ADMIN)"
             )
         raise RequestError(f"{name}={_show(value)}: MIG is not supported by gpunode yet")
-
-
-def is_privileged(spec: dict) -> bool:
-    """CAP_SYS_ADMIN in the OCI spec's bounding set (a flat list in pre-1.0 specs)."""
-    process = spec.get("process") if isinstance(spec, dict) else None
-    caps = process.get("capabilities") if isinstance(process, dict) else None
-    if isinstance(caps, dict):
-        caps = caps.get("bounding")
-    return isinstance(caps, list) and "CAP_SYS_ADMIN" in caps
 
 
 # --------------------------------------------------------------------------- selection

@@ -54,7 +54,7 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 
 def shim_env(conf, path="/usr/bin:/bin", **extra):
     """The environment of a shim subprocess: this checkout's gpunode, runtime.toml `conf`,
-    and the config cache and first-stage file in the test's own places (the autouse
+    the config cache, first-stage file and prepared edits in the test's own places (the autouse
     fixture's), never /run/gpunode."""
     return {
         "PATH": path,
@@ -62,6 +62,7 @@ def shim_env(conf, path="/usr/bin:/bin", **extra):
         "GPUNODE_RUNTIME_CONFIG": str(conf),
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
         "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
+        "GPUNODE_PREPARED_CACHE": os.environ["GPUNODE_PREPARED_CACHE"],
         **extra,
     }
 

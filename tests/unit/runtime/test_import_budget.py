@@ -97,7 +97,32 @@ ALLOWED = {
         "gpunode.runtime.oci",
         "gpunode.runtime.plan",
         "gpunode.runtime.request",
+        "gpunode.runtime.driverkey",
+        "gpunode.runtime.prepared",
         "gpunode.runtime.shim",
+        "gpunode.runtime.specinputs",
+        "gpunode.util",
+        "gpunode.util.fastjson",
+        "gpunode.util.files",
+        "gpunode.util.record",
+    },
+    # the same request again on the unchanged node: served from the prepared edits, without
+    # the request parser, discovery, the edits builder or the node facts
+    "runtime, prepared GPU request": HOOK_CONFIGURE
+    | {"__future__", "_json"}
+    | {
+        "gpunode",
+        "gpunode.nvidia",
+        "gpunode.nvidia.capabilities",
+        "gpunode.nvidia.devices",
+        "gpunode.nvidia.procfs",
+        "gpunode.runtime",
+        "gpunode.runtime.config",
+        "gpunode.runtime.driverkey",
+        "gpunode.runtime.oci",
+        "gpunode.runtime.prepared",
+        "gpunode.runtime.shim",
+        "gpunode.runtime.specinputs",
         "gpunode.util",
         "gpunode.util.fastjson",
         "gpunode.util.files",
@@ -116,22 +141,25 @@ spawned = []
 def modules():
     return "\\n".join(sorted(set(sys.modules) - base))
 
+real_exit = os._exit
+
 def report(*args):
     os.write(1, modules().encode())
     if spawned:
         os.write(2, spawned[0].encode())
-    os._exit(0)
+    real_exit(0)
 
 def spawn(*args, **kwargs):  # a low-level runtime that exits 0 at once (and no container)
     if not spawned:
         spawned.append(modules())
     pid = os.fork()
     if pid == 0:
-        os._exit(0)
+        real_exit(0)
     return pid
 
 os.execve = report  # where the runtime hands over to runc (no GPU request)
 os.posix_spawn = spawn  # where it starts runc's create (GPU request), and its delete
+os._exit = report  # where a GPU create ends
 {setup}
 from {module} import main
 try:
@@ -150,7 +178,10 @@ def imported(module: str, argv: list[str], setup: str = "", spawned=None) -> set
         [sys.executable, "-IS", "-c", code],
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin"},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "GPUNODE_PREPARED_CACHE": os.environ["GPUNODE_PREPARED_CACHE"],
+        },
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -238,6 +269,18 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
     assert "hooks" not in edited
     assert lib in [m["source"] for m in edited["mounts"]]
     check("runtime, GPU request", modules, FORBIDDEN | {"re", "json", "tomllib"})
+
+    # the same request again: the prepared edits, the same spec
+    (bundle / "config.json").write_text(json.dumps(spec))
+    spawned.clear()
+    modules = imported(
+        "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "y"], setup, spawned
+    )
+    assert json.loads((bundle / "config.json").read_text()) == edited
+    assert spawned, "the runtime's create was not started"
+    early = sorted(spawned & (HOOK_CONFIGURE - BEFORE_SPAWN))
+    assert not early, f"imported before runc's create starts: {', '.join(early)}"
+    check("runtime, prepared GPU request", modules, FORBIDDEN | {"re", "json", "tomllib"})
 
 
 def test_hook_configure(tmp_path):

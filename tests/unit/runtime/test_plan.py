@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpunode.runtime import config, discovery, edits, oci, plan
+from gpunode.runtime import config, discovery, edits, oci, plan, specinputs
 from gpunode.runtime.request import parse_request
 
 from .fake_node import GPUS, make_bundle
@@ -19,7 +19,9 @@ def test_explain_and_the_shim_get_the_same_edits(tmp_path, monkeypatch, disc, de
     env = ["NVIDIA_VISIBLE_DEVICES=1,2", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     bundle, raw = make_bundle(tmp_path, env)
     spec = json.loads(raw)
-    from_spec = plan.make(plan.request_from_spec(spec, cfg), cfg, plan.rootfs_of(spec, bundle))
+    from_spec = plan.make(
+        plan.request_from_spec(spec, cfg), cfg, specinputs.rootfs_of(spec, bundle)
+    )
     from_args = plan.make(parse_request(env, cfg=cfg), cfg, str(bundle / "rootfs"))
     assert from_spec == from_args
     assert from_spec.selected == (GPUS[1], GPUS[2])

@@ -14,11 +14,11 @@ from gpunode.runtime.request import (
     Request,
     RequestError,
     check_requirements,
-    is_privileged,
     parse_request,
     parse_requirement,
     select_gpus,
 )
+from gpunode.runtime.specinputs import is_privileged
 
 CUDA_IMAGE = {"CUDA_VERSION": "12.2.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.2"}
 LEGACY_IMAGE = {"CUDA_VERSION": "9.0.116"}

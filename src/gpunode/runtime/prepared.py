@@ -1,0 +1,164 @@
+"""Prepared edits: what a GPU create adds to a spec, kept for the next container that
+makes the same request on the same node.
+
+A GPU create worked out from scratch parses the request, loads discovery, selects and
+checks the GPUs and builds the edits (gpunode.runtime.plan); importing those modules
+alone is ~4 ms of every GPU container's start. The result depends only on:
+
+* the request inputs and the image's library layout (gpunode.runtime.specinputs),
+* the runtime configuration (every field of it),
+* the driver (gpunode.runtime.driverkey) and the inventory cache the GPUs come from
+  (its identity: a refresh that finds a GPU gone rewrites it),
+* the device nodes, which are stat'ed for every container all the same: an entry whose
+  device nodes are not exactly as recorded (gone, another major/minor, mode or owner) is
+  not used, so the full path reports the problem as before.
+
+So the shim keeps each result under a key made of all of those (``key``), and a create
+whose key matches gets the recorded spec edits and hook arguments (``lookup``) and
+skips everything else. Requests that fail are never kept: they take the full path,
+which gives their error.
+
+The file (PREPARED, /run/gpunode/prepared.json; $GPUNODE_PREPARED_CACHE moves it, ""
+turns it off) is a JSON object {"schema", "entries": {key: entry}} holding the
+MAX_ENTRIES newest entries. It is trusted only as a regular file (not a symlink) owned
+by the runtime's user and writable by no one else, as the parsed-config cache is; it
+lives in /run, so a reboot (a new driver, new device nodes) starts it empty. Writes are
+atomic; two creates storing at once can lose one of the two entries, which only costs
+that request one more full create, so there is no lock to wait on.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..util import fastjson
+from ..util.record import fields
+from . import driverkey, specinputs
+
+TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .config import RuntimeConfig
+
+SCHEMA = 1
+PREPARED = "/run/gpunode/prepared.json"
+MAX_ENTRIES = 32
+_MAX_BYTES = 4 << 20
+
+
+def cache_path() -> str:
+    return os.environ.get("GPUNODE_PREPARED_CACHE", PREPARED)
+
+
+def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str:
+    """The key of what `spec` gets on this node now (see the module docstring)."""
+    return fastjson.dumps(
+        [
+            SCHEMA,
+            specinputs.inputs(spec, cfg),
+            specinputs.container_libdir(rootfs),
+            [getattr(cfg, name) for name in fields(cfg)],
+            driverkey.cache_key(cfg.driver_root),
+            driverkey.ident(cfg.cache_file),
+        ]
+    )
+
+
+def entry(edits: dict[str, Any], hook_argv: list[str], summary: str, dev_root: str) -> dict:
+    """What is kept for a create: its spec edits (gpunode.runtime.oci.spec_edits form,
+    without hooks), the arguments of the work the shim does itself (the hook's, without
+    --root), the log summary and the device nodes as stat'ed now."""
+    from ..nvidia.devices import under
+
+    checks = []
+    for d in edits["devices"]:
+        checks.append(
+            [under(dev_root, d["path"]), d["major"], d["minor"], d["fileMode"], d["uid"], d["gid"]]
+        )
+    return {"edits": edits, "hook_argv": hook_argv, "summary": summary, "devices": checks}
+
+
+def _devices_unchanged(checks: Any) -> bool:
+    for host, major, minor, mode, uid, gid in checks:
+        try:
+            st = os.stat(host)
+        except OSError:
+            return False
+        if not (
+            (st.st_mode & 0o170000) == 0o020000  # a character device
+            and os.major(st.st_rdev) == major
+            and os.minor(st.st_rdev) == minor
+            and st.st_mode & 0o7777 == mode
+            and st.st_uid == uid
+            and st.st_gid == gid
+        ):
+            return False
+    return True
+
+
+def _read(path: str) -> dict[str, Any]:
+    """The entries of the file at `path`; {} when missing, untrusted or malformed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if (
+            (st.st_mode & 0o170000) != 0o100000
+            or st.st_uid != os.geteuid()
+            or st.st_mode & 0o022
+            or st.st_size > _MAX_BYTES
+        ):
+            return {}
+        data = fastjson.loads(os.read(fd, _MAX_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return {}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def lookup(k: str) -> dict[str, Any] | None:
+    """The entry kept under key `k`, if its device nodes are as recorded; else None."""
+    path = cache_path()
+    if not path:
+        return None
+    found = _read(path).get(k)
+    try:
+        if (
+            isinstance(found, dict)
+            and isinstance(found["hook_argv"], list)
+            and isinstance(found["summary"], str)
+            and all(isinstance(found["edits"][f], list) for f in ("devices", "mounts", "env"))
+            and _devices_unchanged(found["devices"])
+        ):
+            return found
+    except (KeyError, TypeError, ValueError):  # another shape: not ours to use
+        pass
+    return None
+
+
+def store(k: str, value: dict[str, Any]) -> None:
+    """Keep `value` under `k` (best effort: a read-only /run or another user only makes
+    the next create of this request do the full work again)."""
+    path = cache_path()
+    if not path:
+        return
+    entries = _read(path)
+    entries.pop(k, None)
+    entries[k] = value  # the newest last: the oldest are dropped first
+    while len(entries) > MAX_ENTRIES:
+        del entries[next(iter(entries))]
+    from ..util.files import write_atomic
+
+    try:
+        os.makedirs(os.path.dirname(path) or ".", 0o755, exist_ok=True)
+        body = fastjson.dumps({"schema": SCHEMA, "entries": entries}).encode()
+        write_atomic(path, body, 0o644, skip_if_same=False, durable=False)
+    except (OSError, TypeError, ValueError):
+        pass

@@ -1,0 +1,97 @@
+"""The parts of an OCI spec that decide what a GPU container gets, and nothing else: its
+request inputs (what gpunode.runtime.request reads) and its image's library layout.
+
+gpunode.runtime.plan hands exactly these to the request parser and the edits, and
+gpunode.runtime.prepared keys its prepared edits on them: two specs with equal inputs get
+the same edits on the same node, so a create can be served from edits prepared for an
+earlier one without importing the parser. Everything else in a spec (HOSTNAME and PATH in
+the env, Kubernetes' per-pod annotations, the mounts Docker adds, the rootfs path)
+differs between containers and must not be part of it.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .config import RuntimeConfig
+
+# The request's environment: every NVIDIA_* variable (gpunode.runtime.request reads only
+# names of that prefix: tests/unit/runtime/test_specinputs.py holds it to that) and
+# the legacy CUDA_VERSION of old CUDA images.
+ENV_PREFIX = "NVIDIA_"
+ENV_CUDA_VERSION = "CUDA_VERSION"
+# Volume-mount requests (accept-volume-mounts): /dev/null mounted at these destinations.
+DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
+# Where a container's driver libraries go (container_libdir)
+DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu"
+OTHER_LIBDIR = "/usr/lib64"
+
+
+def rootfs_of(spec: dict[str, Any], bundle: str) -> str:
+    """The container's root filesystem, absolute: root.path of the spec, relative to the
+    bundle."""
+    root = (spec.get("root") or {}).get("path", "rootfs")
+    return os.path.abspath(root if os.path.isabs(root) else os.path.join(bundle, root))
+
+
+def container_libdir(rootfs: str | None) -> str:
+    """Where libraries go: the multiarch dir on Debian-family images, else /usr/lib64."""
+    if rootfs is None:
+        return DEBIAN_LIBDIR
+    try:
+        os.lstat(os.path.join(rootfs, "etc/debian_version"))
+    except OSError:
+        return OTHER_LIBDIR
+    return DEBIAN_LIBDIR
+
+
+def is_privileged(spec: dict) -> bool:
+    """CAP_SYS_ADMIN in the OCI spec's bounding set (a flat list in pre-1.0 specs)."""
+    process = spec.get("process") if isinstance(spec, dict) else None
+    caps = process.get("capabilities") if isinstance(process, dict) else None
+    if isinstance(caps, dict):
+        caps = caps.get("bounding")
+    return isinstance(caps, list) and "CAP_SYS_ADMIN" in caps
+
+
+def request_env(env: Any) -> list[str]:
+    """The entries of an OCI process env the request reads, in their order (later
+    duplicates still win, as in the full env)."""
+    if not isinstance(env, list):
+        return []
+    cuda = ENV_CUDA_VERSION + "="
+    return [
+        e for e in env if isinstance(e, str) and (e.startswith(ENV_PREFIX) or e.startswith(cuda))
+    ]
+
+
+def inputs(spec: dict[str, Any], cfg: RuntimeConfig) -> dict[str, Any]:
+    """The request inputs of `spec` under `cfg`: {"env", "privileged", "annotations",
+    "mounts"}, JSON values. Annotations: those under cfg's annotation prefixes. Mounts:
+    the volume-mount requests, only when cfg accepts them."""
+    process = spec.get("process") or {}
+    annotations = spec.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        annotations = {}
+    prefixes = tuple(cfg.annotation_prefixes)
+    mounts = []
+    if cfg.accept_volume_mounts:
+        mounts = [
+            m
+            for m in spec.get("mounts") or []
+            if isinstance(m, dict)
+            and isinstance(m.get("destination"), str)
+            and m["destination"].startswith(DEVICE_MOUNT_ROOT)
+        ]
+    return {
+        "env": request_env(process.get("env") if isinstance(process, dict) else None),
+        "privileged": is_privileged(spec),
+        "annotations": {
+            k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(prefixes)
+        },
+        "mounts": mounts,
+    }

@@ -227,15 +227,15 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     rootfs = specinputs.rootfs_of(spec, bundle)
     key = prepared.key(spec, cfg, rootfs)
     kept = prepared.lookup(key)
+    removed_hooks = oci.remove_nvidia_hooks(spec)
     if kept is not None:
-        oci.remove_nvidia_hooks(spec)
         edits = kept["edits"]
         summary = f"{kept['summary']}, prepared"
         hook_argv = kept["hook_argv"]
     else:
         edits, hook_argv, summary = _plan(spec, cfg, rootfs, key)
         if edits is None:  # no GPU request
-            if oci.remove_nvidia_hooks(spec):
+            if removed_hooks:
                 # Docker's --gpus hook with no GPU request: drop the hook, nothing else.
                 oci.write_atomic(path, spec)
             return None

@@ -244,3 +244,12 @@ def test_the_request_reads_no_env_name_the_inputs_leave_out():
         assert name.startswith(specinputs.ENV_PREFIX) or name == specinputs.ENV_CUDA_VERSION
     env = ["PATH=/bin", "CUDA_VERSION=11.0", "NVIDIA_VISIBLE_DEVICES=0", "CUDA_HOME=/x"]
     assert specinputs.request_env(env) == ["CUDA_VERSION=11.0", "NVIDIA_VISIBLE_DEVICES=0"]
+
+
+def test_dockers_gpus_hook_is_removed_on_both_paths(tmp_path, node):
+    """`docker run --gpus` puts NVIDIA's prestart hook in the spec; gpunode does its work."""
+    hook = {"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["x", "prestart"]}
+    for _ in range(2):
+        spec, job = create(tmp_path, node, hooks={"prestart": [hook]})
+        assert "hooks" not in spec or not spec["hooks"].get("prestart"), spec.get("hooks")
+    assert served(job)

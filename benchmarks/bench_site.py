@@ -7,7 +7,8 @@ Starts NODES simulated nodes (default 16) with mixed profiles — Debian 12 4xA1
 `ansible-playbook site.yml` twice against them (the second run must report zero changed;
 target <= 120 s) and then the molecule scenarios one after the other. Package downloads go
 to the shared apt cache (~/.cache/gpunode/apt), so only the very first run on a machine
-downloads packages.
+downloads packages. Exits 1 when a run fails, when the second run changes anything or
+misses its target, or when a molecule scenario fails.
 
 usage: .venv/bin/python benchmarks/bench_site.py [--nodes N] [--forks F] [--prefix P]
                                                   [--no-molecule] [--keep]
@@ -100,6 +101,8 @@ def main() -> int:
                     verdict += f", target <= {SECOND_RUN_TARGET_S} s" + (
                         "" if took <= SECOND_RUN_TARGET_S else " NOT MET"
                     )
+                    if took > SECOND_RUN_TARGET_S:
+                        status = 1  # as bench_runtime.py: a missed target is a failed run
                 if proc.returncode != 0:
                     status = 1
                     print(proc.stdout[-3000:] + proc.stderr[-2000:], file=sys.stderr)

@@ -51,18 +51,22 @@ def cache_path() -> str:
     return os.environ.get("GPUNODE_PREPARED_CACHE", PREPARED)
 
 
-def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str:
-    """The key of what `spec` gets on this node now (see the module docstring)."""
-    return fastjson.dumps(
-        [
-            SCHEMA,
-            specinputs.inputs(spec, cfg),
-            specinputs.container_libdir(rootfs),
-            [getattr(cfg, name) for name in fields(cfg)],
-            driverkey.cache_key(cfg.driver_root),
-            driverkey.ident(cfg.cache_file),
-        ]
-    )
+def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str | None:
+    """The key of what `spec` gets on this node now (see the module docstring); None for
+    a spec whose inputs JSON cannot write (it then always takes the full path)."""
+    try:
+        return fastjson.dumps(
+            [
+                SCHEMA,
+                specinputs.inputs(spec, cfg),
+                specinputs.container_libdir(rootfs),
+                [getattr(cfg, name) for name in fields(cfg)],
+                driverkey.cache_key(cfg.driver_root),
+                driverkey.ident(cfg.cache_file),
+            ]
+        )
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def entry(edits: dict[str, Any], hook_argv: list[str], summary: str, dev_root: str) -> dict:
@@ -123,10 +127,10 @@ def _read(path: str) -> dict[str, Any]:
     return entries if isinstance(entries, dict) else {}
 
 
-def lookup(k: str) -> dict[str, Any] | None:
+def lookup(k: str | None) -> dict[str, Any] | None:
     """The entry kept under key `k`, if its device nodes are as recorded; else None."""
     path = cache_path()
-    if not path:
+    if not path or k is None:
         return None
     found = _read(path).get(k)
     try:
@@ -143,11 +147,11 @@ def lookup(k: str) -> dict[str, Any] | None:
     return None
 
 
-def store(k: str, value: dict[str, Any]) -> None:
+def store(k: str | None, value: dict[str, Any]) -> None:
     """Keep `value` under `k` (best effort: a read-only /run or another user only makes
     the next create of this request do the full work again)."""
     path = cache_path()
-    if not path:
+    if not path or k is None:
         return
     entries = _read(path)
     entries.pop(k, None)

@@ -253,3 +253,10 @@ def test_dockers_gpus_hook_is_removed_on_both_paths(tmp_path, node):
         spec, job = create(tmp_path, node, hooks={"prestart": [hook]})
         assert "hooks" not in spec or not spec["hooks"].get("prestart"), spec.get("hooks")
     assert served(job)
+
+
+def test_no_key_means_no_lookup_and_no_store(node):
+    """key() gives None for inputs JSON cannot write: nothing is looked up or kept."""
+    assert prepared.lookup(None) is None
+    prepared.store(None, {})
+    assert not os.path.exists(prepared.cache_path())

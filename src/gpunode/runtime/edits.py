@@ -167,8 +167,7 @@ def build(
     edits.devices += [gpu_device(g, dev_root) for g in selected or []]
     edits.mounts = file_mounts(disc, caps, libdir)
     args = hook_args(disc, caps, libdir, selected)
-    # The rootfs is known here: passing it spares the hook reading the OCI state and
-    # parsing config.json again (and importing json) on every GPU container start.
-    root = ("--root", os.path.abspath(rootfs)) if rootfs else ()
-    edits.hooks = [Hook(hook_path, ("gpunode-hook", "configure", *root, *args))]
+    # No --root: the runtime shim does this work in-process with the rootfs it knows (the
+    # hook never reaches an OCI spec), and a CDI hook reads it from the OCI state.
+    edits.hooks = [Hook(hook_path, ("gpunode-hook", "configure", *args))]
     return edits

@@ -71,8 +71,8 @@ def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str | None:
 
 def entry(edits: dict[str, Any], hook_argv: list[str], summary: str, dev_root: str) -> dict:
     """What is kept for a create: its spec edits (gpunode.runtime.oci.spec_edits form,
-    without hooks), the arguments of the work the shim does itself (the hook's, without
-    --root), the log summary and the device nodes as stat'ed now."""
+    without hooks), the arguments of the work the shim does itself (the hook's), the log
+    summary and the device nodes as stat'ed now."""
     from ..nvidia.devices import under
 
     checks = []

@@ -248,7 +248,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
 
 def _plan(spec, cfg, rootfs, key):
     """The full work of a GPU create (gpunode.runtime.plan): (spec edits without hooks,
-    the hook's arguments without --root, summary), kept for the next create of the same
+    the hook's arguments, summary), kept for the next create of the same
     request when discovery came from an inventory cache still there (see
     gpunode.runtime.prepared); (None, None, None) for a spec without GPU request."""
     from . import oci, plan, prepared
@@ -259,7 +259,7 @@ def _plan(spec, cfg, rootfs, key):
     p = plan.make(request, cfg, rootfs)
     (hook,) = p.edits.hooks
     p.edits.hooks = []
-    hook_argv = _without_root(list(hook.args[1:]))
+    hook_argv = list(hook.args[1:])
     edits = oci.spec_edits(p.edits)
     summary = (
         f"GPUs {[g.index for g in p.selected]} "
@@ -276,19 +276,6 @@ def _plan(spec, cfg, rootfs, key):
         hook_argv,
         f"{summary}, discovery {'cached' if p.discovery.from_cache else 'fresh'}",
     )
-
-
-def _without_root(argv):
-    """The hook's arguments without ``--root PATH``: the shim passes the rootfs itself."""
-    out = []
-    i = 0
-    while i < len(argv):
-        if argv[i] == "--root":
-            i += 2
-            continue
-        out.append(argv[i])
-        i += 1
-    return out
 
 
 def _mounts_over_rootfs_files(spec, hook_argv):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from ..nvidia.devices import stat_device
 from ..util import fastjson
 from ..util.record import fields
 from . import driverkey, specinputs
@@ -69,34 +70,23 @@ def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str | None:
         return None
 
 
-def entry(edits: dict[str, Any], hook_argv: list[str], summary: str, dev_root: str) -> dict:
+def entry(edits: dict[str, Any], hook_argv: list[str], summary: str) -> dict:
     """What is kept for a create: its spec edits (gpunode.runtime.oci.spec_edits form,
     without hooks), the arguments of the work the shim does itself (the hook's), the log
     summary and the device nodes as stat'ed now."""
-    from ..nvidia.devices import under
-
-    checks = []
-    for d in edits["devices"]:
-        checks.append(
-            [under(dev_root, d["path"]), d["major"], d["minor"], d["fileMode"], d["uid"], d["gid"]]
-        )
+    checks = [
+        [d["path"], d["major"], d["minor"], d["fileMode"], d["uid"], d["gid"]]
+        for d in edits["devices"]
+    ]
     return {"edits": edits, "hook_argv": hook_argv, "summary": summary, "devices": checks}
 
 
-def _devices_unchanged(checks: Any) -> bool:
-    for host, major, minor, mode, uid, gid in checks:
-        try:
-            st = os.stat(host)
-        except OSError:
-            return False
-        if not (
-            (st.st_mode & 0o170000) == 0o020000  # a character device
-            and os.major(st.st_rdev) == major
-            and os.minor(st.st_rdev) == minor
-            and st.st_mode & 0o7777 == mode
-            and st.st_uid == uid
-            and st.st_gid == gid
-        ):
+def _devices_unchanged(checks: Any, dev_root: str) -> bool:
+    """Whether each recorded device node still stats as recorded (a character device with
+    that major/minor, mode and owner), as gpunode.nvidia.devices.stat_device sees it."""
+    for path, *recorded in checks:
+        dev = stat_device(path, dev_root)
+        if dev is None or [dev.major, dev.minor, dev.mode, dev.uid, dev.gid] != recorded:
             return False
     return True
 
@@ -127,8 +117,9 @@ def _read(path: str) -> dict[str, Any]:
     return entries if isinstance(entries, dict) else {}
 
 
-def lookup(k: str | None) -> dict[str, Any] | None:
-    """The entry kept under key `k`, if its device nodes are as recorded; else None."""
+def lookup(k: str | None, dev_root: str) -> dict[str, Any] | None:
+    """The entry kept under key `k`, if its device nodes (under `dev_root`) are as
+    recorded; else None."""
     path = cache_path()
     if not path or k is None:
         return None
@@ -139,7 +130,7 @@ def lookup(k: str | None) -> dict[str, Any] | None:
             and isinstance(found["hook_argv"], list)
             and isinstance(found["summary"], str)
             and all(isinstance(found["edits"][f], list) for f in ("devices", "mounts", "env"))
-            and _devices_unchanged(found["devices"])
+            and _devices_unchanged(found["devices"], dev_root)
         ):
             return found
     except (KeyError, TypeError, ValueError):  # another shape: not ours to use

@@ -226,7 +226,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     spec = fastjson.loads(raw)
     rootfs = specinputs.rootfs_of(spec, bundle)
     key = prepared.key(spec, cfg, rootfs)
-    kept = prepared.lookup(key)
+    kept = prepared.lookup(key, cfg.dev_root)
     removed_hooks = oci.remove_nvidia_hooks(spec)
     if kept is not None:
         edits = kept["edits"]
@@ -270,7 +270,7 @@ def _plan(spec, cfg, rootfs, key):
     if p.discovery.from_cache and prepared.key(spec, cfg, rootfs) == key:
         # from the inventory cache the key names (a fresh discovery, or a refresh since
         # the key was taken, is kept by the next create instead)
-        prepared.store(key, prepared.entry(edits, hook_argv, summary, cfg.dev_root))
+        prepared.store(key, prepared.entry(edits, hook_argv, summary))
     return (
         edits,
         hook_argv,

@@ -257,6 +257,6 @@ def test_dockers_gpus_hook_is_removed_on_both_paths(tmp_path, node):
 
 def test_no_key_means_no_lookup_and_no_store(node):
     """key() gives None for inputs JSON cannot write: nothing is looked up or kept."""
-    assert prepared.lookup(None) is None
+    assert prepared.lookup(None, node.dev_root) is None
     prepared.store(None, {})
     assert not os.path.exists(prepared.cache_path())

@@ -5,13 +5,21 @@ without) and exits 0 when ok, 1 when a check on the node failed (the message say
 change) and 2 for a bad input value (one line naming the variable and what is accepted).
 
   validate      inventory values, on the controller before anything runs on a node
+                (--batch: every host of a play in one run, host -> arguments on stdin)
   preflight     node facts: OS/arch, GPUs, Secure Boot, kernel headers, disk, conflicts
+                (with --driver-*/--cuda*: the versions against the node's package sources)
+  install       gpunode into its virtualenv from the copied wheels, and its links
   driver-plan   driver packages/repository/pin/hold for this platform (--resolve: exact
-                package versions from the node's package sources)
+                package versions from the node's package sources, what is installed and
+                held, and `todo`: what the role still has to change)
   driver-check  matching-version check: NVML vs loaded module vs installed package vs pin
   cuda-gate     CUDA release(s) against the driver under strict|minor|forward
-  cuda-plan     CUDA toolkit packages per version (--resolve: against the node's sources)
+  cuda-plan     CUDA toolkit packages per version (--resolve: against the node's sources;
+                --gate: the compatibility gate first; `todo` as driver-plan)
   cuda-check    the installed toolkit packages are the requested CUDA versions
+
+A converged node is meant to cost the roles one command each: the plans say in `todo` and
+`converged` what is left to change, so the roles' change tasks run only when something is.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import CheckFailed, ProvisionError, cuda, matching, packages, preflight, sources
+from . import CheckFailed, ProvisionError, cuda, lists, matching, packages, preflight, sources
 from .versions import check_pin, is_driver_version
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -61,7 +69,7 @@ def _cuda_list(values: list[str]) -> list[str]:
     return out
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _validate(args: argparse.Namespace) -> dict:
     """Pure inventory-value validation (controller side). Bad values raise ProvisionError."""
     table = cuda.load_table()
     notes = []
@@ -101,7 +109,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
             notes.append(
                 f"CUDA {', '.join(cplan.versions)} ({cplan.package_set}) from {cplan.source}"
             )
-    return _emit(args, {"ok": True, "message": "; ".join(notes) or "inventory values are valid"})
+    return {"ok": True, "message": "; ".join(notes) or "inventory values are valid"}
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if not args.batch:
+        return _emit(args, _validate(args))
+    # --batch: {host: [the arguments of one `provision validate`]} on stdin; one result per
+    # host, so a play validates all its hosts in one run on the controller
+    try:
+        doc = json.loads(sys.stdin.read())
+    except ValueError as exc:
+        raise ProvisionError(f"--batch: stdin is not JSON ({exc})") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(a, list) and all(isinstance(x, str) for x in a) for a in doc.values()
+    ):
+        raise ProvisionError(
+            "--batch: stdin must be a JSON object of host name -> list of argument strings"
+        )
+    hosts = {}
+    for host, argv in doc.items():
+        try:
+            hosts[host] = _validate(args.validate_parser.parse_args(argv))
+        except ProvisionError as exc:
+            hosts[host] = {"ok": False, "message": str(exc)}
+        except SystemExit:  # argparse already printed the usage line on stderr
+            hosts[host] = {"ok": False, "message": f"bad arguments for provision validate: {argv}"}
+    bad = [h for h, r in hosts.items() if not r["ok"]]
+    message = (
+        f"invalid inventory values on {', '.join(bad)}" if bad else "inventory values are valid"
+    )
+    return _emit(args, {"ok": not bad, "hosts": hosts, "message": message})
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -112,7 +150,48 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         secure_boot_signing=args.secure_boot_signing,
         mokutil=_which("mokutil"),
     )
-    return _emit(args, facts.to_dict())
+    out = facts.to_dict()
+    if facts.has_gpu and facts.supported and (args.driver_branch or args.cuda):
+        # the requested versions against the node's package sources, before any change
+        try:
+            out["archive"] = _archive(
+                args, sources.platform(facts.distro, facts.release, facts.arch)
+            )
+        except (ProvisionError, CheckFailed) as exc:
+            out["archive"] = {"ok": False, "message": str(exc)}
+            out["ok"], out["message"] = False, str(exc)
+    return _emit(args, out)
+
+
+def _archive(args: argparse.Namespace, plat: sources.Platform) -> dict:
+    """Plan the driver with this node's GPUs and resolve the pins against the node's package
+    sources (the distribution's archive; NVIDIA's repository is not configured yet, so its
+    versions were checked against gpunode's data by `validate`)."""
+    out: dict = {"ok": True}
+    resolve = args.driver_source == "distro" or (args.cuda and args.cuda_source == "distro")
+    if resolve and args.refresh_lists is not None:
+        out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    notes = []
+    if args.driver_branch:
+        plan, driver = _driver(
+            plat, source=args.driver_source, branch=args.driver_branch,
+            version=args.driver_version, flavor=args.flavor, kernel_module=args.kernel_module,
+            gpus=_gpus(args), resolve=args.driver_source == "distro",
+        )  # fmt: skip
+        out["driver"] = driver
+        notes.append(f"driver {plan.pin} ({plan.flavor})")
+    versions = _cuda_list(args.cuda)
+    if versions and args.cuda_source == "distro":
+        cplan = sources.cuda_plan(
+            plat, source=args.cuda_source, versions=versions, default=args.cuda_default,
+            package_set=args.package_set,
+        )  # fmt: skip
+        out["cuda"] = packages.resolve_cuda(
+            plat.family, cplan.version_packages, "cuda_toolkit_versions"
+        )
+        notes.append(f"CUDA {', '.join(cplan.versions)}")
+    out["message"] = f"{' and '.join(notes)} available from the package sources"
+    return out
 
 
 def _which(name: str) -> str | None:
@@ -121,38 +200,94 @@ def _which(name: str) -> str | None:
     return shutil.which(name)
 
 
-def cmd_driver_plan(args: argparse.Namespace) -> int:
-    plat = _platform(args)
+def _driver(
+    plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
+    kernel_module: bool, gpus: list[sources.Gpu], resolve: bool,
+) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
     plan = sources.driver_plan(
-        plat,
-        source=args.source,
-        branch=args.branch,
-        version=args.version or "",
-        flavor=args.flavor,
-        kernel_module=args.kernel_module,
-        gpus=_gpus(args),
-    )
+        plat, source=source, branch=branch, version=version or "", flavor=flavor,
+        kernel_module=kernel_module, gpus=gpus,
+    )  # fmt: skip
     out = plan.to_dict()
     kernel = os.uname().release
     out["kernel_packages"] = [p.replace("{kernel}", kernel) for p in plan.kernel_packages]
-    if args.resolve:
+    if resolve:
         variable = "nvidia_driver_version" if plan.pin_kind == "exact" else "nvidia_driver_branch"
         versions = packages.resolve_driver(plat.family, plan.hold, plan.pin, variable)
         out["versions"] = versions
         sep = "=" if plat.family == "apt" else "-"
         out["install"] = [f"{p}{sep}{versions[p]}" if p in versions else p for p in plan.packages]
-        installed = {p: packages.installed(plat.family, p) for p in plan.hold}
-        out["installed"] = installed
-        out["downgrade"] = any(
-            have and packages._sort_key(have) > packages._sort_key(versions[p])
-            for p, have in installed.items()
-        )
+    return plan, out
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def cmd_driver_plan(args: argparse.Namespace) -> int:
+    plat = _platform(args)
+    out: dict = {}
+    if args.resolve and args.refresh_lists is not None:
+        out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    plan, planned = _driver(
+        plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
+        kernel_module=args.kernel_module, gpus=_gpus(args), resolve=args.resolve,
+    )  # fmt: skip
+    out.update(planned)
     out["ok"] = True
     out["message"] = f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
+    if args.resolve:
+        _driver_state(args, plat, plan, out)
     return _emit(args, out)
 
 
-def cmd_driver_check(args: argparse.Namespace) -> int:
+def _driver_state(
+    args: argparse.Namespace, plat: sources.Platform, plan: sources.DriverPlan, out: dict
+) -> None:
+    """What is installed and held, what the role still has to change (`todo`), and — when
+    the pinned packages are in place — the matching-version check (`check`)."""
+    versions = out["versions"]
+    st = packages.states(plat.family, [*plan.hold, *plan.packages, *out["kernel_packages"]])
+    installed = {p: st[p].version for p in plan.hold}
+    out["installed"] = installed
+    out["held"] = {p: st[p].held for p in plan.hold}
+    out["downgrade"] = any(
+        have and packages._sort_key(have) > packages._sort_key(versions[p])
+        for p, have in installed.items()
+    )
+    pin_current = None
+    if args.pin_file and plan.apt_preferences:
+        pin_current = _read(args.pin_file) == plan.apt_preferences
+    out["pin_current"] = pin_current
+    todo = {
+        "pin": pin_current is False,
+        "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
+        "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
+        "install": [
+            spec
+            for p, spec in zip(plan.packages, out["install"], strict=True)
+            if st[p].version is None or (p in versions and st[p].version != versions[p])
+        ],
+        "kernel_packages": [p for p in out["kernel_packages"] if st[p].version is None],
+        "hold": [p for p in plan.hold if args.hold and st[p].held is not True],
+    }
+    out["todo"] = todo
+    out["converged"] = not any(todo.values())
+    if args.check and installed.get(plan.version_package) == versions.get(plan.version_package):
+        out["check"] = _matching(plan.version_package, plan.pin, args.proc_version).to_dict()
+    if out["downgrade"] and args.allow_downgrade is False:
+        have = ", ".join(sorted({v for v in installed.values() if v}))
+        out["ok"] = False
+        out["message"] = (
+            f"the installed driver packages ({have}) are newer than the pin {plan.pin}; "
+            "set nvidia_driver_allow_downgrade: true to downgrade"
+        )
+
+
+def _matching(package: str, pin: str, proc_version: str) -> matching.Match:
     from ..nvidia import inventory, procfs
 
     family = "apt" if _which("dpkg-query") else "dnf"
@@ -166,19 +301,21 @@ def cmd_driver_check(args: argparse.Namespace) -> int:
     except inventory.NoDriver as exc:
         nvml_error = str(exc)
     try:
-        loaded = procfs.parse_version(Path(args.proc_version).read_text())
+        loaded = procfs.parse_version(Path(proc_version).read_text())
     except OSError:
         loaded = None
-    pin = args.pin
-    m = matching.compare(
+    return matching.compare(
         nvml=nvml,
         nvml_error=nvml_error,
         loaded=loaded,
-        installed=packages.installed(family, args.package),
-        package=args.package,
+        installed=packages.installed(family, package),
+        package=package,
         pin=pin,
     )
-    return _emit(args, m.to_dict())
+
+
+def cmd_driver_check(args: argparse.Namespace) -> int:
+    return _emit(args, _matching(args.package, args.pin, args.proc_version).to_dict())
 
 
 def _node_driver() -> tuple[str, bool | None]:
@@ -193,40 +330,41 @@ def _node_driver() -> tuple[str, bool | None]:
     return str(inv.driver_version), datacenter
 
 
-def cmd_cuda_gate(args: argparse.Namespace) -> int:
-    versions = _cuda_list(args.cuda)
+def _gate(
+    versions: list[str], policy: str, source: str, driver: str | None, datacenter: bool | None
+) -> dict:
     if not versions:
         raise ProvisionError("cuda_toolkit_versions: empty; give one or more CUDA versions")
-    if args.driver:
-        from .versions import check_exact
-
-        driver = check_exact("--driver", args.driver)
-        datacenter = {"yes": True, "no": False}.get(args.datacenter)
-    else:
+    if driver is None:
         driver, datacenter = _node_driver()
     table = cuda.load_table()
-    verdicts = [
-        cuda.gate(v, driver, args.policy, datacenter=datacenter, table=table) for v in versions
-    ]
+    verdicts = [cuda.gate(v, driver, policy, datacenter=datacenter, table=table) for v in versions]
     extra = [p for v in verdicts if v.ok for p in v.packages]
-    if extra and args.source != "cuda-repo":
+    if extra and source != "cuda-repo":
         for v in verdicts:
             if v.mode == "forward":
                 v.ok, v.mode = False, "refused"
                 v.message += "; cuda-compat comes from NVIDIA's repository: set cuda_toolkit_source: cuda-repo"
         extra = []
     bad = [v for v in verdicts if not v.ok]
-    return _emit(
-        args,
-        {
-            "ok": not bad,
-            "driver": driver,
-            "datacenter": datacenter,
-            "verdicts": [v.to_dict() for v in verdicts],
-            "compat_packages": extra,
-            "message": "; ".join(v.message for v in (bad or verdicts)),
-        },
-    )
+    return {
+        "ok": not bad,
+        "driver": driver,
+        "datacenter": datacenter,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "compat_packages": extra,
+        "message": "; ".join(v.message for v in (bad or verdicts)),
+    }
+
+
+def cmd_cuda_gate(args: argparse.Namespace) -> int:
+    driver = datacenter = None
+    if args.driver:
+        from .versions import check_exact
+
+        driver = check_exact("--driver", args.driver)
+        datacenter = {"yes": True, "no": False}.get(args.datacenter)
+    return _emit(args, _gate(_cuda_list(args.cuda), args.policy, args.source, driver, datacenter))
 
 
 def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.CudaPlan]:
@@ -242,21 +380,61 @@ def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.Cuda
 
 
 def cmd_cuda_plan(args: argparse.Namespace) -> int:
+    out: dict = {}
+    compat: list[str] = []
+    if args.gate:
+        # the compatibility gate first (before the package plan too, which would only say
+        # what the distribution ships): nothing is planned for a CUDA the driver cannot run
+        gate = _gate(_cuda_list(args.cuda), args.gate, args.source, None, None)
+        if not gate["ok"]:
+            return _emit(args, {**gate, "gate": gate})
+        out["gate"] = gate
+        compat = gate["compat_packages"]
     plat, plan = _cuda_plan(args)
-    out = plan.to_dict()
+    if args.resolve and args.refresh_lists is not None:
+        out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    out.update(plan.to_dict())
+    out["compat_packages"] = compat
     if args.resolve:
         out["available"] = packages.resolve_cuda(
             plat.family, plan.version_packages, "cuda_toolkit_versions"
         )
     out["ok"] = True
     out["message"] = f"CUDA {', '.join(plan.versions)} ({plan.package_set}) from {plan.source}"
+    if args.gate:
+        out["message"] = f"{out['gate']['message']}; {out['message']}"
+    if args.state:
+        _cuda_state(args, plat, plan, compat, out)
     return _emit(args, out)
 
 
-def cmd_cuda_check(args: argparse.Namespace) -> int:
+def _cuda_state(
+    args: argparse.Namespace, plat: sources.Platform, plan: sources.CudaPlan,
+    compat: list[str], out: dict,
+) -> None:  # fmt: skip
+    """Installed and held packages, the profile script, `todo`, and — when every package is
+    installed — the version check (`check`)."""
+    names = [*(p for pkgs in plan.packages.values() for p in pkgs), *compat]
+    st = packages.states(plat.family, names)
+    profile = plan.profile_script()
+    todo = {
+        "install": [p for p in names if st[p].version is None],
+        "hold": [p for p in names if args.hold and st[p].held is not True],
+        "profile": bool(args.profile_script) and _read(args.profile_script) != profile,
+    }
+    out["profile_script"] = profile
+    out["todo"] = todo
+    out["converged"] = not any(todo.values())
+    if not todo["install"]:
+        check = _cuda_check(plat, plan)
+        out["check"] = check
+        if not check["ok"]:
+            out["ok"], out["message"] = False, check["message"]
+
+
+def _cuda_check(plat: sources.Platform, plan: sources.CudaPlan) -> dict:
     from .versions import cuda_of_package
 
-    plat, plan = _cuda_plan(args)
     found, bad = {}, []
     for mm, pkg in plan.version_packages.items():
         have = packages.installed(plat.family, pkg)
@@ -268,14 +446,25 @@ def cmd_cuda_check(args: argparse.Namespace) -> int:
                 f"CUDA {mm} was requested but {pkg} {have} is CUDA {cuda_of_package(have)}: "
                 "install the requested version (cuda_toolkit_versions)"
             )
+    return {
+        "ok": not bad,
+        "installed": found,
+        "message": "; ".join(bad)
+        or ", ".join(f"CUDA {mm}: {plan.version_packages[mm]} {v}" for mm, v in found.items()),
+    }
+
+
+def cmd_cuda_check(args: argparse.Namespace) -> int:
+    plat, plan = _cuda_plan(args)
+    return _emit(args, _cuda_check(plat, plan))
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from . import venv
+
     return _emit(
         args,
-        {
-            "ok": not bad,
-            "installed": found,
-            "message": "; ".join(bad)
-            or ", ".join(f"CUDA {mm}: {plan.version_packages[mm]} {v}" for mm, v in found.items()),
-        },
+        venv.install(Path(args.venv), Path(args.wheels), Path(args.bin_dir), dry_run=args.dry_run),
     )
 
 
@@ -291,6 +480,15 @@ def _km(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="the driver role builds/loads a kernel module (--no-kernel-module: userspace only)",
+    )
+
+
+def _refresh_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--refresh-lists",
+        type=int,
+        metavar="SECONDS",
+        help="refresh the package lists first when older than SECONDS or than a sources file",
     )
 
 
@@ -310,17 +508,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     v.add_argument("--driver-version", default="")
     v.add_argument("--flavor", default="auto")
     v.add_argument("--gpu-device-id", action="append", default=[])
+    v.add_argument("--batch", action="store_true",
+                   help="validate many hosts: stdin is JSON {host: [these arguments]}")  # fmt: skip
     _platform_args(v)
     _km(v)
-    v.set_defaults(func=cmd_validate)
+    v.set_defaults(func=cmd_validate, validate_parser=v)
 
     pf = sub.add_parser("preflight", help="node facts and their verdict")
     pf.add_argument("--min-free-mib", type=int, default=4096)
     pf.add_argument("--secure-boot-signing", action="store_true",
                     help="a MOK is enrolled and DKMS signs modules with it")  # fmt: skip
     pf.add_argument("--root", default="/", help=argparse.SUPPRESS)
+    # the requested versions against the node's package sources (gpu_preflight's archive check)
+    pf.add_argument("--driver-source", default="distro")
+    pf.add_argument("--driver-branch", default="", help="check the driver against the sources")
+    pf.add_argument("--driver-version", default="")
+    pf.add_argument("--flavor", default="auto")
+    pf.add_argument("--gpu-device-id", action="append", default=[], help=argparse.SUPPRESS)
+    pf.add_argument("--cuda", action="append", default=[], help="check CUDA against the sources")
+    pf.add_argument("--cuda-source", default="distro")
+    pf.add_argument("--cuda-default", default="")
+    pf.add_argument("--package-set", default="full")
+    _refresh_arg(pf)
     _km(pf)
     pf.set_defaults(func=cmd_preflight)
+
+    ins = sub.add_parser("install", help="gpunode into its virtualenv from the copied wheels")
+    ins.add_argument("--venv", default="/opt/gpunode")
+    ins.add_argument("--wheels", default="/opt/gpunode-wheels", help="directory of the wheels")
+    ins.add_argument("--bin-dir", default="/usr/local/bin", help="where the links go")
+    ins.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    ins.set_defaults(func=cmd_install)
 
     dp = sub.add_parser("driver-plan", help="driver packages, repository, pin, hold")
     dp.add_argument("--source", default="distro")
@@ -329,6 +547,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dp.add_argument("--flavor", default="auto")
     dp.add_argument("--gpu-device-id", action="append", default=[], help="default: PCI sysfs")
     dp.add_argument("--resolve", action="store_true", help="versions from the node's sources")
+    dp.add_argument("--pin-file", default="", help="with --resolve: is this pin file current")
+    dp.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --resolve: the packages are to be held (todo.hold)")  # fmt: skip
+    dp.add_argument("--allow-downgrade", action=argparse.BooleanOptionalAction, default=None,
+                    help="--no-allow-downgrade: fail when the installed packages are newer")  # fmt: skip
+    dp.add_argument("--check", action="store_true",
+                    help="with --resolve: the matching-version check once the pin is installed")  # fmt: skip
+    dp.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
+    _refresh_arg(dp)
     _platform_args(dp)
     _km(dp)
     dp.set_defaults(func=cmd_driver_plan)
@@ -358,7 +585,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         c.add_argument("--source", default="distro")
         c.add_argument("--package-set", default="full")
         if name == "cuda-plan":
-            c.add_argument("--resolve", action="store_true")
+            c.add_argument("--resolve", action=argparse.BooleanOptionalAction, default=False)
+            c.add_argument("--gate", metavar="POLICY", default="",
+                           help="the compatibility gate against this node's driver first")  # fmt: skip
+            c.add_argument("--state", action="store_true",
+                           help="installed/held packages, `todo` and the version check")  # fmt: skip
+            c.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
+                           help="with --state: the packages are to be held (todo.hold)")  # fmt: skip
+            c.add_argument("--profile-script", default="",
+                           help="with --state: is this profile.d script current")  # fmt: skip
+            _refresh_arg(c)
         _platform_args(c)
         c.set_defaults(func=func)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from . import CheckFailed, ProvisionError
 from .versions import cuda_of_package, driver_of_package, key, matches_pin, upstream
@@ -50,14 +51,39 @@ def _sort_key(text: str) -> tuple:
     return tuple(parts)
 
 
+@dataclass(frozen=True)
+class State:
+    """A package on the node: its installed version (None: not installed) and whether it is
+    held against upgrades (None: not known on this package manager, where the role's
+    versionlock task decides)."""
+
+    version: str | None
+    held: bool | None
+
+
+def states(family: str, names: Sequence[str], runner: Runner = run) -> dict[str, State]:
+    """Installed version and hold of each package, in one query on apt."""
+    names = list(dict.fromkeys(names))
+    if not names:
+        return {}
+    if family != "apt":
+        return {n: State(installed(family, n, runner), None) for n in names}
+    # rc 1 when dpkg does not know some of them: the known ones are printed all the same
+    _, out, _ = runner(
+        ["dpkg-query", "-W", "-f", "${Package}|${db:Status-Want}|${db:Status-Status}|${Version}\n",
+         *names]
+    )  # fmt: skip
+    found: dict[str, State] = {}
+    for line in out.splitlines():
+        name, want, status, version = [*line.split("|"), "", "", ""][:4]
+        found[name] = State(version.strip() if status == "installed" else None, want == "hold")
+    return {n: found.get(n, State(None, False)) for n in names}
+
+
 def installed(family: str, package: str, runner: Runner = run) -> str | None:
     """The installed version of `package`, or None."""
     if family == "apt":
-        rc, out, _ = runner(["dpkg-query", "-W", "-f", "${db:Status-Status}|${Version}", package])
-        if rc != 0:
-            return None
-        status, _, version = out.partition("|")
-        return version.strip() if status.strip() == "installed" else None
+        return states(family, [package], runner)[package].version
     rc, out, _ = runner(["rpm", "-q", "--qf", "%{EPOCH}:%{VERSION}-%{RELEASE}", package])
     if rc != 0:
         return None

@@ -48,6 +48,7 @@ class Facts:
     free_mib: int = 0
     run_installer: list[str] = field(default_factory=list)
     nouveau_loaded: bool = False
+    python_venv: bool = False  # python3 can create virtualenvs (ensurepip: python3-venv)
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -138,6 +139,17 @@ def headers_package(distro: str, kernel: str) -> str:
     return f"kernel-devel-{kernel}" if distro in ("rhel", "rocky") else f"linux-headers-{kernel}"
 
 
+def python_venv() -> bool:
+    """Whether `python3 -m venv` can put pip into a new virtualenv (Debian and Ubuntu ship
+    ensurepip's runner in python3-venv)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("ensurepip.__main__") is not None
+    except ImportError:
+        return False
+
+
 def collect(
     root: Path = Path("/"),
     *,
@@ -172,6 +184,7 @@ def collect(
     f.free_mib = shutil.disk_usage(root).free // (1024 * 1024)
     f.run_installer = ["/" + r for r in RUN_INSTALLER_FILES if (root / r).exists()]
     f.nouveau_loaded = nouveau_loaded(root)
+    f.python_venv = python_venv() if root == Path("/") else False
     if f.free_mib < min_free_mib:
         f.problems.append(
             Problem(

@@ -362,6 +362,20 @@ class CudaPlan:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def profile_script(self) -> str:
+        """/etc/profile.d content: CUDA_HOME and PATH for the default version."""
+        bin_dir = self.bin_dirs[self.default]
+        return (
+            f"# Managed by gpunode (cuda_toolkit role). Installed CUDA: {', '.join(self.versions)};\n"
+            f"# default {self.default}.\n"
+            f"CUDA_HOME={self.homes[self.default]}\n"
+            "export CUDA_HOME\n"
+            'case ":$PATH:" in\n'
+            f"  *:{bin_dir}:*) ;;\n"
+            f"  *) PATH={bin_dir}:$PATH; export PATH ;;\n"
+            "esac\n"
+        )
+
 
 def cuda_plan(
     plat: Platform,

@@ -78,10 +78,40 @@ def test_resolve_cuda_against_metadata():
 
 
 def test_installed():
-    run = fake({"dpkg-query": (0, "installed|535.261.03-1", "")})
+    run = fake({"dpkg-query": (0, "libnvidia-ml1|install|installed|535.261.03-1\n", "")})
     assert packages.installed("apt", "libnvidia-ml1", run) == "535.261.03-1"
-    assert packages.installed("apt", "x", fake({"dpkg-query": (0, "config-files|1", "")})) is None
+    assert (
+        packages.installed("apt", "x", fake({"dpkg-query": (0, "x|install|config-files|1\n", "")}))
+        is None
+    )
+    assert (
+        packages.installed("apt", "x", fake({"dpkg-query": (1, "", "no packages found")})) is None
+    )
     assert (
         packages.installed("dnf", "x", fake({"rpm -q": (0, "3:560.35.05-1.el9", "")}))
         == "3:560.35.05-1.el9"
     )
+
+
+def test_states_in_one_query():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        # dpkg-query exits 1 when one of the names is unknown, and still prints the others
+        return (
+            1,
+            "a|hold|installed|1.0-1\nb|install|installed|2.0-1\nc|deinstall|config-files|3\n",
+            "",
+        )
+
+    st = packages.states("apt", ["a", "b", "c", "d", "a"], run)
+    assert len(calls) == 1 and calls[0][-4:] == ["a", "b", "c", "d"]
+    assert st == {
+        "a": packages.State("1.0-1", True),
+        "b": packages.State("2.0-1", False),
+        "c": packages.State(None, False),
+        "d": packages.State(None, False),
+    }
+    dnf = packages.states("dnf", ["x"], fake({"rpm -q": (0, "3:560.35.05-1.el9", "")}))
+    assert dnf == {"x": packages.State("3:560.35.05-1.el9", None)}

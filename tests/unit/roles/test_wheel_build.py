@@ -1,4 +1,4 @@
-"""The gpunode_install role's controller build (tasks/wheels.yml, "Build gpunode"): the
+"""The gpunode_install role's controller build (tasks/build.yml, "Build gpunode"): the
 project's build/lib is emptied before pip builds from it, so a module the source no longer
 has cannot ship in the wheel, and two builds take turns on the project's lock."""
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def build_argv(project: Path, command: list[str]) -> list[str]:
     """The task's argv with the project's paths filled in and pip replaced by `command`."""
-    tasks = yaml.safe_load((ROOT / "roles/gpunode_install/tasks/wheels.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles/gpunode_install/tasks/build.yml").read_text())
     block = next(t for t in tasks if t.get("name") == "Build the gpunode wheel on the controller")
     task = next(t for t in block["block"] if t["name"] == "Build gpunode")
     argv = task["ansible.builtin.command"]["argv"]

@@ -12,11 +12,10 @@ VERSION = (
 
 def fake_dpkg(installed: dict[str, str]):
     def runner(argv):
-        if argv[:2] == ["dpkg-query", "-W"] and argv[3].startswith("${db"):
-            pkg = argv[4]
-            if pkg in installed:
-                return 0, f"installed|{installed[pkg]}", ""
-            return 1, "", f"dpkg-query: no packages found matching {pkg}"
+        if argv[:2] == ["dpkg-query", "-W"] and argv[3].startswith("${Package}|${db:Status-Want}"):
+            # gpunode.provision.packages.states: one line per known package, rc 1 if any unknown
+            lines = [f"{p}|install|installed|{installed[p]}\n" for p in argv[4:] if p in installed]
+            return (0 if len(lines) == len(argv[4:]) else 1), "".join(lines), ""
         if argv[:2] == ["dpkg-query", "-W"]:
             import fnmatch
 

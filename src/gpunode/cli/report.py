@@ -1,6 +1,7 @@
 """`gpunode report`: the cluster report (HTML page, JUnit XML, merged JSON, Markdown
-summary) from `gpunode validate --json` result files, or, with --run, from a validation run
-over an inventory through ansible-runner (playbooks/validate.yml), with a line per node.
+summary) from `gpunode validate --json` result files or a results file holding every node's
+(report/results.py; `-` reads one from standard input), or, with --run, from a validation
+run over an inventory through ansible-runner (playbooks/validate.yml), with a line per node.
 
 Exit codes: 0 report written and every node passed, 1 report written and a node failed (or
 the run failed), 2 bad input (result files, inventory, a report directory not writable).
@@ -21,7 +22,10 @@ PLAYBOOK = os.path.join(PROJECT, "playbooks", "validate.yml")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "results", nargs="*", help="result files or directories of *.json (not with --run)"
+        "results",
+        nargs="*",
+        help="result files (one node's, or gpunode.results/v1: every node's), directories of "
+        "*.json, or - for standard input (not with --run)",
     )
     p.add_argument("-o", "--output", default="reports", help="report directory (default: reports)")
     p.add_argument(

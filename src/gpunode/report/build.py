@@ -19,7 +19,7 @@ class ReportDirError(OSError):
 
 def model_from(paths: list[str], generated: str | None = None) -> dict:
     files = result_files(paths)
-    return merge([(f, load(f)) for f in files], generated)
+    return merge([r for f in files for r in load(f)], generated)
 
 
 def render_all(model: dict) -> dict[str, bytes]:

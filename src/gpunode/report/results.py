@@ -6,18 +6,28 @@ gpunode validate did not run: unreachable ({"node": ..., "unreachable": true, "d
 validate could not run ({"node": ..., "error": ...}), or a node without NVIDIA GPU that got
 the container engine only ({"node": ..., "no_gpu": true, "detail": ..., "checks": [the
 playbook's own engine check]}: every other check of the report is a skip there, with that
-detail as its reason). Any file that is not such a document is refused with one line naming
-the file and what is wrong.
+detail as its reason).
+
+A results file (schema gpunode.results/v1, what playbooks/validate.yml writes) holds every
+node's: {"schema": "gpunode.results/v1", "results": [entry, ...]}, each entry one of the
+documents above. ``-`` names standard input, which holds either kind.
+
+Any file that is not such a document is refused with one line naming the file and what is
+wrong (in a results file, also the entry: FILE results[i] (node NAME)); nothing is merged
+from a file with one bad entry.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 SCHEMA = "gpunode.validate/v1"
 REPORT_SCHEMA = "gpunode.report/v1"
+RESULTS_SCHEMA = "gpunode.results/v1"  # one file holding every node's result
+STDIN = "-"
 STATUSES = ("pass", "warn", "fail", "skip")
 # a cell or node showing several checks takes the worst; a skip is allowed (it explains
 # itself), so pass outranks it: a node with passes and skips passed
@@ -109,24 +119,63 @@ def _check(source: str, c: object, i: int) -> dict:
     }
 
 
-def load(path: str) -> dict:
-    try:
+def _kind(value: object) -> str:
+    """What a JSON value is, for a message: "missing or null", "a JSON object", ..."""
+    if value is None:
+        return "missing or null"
+    names = {dict: "object", str: "string", bool: "boolean", int: "number", float: "number"}
+    return f"a JSON {names.get(type(value), type(value).__name__)}"
+
+
+def _read(path: str) -> bytes:
+    if path != STDIN:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            return fh.read()
+    if sys.stdin is None or sys.stdin.isatty():
+        raise _fail("stdin", "is a terminal; pipe the results in, or name result files")
+    return sys.stdin.buffer.read()
+
+
+def load(path: str) -> list[tuple[str, dict]]:
+    """The node results in one file (``-``: standard input), checked: (source, result)
+    pairs, one per entry of a results file (source FILE results[i]), else the one."""
+    name = "stdin" if path == STDIN else path
+    try:
+        raw = _read(path)
     except OSError as exc:
-        raise _fail(path, f"cannot be read: {exc.strerror}") from None
+        raise _fail(name, f"cannot be read: {exc.strerror or exc}") from None
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(path, f"is not JSON ({exc})") from None
-    return check_result(doc, path)
+        raise _fail(name, f"is not JSON ({exc})") from None
+    if not (isinstance(doc, dict) and ("results" in doc or doc.get("schema") == RESULTS_SCHEMA)):
+        return [(name, check_result(doc, name))]
+    if doc.get("schema") != RESULTS_SCHEMA:
+        raise _fail(name, f"schema is {json.dumps(doc.get('schema'))}; expected "
+                          f"{RESULTS_SCHEMA!r} for a file of results")  # fmt: skip
+    entries = doc.get("results")
+    if not isinstance(entries, list) or not entries:
+        what = "an empty list" if isinstance(entries, list) else _kind(entries)
+        raise _fail(name, f"results is {what}; expected a list of the nodes' results")
+    out = []
+    for i, entry in enumerate(entries):
+        source = f"{name} results[{i}]"
+        node = entry.get("node") if isinstance(entry, dict) else None
+        named = f"{source} (node {node!r})" if isinstance(node, str) and node.strip() else source
+        out.append((source, check_result(entry, named)))
+    return out
 
 
 def result_files(paths: list[str]) -> list[str]:
-    """The files named, and the *.json files in the directories named (sorted)."""
+    """The files named (``-``: standard input, once), and the *.json files in the
+    directories named (sorted)."""
     out: list[str] = []
+    if paths.count(STDIN) > 1:
+        raise ResultError("standard input (-) is named more than once; it can be read once")
     for p in paths:
-        if os.path.isdir(p):
+        if p == STDIN:
+            out.append(p)
+        elif os.path.isdir(p):
             out += sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(".json"))
         elif os.path.exists(p):
             out.append(p)

@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--textfile", metavar="PATH",
                    help="also write a Prometheus textfile (node_exporter textfile collector)")  # fmt: skip
     p.add_argument("--node", help="the node's name in the result (default: the host name)")
-    p.add_argument("--vars", metavar="FILE", help="inventory variables (YAML/JSON) to expect")
+    p.add_argument("--vars", metavar="FILE",
+                   help="inventory variables (YAML/JSON) to expect; - reads standard input")  # fmt: skip
     p.add_argument("--expect-gpus", metavar="N", help="expected GPU count")
     p.add_argument("--driver-pin", metavar="V", help="pinned driver version or branch")
     p.add_argument("--driver-package", metavar="PKG",

@@ -8,7 +8,9 @@ clear list of what was not checked). A value that is present but wrong is bad in
 line naming it and what is accepted, exit 2, nothing run.
 
 Vars file (YAML or JSON, e.g. ``ansible -m debug -a var=hostvars[inventory_hostname]``
-output or a host_vars file); keys other than these are ignored, as an inventory has many:
+output or a host_vars file; ``--vars -`` reads it from standard input, as
+playbooks/validate.yml hands it over); keys other than these are ignored, as an inventory
+has many:
 
   gpunode_expected_gpus               --expect-gpus N
   nvidia_driver_version               --driver-pin V   (exact; wins over the branch)
@@ -24,6 +26,7 @@ output or a host_vars file); keys other than these are ignored, as an inventory 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from ..provision.cuda import check_policy
 from ..provision.versions import check_cuda, check_pin
 
 ENGINES = ("docker", "podman", "none")
+STDIN = "-"  # --vars -: the variables on standard input (the playbook hands them over so)
 
 
 class BadInput(ValueError):
@@ -88,12 +92,24 @@ def _provision(fn, *args: Any) -> Any:
         raise BadInput(str(exc)) from None
 
 
+def _read_text(path: str) -> str:
+    """The vars file's text; ``-`` is standard input (it must not be a terminal: a run
+    would wait there for input nobody gives)."""
+    if path != STDIN:
+        return Path(path).read_text(encoding="utf-8")
+    if sys.stdin is None or sys.stdin.isatty():
+        raise BadInput("--vars -: standard input is a terminal; pipe the variables in "
+                       "(YAML or JSON), or name a file")  # fmt: skip
+    return sys.stdin.buffer.read().decode("utf-8")
+
+
 def read_vars(path: str) -> dict[str, Any]:
-    """The vars file as a mapping; one-line BadInput for anything else."""
+    """The vars file (``-``: standard input) as a mapping; one-line BadInput for anything
+    else."""
     import yaml
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         why = getattr(exc, "strerror", None) or str(exc)
         raise BadInput(f"--vars {path}: cannot read ({why})") from None

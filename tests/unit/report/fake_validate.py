@@ -1,5 +1,6 @@
 """A stand-in for `gpunode validate --json` on a node (ansible_connection=local): prints a
-synthetic result for the host named in FAKE_NODE, or fails as told; logs its argv."""
+synthetic result for the host named in FAKE_NODE, or fails as told; logs its argv and the
+expectations it was given (--vars FILE, or - for standard input)."""
 
 import json
 import os
@@ -12,8 +13,12 @@ node = sys.argv[1]
 argv = sys.argv[2:]
 expect = None
 if "--vars" in argv:
-    with open(argv[argv.index("--vars") + 1]) as fh:
-        expect = json.load(fh)
+    path = argv[argv.index("--vars") + 1]
+    if path == "-":
+        expect = json.load(sys.stdin)
+    else:
+        with open(path) as fh:
+            expect = json.load(fh)
 with open(os.environ["FAKE_LOG"], "a") as fh:
     fh.write(json.dumps({"node": node, "argv": argv, "vars": expect}) + "\n")
 if node == "n-broken":

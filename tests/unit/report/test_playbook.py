@@ -1,12 +1,15 @@
 """playbooks/validate.yml and `gpunode report --run` on the controller, with local "nodes"
-whose `gpunode validate` is a stand-in (fake_validate.py): expectations come from the
-inventory variables, an unreachable node and one where validate cannot run are failed rows,
-and the report lands under the report directory."""
+whose `gpunode validate` is a stand-in (fake_validate.py) and stand-in engines for the nodes
+without GPU: expectations come from the inventory variables (on validate's stdin), an
+unreachable node and one where validate cannot run are failed rows, nodes without GPU rows of
+skips with their engine check, one module run per node, and the report lands under the
+report directory (the results, with gpunode_validate_results_dir, in one results file)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +34,10 @@ def inventory(tmp_path: Path) -> Path:
     # no NVIDIA GPU (engine only, no gpunode): never asked to validate; engine check not wanted
     hosts["n-cpu"] = {"ansible_connection": "local", "gpunode_expected_gpus": 0,
                       "gpunode_validate_engine": "none"}  # fmt: skip
+    # no NVIDIA GPU, its engine asked (fake_engines: docker answers, podman does not)
+    hosts["n-cpu-docker"] = {"ansible_connection": "local", "gpunode_expected_gpus": 0}
+    hosts["n-cpu-podman"] = {"ansible_connection": "local", "gpunode_expected_gpus": 0,
+                             "gpunode_validate_engine": "podman"}  # fmt: skip
     doc = {
         "all": {
             "vars": {
@@ -49,11 +56,24 @@ def inventory(tmp_path: Path) -> Path:
     return f
 
 
+def fake_engines(tmp_path: Path) -> Path:
+    """`docker version` that answers 26.1.5 and `podman version` that cannot connect."""
+    bindir = tmp_path / "engines"
+    bindir.mkdir(exist_ok=True)
+    for name, body in {
+        "docker": 'echo "$@" >> "$FAKE_LOG.engine"; echo 26.1.5',
+        "podman": "echo 'Error: cannot connect to Podman socket' >&2; exit 125",
+    }.items():
+        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bindir / name).chmod(0o755)
+    return bindir
+
+
 def env(tmp_path: Path) -> dict:
     return os.environ | {
         "FAKE_LOG": str(tmp_path / "calls.log"),
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "PATH": f"{fake_engines(tmp_path)}:{BIN}:{os.environ['PATH']}",
     }
 
 
@@ -83,16 +103,39 @@ def calls(tmp_path: Path) -> dict[str, dict]:
     return {d["node"]: d for d in map(json.loads, lines)}
 
 
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    out = {}
+    for m in re.finditer(r"^(\S+)\s*:\s*((?:\w+=\d+\s*)+)$", stdout, re.M):
+        out[m[1]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
+    return out
+
+
+NODES = {"n-a100", "n-t4", "n-broken", "n-down", "n-cpu", "n-cpu-docker", "n-cpu-podman"}
+FAILED = ["n-broken", "n-cpu-podman", "n-down", "n-t4"]
+
+
 def check_report(out: Path) -> dict:
     merged = json.loads((out / "report.json").read_text())
     nodes = {n["node"]: n for n in merged["nodes"]}
-    assert set(nodes) == {"n-a100", "n-t4", "n-broken", "n-down", "n-cpu"}
+    assert set(nodes) == NODES
     assert nodes["n-a100"]["status"] == "pass"
     cpu = nodes["n-cpu"]  # a row of skips saying why, not "could not run"
     assert cpu["status"] == "pass" and cpu["no_gpu"] and not cpu.get("error")
     assert {c["detail"] for c in cpu["checks"] if c["id"] != "node.reachable"} == {
         "no NVIDIA GPU: engine only"
     }
+    # without GPU, engine asked: its answer is the row's one check, the rest skips saying why
+    for name, status, detail in [
+        ("n-cpu-docker", "pass", "docker 26.1.5 answers"),
+        ("n-cpu-podman", "fail", "podman: Error: cannot connect to Podman socket (rc 125)"),
+    ]:
+        row = nodes[name]
+        assert row["status"] == status and row["no_gpu"] and not row.get("error"), row
+        by = {c["id"]: c for c in row["checks"]}
+        assert (by["engine.active"]["status"], by["engine.active"]["detail"]) == (status, detail)
+        others = {c["detail"] for c in row["checks"] if c["id"] not in ("node.reachable",
+                                                                          "engine.active")}  # fmt: skip
+        assert others == {"no NVIDIA GPU: engine only"}
     assert nodes["n-down"]["unreachable"] and nodes["n-down"]["status"] == "fail"
     assert nodes["n-broken"]["checks"][-1]["id"] == "node.validate"
     assert (
@@ -100,7 +143,7 @@ def check_report(out: Path) -> dict:
     )
     ecc = [c for c in nodes["n-t4"]["checks"] if c["status"] == "fail"]
     assert [(c["id"], c["gpu"]) for c in ecc] == [("gpu.ecc_uncorrectable", 1)]
-    assert merged["summary"]["failed"] == ["n-broken", "n-down", "n-t4"]
+    assert merged["summary"]["failed"] == FAILED
     return merged
 
 
@@ -112,8 +155,8 @@ def test_validate_playbook_builds_the_report(tmp_path):
     check_report(out)
     argv = calls(tmp_path)
     a100 = argv["n-a100"]
-    assert a100["argv"][:4] == ["validate", "--json", "--node", "n-a100"]
-    assert a100["argv"][4] == "--vars" and len(a100["argv"]) == 6
+    # the expectations come on standard input: no file on the node
+    assert a100["argv"] == ["validate", "--json", "--node", "n-a100", "--vars", "-"]
     assert a100["vars"] == {
         "gpunode_expected_gpus": 4,
         "nvidia_driver_version": "535.261.03",
@@ -123,8 +166,22 @@ def test_validate_playbook_builds_the_report(tmp_path):
     }
     assert argv["n-t4"]["vars"]["nvidia_driver_version"] == "550.163.01"
     assert argv["n-t4"]["vars"]["cuda_toolkit_versions"] == ["12.4"]
-    assert not Path("/tmp/gpunode-validate-vars.n-a100.json").exists()  # removed after
-    assert "n-down" not in argv and "n-cpu" not in argv
+    assert set(argv) == {"n-a100", "n-t4", "n-broken"}  # not unreachable, not without GPU
+    # the engine was asked on the one node without GPU that wants docker, as the play says
+    engine = (tmp_path / "calls.log.engine").read_text().splitlines()
+    assert engine == ["version --format {{.Server.Version}}"]
+    # what it costs: on the nodes the validate command (or, without GPU, the engine's) and
+    # nothing else; on the controller tasks run once, none looping over the nodes
+    counts = recap(proc.stdout)
+    assert set(counts) == NODES
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+    controller = set(re.findall(r"\[(\S+) -> localhost\]", proc.stdout))
+    assert len(controller) == 1, controller  # run_once: on behalf of one host
+    per_node = {h: c["ok"] + c["skipped"] for h, c in counts.items() if h not in controller}
+    assert per_node == dict.fromkeys(NODES - controller, 2), proc.stdout[-3000:]
+    ran = {h: c["ok"] for h, c in counts.items() if h not in controller | {"n-cpu"}}
+    assert ran == dict.fromkeys(NODES - controller - {"n-cpu"}, 1)  # one module run each
+    assert "(item=" not in proc.stdout
 
 
 def test_validate_playbook_fails_after_writing_the_report_by_default(tmp_path):
@@ -132,7 +189,7 @@ def test_validate_playbook_fails_after_writing_the_report_by_default(tmp_path):
     proc = playbook(tmp_path, out)
     assert proc.returncode != 0 and (out / "index.html").exists()
     assert f"report: {out}/index.html" in proc.stdout  # printed before the failure
-    assert "validation failed on n-broken, n-down, n-t4; see" in proc.stdout, proc.stdout[-2000:]
+    assert f"validation failed on {', '.join(FAILED)}; see" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_validate_playbook_in_check_mode_validates_nothing(tmp_path):
@@ -148,13 +205,31 @@ def test_report_run_through_ansible_runner(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr  # nodes failed: exit 1
     lines = proc.stdout.splitlines()
     progress = sorted(ln.split(":")[0] for ln in lines[:-2])
-    assert progress == ["n-a100", "n-broken", "n-cpu", "n-down", "n-t4"], lines
+    assert progress == sorted(NODES), lines
     assert any(ln.startswith("n-down: unreachable: ") for ln in lines)
     assert any(ln.startswith("n-t4: FAILED (") for ln in lines)
     assert any(ln.startswith("n-a100: ok (") for ln in lines)
     assert any(ln.startswith("n-broken: could not run: gpunode: error: --engine") for ln in lines)
     assert lines[-1] == f"report: {out}/index.html"
     check_report(out)
+
+
+def test_results_dir_keeps_every_nodes_result_for_gpunode_report(tmp_path):
+    """gpunode_validate_results_dir: one results file there (and, with
+    gpunode_validate_report=false, no report); `gpunode report DIR` builds the report."""
+    kept, out = tmp_path / "results", tmp_path / "r"
+    kept.mkdir()
+    proc = playbook(tmp_path, out, "-e", f"gpunode_validate_results_dir={kept}",
+                    "-e", "gpunode_validate_report=false")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert os.listdir(kept) == ["results.json"] and not out.exists()
+    doc = json.loads((kept / "results.json").read_text())
+    assert doc["schema"] == "gpunode.results/v1"
+    assert sorted(r["node"] for r in doc["results"]) == sorted(NODES)
+    built = tmp_path / "built"
+    proc = run(tmp_path, "gpunode", "report", "-q", "-o", str(built), str(kept))
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # nodes failed: exit 1
+    check_report(built)
 
 
 def test_report_run_limit(tmp_path):

@@ -128,3 +128,110 @@ def test_gpu_less_node_is_a_row_of_skips_with_the_reason_and_its_engine_check():
     broken = {**cpu, "checks": [{**engine, "status": "fail", "detail": "docker: not running"}]}
     model = results.merge([("cpu.json", results.check_result(broken, "cpu.json"))])
     assert model["nodes"][0]["status"] == "fail"
+
+
+def results_file(path, entries, schema=results.RESULTS_SCHEMA):
+    """A results file (what playbooks/validate.yml writes): every node's entry in one."""
+    path.write_text(json.dumps({"schema": schema, "results": entries}))
+    return path
+
+
+def stdin(monkeypatch, data: bytes, tty: bool = False) -> None:
+    import io
+    import sys
+
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    monkeypatch.setattr(stream, "isatty", lambda: tty)
+    monkeypatch.setattr(sys, "stdin", stream)
+
+
+def test_results_file_is_the_same_report_as_the_per_node_files(tmp_path):
+    per_node = model_from([str(write_cluster(tmp_path / "r"))], "2026-11-22T08:00:00Z")
+    f = results_file(tmp_path / "all.json", list(cluster().values()))
+    loaded = results.load(str(f))
+    assert [s for s, _ in loaded] == [f"{f} results[{i}]" for i in range(3)]
+    combined = model_from([str(f)], "2026-11-22T08:00:00Z")
+    strip = [{k: v for k, v in n.items() if k != "source"} for n in combined["nodes"]]
+    assert strip == [{k: v for k, v in n.items() if k != "source"} for n in per_node["nodes"]]
+    assert {k: v for k, v in combined.items() if k != "nodes"} == {
+        k: v for k, v in per_node.items() if k != "nodes"
+    }
+    # in a directory, beside per-node files of other nodes, it is read as every node's
+    d = tmp_path / "d"
+    d.mkdir()
+    results_file(d / "results.json", [cluster()["sim-down.json"]])
+    (d / "n1.json").write_text(json.dumps(result("n1", "T4", 1)))
+    assert [n["node"] for n in model_from([str(d)])["nodes"]] == ["n1", "sim-down"]
+
+
+def test_results_file_from_standard_input(tmp_path, monkeypatch, capsys):
+    from gpunode.cli.main import main
+
+    doc = {"schema": results.RESULTS_SCHEMA, "results": list(cluster().values())}
+    stdin(monkeypatch, json.dumps(doc).encode())
+    out = tmp_path / "o"
+    assert main(["report", "-", "-o", str(out), "-q"]) == 1  # a node failed
+    merged = json.loads((out / "report.json").read_text())
+    assert [n["source"] for n in merged["nodes"]] == [
+        "stdin results[0]", "stdin results[2]", "stdin results[1]"]  # fmt: skip
+    stdin(monkeypatch, b"", tty=True)  # nobody piped anything in: do not wait for it
+    assert main(["report", "-", "-o", str(tmp_path / "o2")]) == 2
+    assert capsys.readouterr().err == (
+        "gpunode: error: stdin: is a terminal; pipe the results in, or name result files\n"
+    )
+    with pytest.raises(results.ResultError, match=r"standard input \(-\) is named more than once"):
+        results.result_files(["-", str(tmp_path), "-"])
+
+
+GOOD = result("n-good", "T4", 1)
+BAD_ENTRIES = [
+    ({"schema": "gpunode.results/v9", "results": [GOOD]},
+     'all.json: schema is "gpunode.results/v9"; expected \'gpunode.results/v1\' for a file of results'),
+    ({"results": [GOOD]},
+     "all.json: schema is null; expected 'gpunode.results/v1' for a file of results"),
+    ({"schema": "gpunode.results/v1", "results": []},
+     "all.json: results is an empty list; expected a list of the nodes' results"),
+    ({"schema": "gpunode.results/v1", "results": {"n": GOOD}},
+     "all.json: results is a JSON object; expected a list of the nodes' results"),
+    ({"schema": "gpunode.results/v1"},
+     "all.json: results is missing or null; expected a list of the nodes' results"),
+    # one bad entry among good ones: the file, the entry and its node are named
+    ({"schema": "gpunode.results/v1",
+      "results": [GOOD, {**GOOD, "node": "n-bad", "checks": [{"id": "a", "status": "ok"}]}]},
+     "all.json results[1] (node 'n-bad'): checks[0].status is \"ok\"; expected one of pass, "
+     "warn, fail, skip"),
+    ({"schema": "gpunode.results/v1", "results": [GOOD, {"checks": []}]},
+     "all.json results[1]: node is null; expected the node's name"),
+    ({"schema": "gpunode.results/v1", "results": [GOOD, "n2"]},
+     "all.json results[1]: expected a JSON object, found str"),
+    ({"schema": "gpunode.results/v1", "results": [GOOD, {**GOOD, "schema": "x/v1"}]},
+     "all.json results[1] (node 'n-good'): schema is \"x/v1\"; expected 'gpunode.validate/v1'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("doc", "message"), BAD_ENTRIES)
+def test_malformed_results_file_names_the_file_and_the_entry(tmp_path, capsys, doc, message):
+    from gpunode.cli.main import main
+
+    f = tmp_path / "all.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultError) as exc:
+        results.load(str(f))
+    assert str(exc.value) == f"{tmp_path}/{message}" and "\n" not in str(exc.value)
+    out = tmp_path / "o"
+    assert main(["report", str(f), "-o", str(out)]) == 2  # nothing is written
+    cap = capsys.readouterr()
+    assert cap.err == f"gpunode: error: {exc.value}\n" and not out.exists()
+
+
+def test_results_file_entry_also_in_another_file_names_both(tmp_path):
+    f = results_file(tmp_path / "all.json", [GOOD, result("n2", "T4", 1), GOOD])
+    with pytest.raises(results.ResultError) as exc:
+        model_from([str(f)])
+    assert str(exc.value) == f"{f} results[2]: node 'n-good' is also in {f} results[0]"
+    (tmp_path / "n2.json").write_text(json.dumps(result("n2", "T4", 1)))
+    results_file(f, [GOOD, result("n2", "T4", 1)])
+    with pytest.raises(
+        results.ResultError, match=r"n2\.json: node 'n2' is also in .*all\.json results\[1\]"
+    ):
+        model_from([str(tmp_path)])

@@ -76,3 +76,20 @@ def test_bad_input_with_json_is_also_a_json_error(fake_validate, capsys):
     assert cap.err.splitlines() == [
         "gpunode validate: --engine: 'lxc' is not one of docker, podman, none"
     ]
+
+
+def test_vars_from_standard_input(fake_validate, capsys, monkeypatch):
+    """`gpunode validate --vars -`: the expectations piped in, as the playbook sends them."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"gpunode_expected_gpus": 3}')))
+    assert main(["validate", "--json", "--node", "n1", "--vars", "-"]) == 1
+    assert fake_validate["expect"].gpus == 3
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"{not: [json")))
+    fake_validate.clear()
+    assert main(["validate", "--vars", "-"]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.splitlines()
+    assert len(err) == 1 and err[0].startswith("gpunode validate: --vars -: not valid YAML/JSON (")
+    assert fake_validate == {} and "Traceback" not in cap.err

@@ -77,3 +77,42 @@ def test_bad_vars_files(tmp_path):
         BadInput, match="container_engine_runtime_default: 'maybe' is not a boolean"
     ):
         build(vars_file=str(bad))
+
+
+def stdin(monkeypatch, data: bytes, tty: bool = False) -> None:
+    """Standard input holding ``data`` (a terminal when ``tty``)."""
+    import io
+    import sys
+
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    monkeypatch.setattr(stream, "isatty", lambda: tty)
+    monkeypatch.setattr(sys, "stdin", stream)
+
+
+def test_vars_from_standard_input(monkeypatch):
+    """--vars - (what playbooks/validate.yml uses): the same mapping, read from stdin."""
+    stdin(monkeypatch, b'{"gpunode_expected_gpus": 2, "cuda_toolkit_versions": ["12.4"], '
+                       b'"gpunode_validate_engine": "podman", "ansible_host": "x"}\n')  # fmt: skip
+    e = build(vars_file="-")
+    assert (e.gpus, e.cuda, e.engine) == (2, ["12.4"], "podman")
+    assert e.sources["gpus"] == "gpunode_expected_gpus"
+    stdin(monkeypatch, b"nvidia_driver_branch: '550'\n")  # YAML too
+    assert build(vars_file="-").driver_pin == "550"
+
+
+@pytest.mark.parametrize(
+    ("data", "tty", "message"),
+    [
+        (b"a: [1\n", False, "--vars -: not valid YAML/JSON ("),
+        (b'{"a": 1', False, "--vars -: not valid YAML/JSON ("),
+        (b"[1, 2]\n", False, "--vars -: expected a mapping of variables, got list"),
+        (b"\xff\xfe", False, "--vars -: cannot read ("),
+        (b'{"gpunode_expected_gpus": "x"}', False, "gpunode_expected_gpus: 'x' is not a GPU count"),
+        (b"", True, "--vars -: standard input is a terminal; pipe the variables in"),
+    ],
+)
+def test_bad_vars_on_standard_input_is_one_line(monkeypatch, data, tty, message):
+    stdin(monkeypatch, data, tty)
+    with pytest.raises(BadInput) as exc:
+        build(vars_file="-")
+    assert message in str(exc.value) and "\n" not in str(exc.value)

@@ -18,7 +18,8 @@ from . import CheckFailed
 from .packages import Runner, run
 
 LISTS = "var/lib/apt/lists"
-# written by apt's own APT::Update::Post-Invoke-Success hook (/etc/apt/apt.conf.d/15update-stamp)
+# when the lists were last found current: touched after each refresh here (and by Ubuntu's
+# APT::Update::Post-Invoke-Success hook)
 STAMP = "var/lib/apt/periodic/update-success-stamp"
 SOURCES = ("etc/apt/sources.list", "etc/apt/sources.list.d")
 
@@ -71,4 +72,13 @@ def refresh(family: str, max_age: int, runner: Runner = run, root: Path = Path("
     if rc != 0:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise CheckFailed(f"apt-get update failed ({reason}): {last}")
+    # An update that finds nothing new rewrites no list, so the lists' directory keeps its
+    # old mtime; the stamp says when they were last found current (Debian's apt does not
+    # write it itself; Ubuntu's update-notifier and Ansible's apt module read the same file).
+    stamp = root / STAMP
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    except OSError:
+        pass  # a read-only /var/lib/apt: the next call refreshes again, nothing worse
     return {"refreshed": True, "reason": reason}

@@ -60,6 +60,14 @@ def test_refresh_runs_apt_get_update_only_when_stale(tmp_path):
     stale = apt_root(tmp_path / "stale", 600, 60)
     assert lists.refresh("apt", 3600, runner, stale)["refreshed"] is True
     assert calls == [["apt-get", "update", "-q"]]
+    # an update that changed no list leaves the directory's mtime: the stamp says "current"
+    assert lists.apt_stale(3600, stale) == ""
+    assert lists.refresh("apt", 3600, runner, stale)["refreshed"] is False
+    old = apt_root(tmp_path / "old", 7200, 9000)
+    assert lists.refresh("apt", 3600, runner, old)["refreshed"] is True
+    assert lists.refresh("apt", 3600, runner, old)["refreshed"] is False
+    assert len(calls) == 2
+    calls.pop()
     assert lists.refresh("apt", -1, runner, stale)["refreshed"] is False
     assert lists.refresh("dnf", 0, runner, stale)["refreshed"] is False
     assert len(calls) == 1
@@ -68,7 +76,7 @@ def test_refresh_runs_apt_get_update_only_when_stale(tmp_path):
         return 100, "", "W: some warning\nE: Failed to fetch http://deb.debian.org/x  404\n"
 
     with pytest.raises(CheckFailed, match=r"^apt-get update failed \(.*\): E: Failed to fetch"):
-        lists.refresh("apt", 3600, failing, stale)
+        lists.refresh("apt", 3600, failing, apt_root(tmp_path / "failing", 600, 60))
 
 
 # --- driver-plan --resolve: state and todo ----------------------------------------------

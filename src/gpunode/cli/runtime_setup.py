@@ -3,14 +3,14 @@ module execution for the gpu_container_runtime role):
 
 1. runtime.toml from the given content, checked by gpunode's config loader before it
    replaces the file (unchanged content: no write);
-2. Docker: the runtime merged into daemon.json (gpunode.cli.engines.docker: other keys
-   kept, backup, lock, ``dockerd --validate``);
-3. containerd: the drop-in and ``imports`` (gpunode.cli.engines.containerd);
-4. the CDI spec in the first of cdi-spec-dirs, from a fresh discovery that also rewrites
+2. the CDI spec in the first of cdi-spec-dirs, from a fresh discovery that also rewrites
    the inventory cache (gpunode.runtime.plan, gpunode.runtime.cdi);
-5. systemd units from the given content; ``daemon-reload`` only when one changed (or
+3. systemd units from the given content; ``daemon-reload`` only when one changed (or
    systemd still has an older one loaded), ``enable`` and ``start`` only for a unit that is
-   not enabled or active yet.
+   not enabled or active yet;
+4. containerd: the drop-in and ``imports`` (gpunode.cli.engines.containerd);
+5. Docker: the runtime merged into daemon.json (gpunode.cli.engines.docker: other keys
+   kept, backup, lock, ``dockerd --validate``).
 
 Every file is replaced atomically; the result says which changed and which engines need a
 restart (the caller restarts them: gpunode never restarts an engine). ``dry_run`` computes
@@ -371,16 +371,19 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     result = Result(dry_run)
     if s.config_text is not None:
         result.files.append(_owned_file("runtime.toml", target, s.config_text, dry_run))
-    if s.docker is not None:
-        _docker(s.docker, dry_run, result)
-    if s.containerd is not None:
-        _containerd(s.containerd, dry_run, result)
     if s.cdi_spec:
         _cdi_spec(s, target, new, dry_run, result)
     for name, text in s.units.items():
         result.files.append(_owned_file("unit", os.path.join(s.unit_dir, name), text, dry_run))
     if s.units or s.enable or s.start:
         _systemd(s, dry_run, result)
+    # The engines last: a step that fails after an engine's file changed would leave the
+    # engine unrestarted (the caller restarts after a successful run), and the next run
+    # would find nothing to change.
+    if s.containerd is not None:
+        _containerd(s.containerd, dry_run, result)
+    if s.docker is not None:
+        _docker(s.docker, dry_run, result)
     return result
 
 

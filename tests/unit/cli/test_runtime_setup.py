@@ -395,14 +395,15 @@ def test_failed_systemctl_is_one_line_exit_1(node, capsys, monkeypatch):
         "gpunode: error: `systemctl enable gpunode-refresh.service` failed: Failed to enable "
         "unit: Access denied"
     ]
-    # the steps before it were done, each file whole
+    # the steps before it were done, each file whole; the engines' files come last and were
+    # not touched, so no engine is left without the restart a change needs
     assert node.config.read_text() == node.settings()
     assert (node.unit_dir / "gpunode-refresh.path").read_text() == PATH_UNIT
+    assert not node.daemon_json.exists()
     monkeypatch.delenv("FAKE_SYSTEMCTL_FAIL")
     out = run(node, capsys)[1]  # the next run finishes the job
-    assert out["changed_files"] == [] and out["systemd"]["enabled"] == [
-        "gpunode-refresh.service", "gpunode-refresh.path"
-    ]  # fmt: skip
+    assert out["changed_files"] == [str(node.daemon_json)] and out["restart"] == ["docker"]
+    assert out["systemd"]["enabled"] == ["gpunode-refresh.service", "gpunode-refresh.path"]
 
 
 def test_missing_systemctl_is_a_failure(node, capsys, monkeypatch):

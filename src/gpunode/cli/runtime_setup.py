@@ -273,22 +273,18 @@ def _containerd(c: Containerd, dry_run: bool, result: Result) -> None:
         result.restart.append("containerd")
 
 
-def _cdi_spec(s: Setup, target: str, new: runtime_config.RuntimeConfig | None, dry_run: bool,
-              result: Result) -> None:  # fmt: skip
+def _cdi_spec(
+    s: Setup, new: runtime_config.RuntimeConfig | None, dry_run: bool, result: Result
+) -> None:
     from ..runtime import cdi, plan
 
-    if not dry_run:
-        cfg = runtime_config.load(s.config_path)  # the file just written, as the runtime reads it
-    elif new is not None:
-        cfg = new
-    else:  # as it is on the node, without load's caches
-        raw, _ = read(target)
-        explicit = s.config_path is not None or "GPUNODE_RUNTIME_CONFIG" in os.environ
-        if raw is None and explicit:
-            raise runtime_config.ConfigError(f"config file {target} does not exist")
-        cfg = (
-            runtime_config.RuntimeConfig() if raw is None else runtime_config.from_text(raw, target)
-        )
+    # a dry run: the content the run would write, else the file as it is (and no cache
+    # written); a run: the file just written, as the runtime reads it
+    cfg = (
+        new
+        if dry_run and new is not None
+        else runtime_config.load(s.config_path, write_caches=not dry_run)
+    )
     spec = plan.cdi_spec(cfg, store=not dry_run)
     path = cdi.install_path(cfg.cdi_spec_dirs)
     after = cdi.render(spec, path)
@@ -372,7 +368,7 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     if s.config_text is not None:
         result.files.append(_owned_file("runtime.toml", target, s.config_text, dry_run))
     if s.cdi_spec:
-        _cdi_spec(s, target, new, dry_run, result)
+        _cdi_spec(s, new, dry_run, result)
     for name, text in s.units.items():
         result.files.append(_owned_file("unit", os.path.join(s.unit_dir, name), text, dry_run))
     if s.units or s.enable or s.start:

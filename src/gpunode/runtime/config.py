@@ -198,11 +198,15 @@ def config_path(path: os.PathLike | str | None = None) -> str:
 
 
 def load(
-    path: os.PathLike | str | None = None, *, first_stage_force: bool = False
+    path: os.PathLike | str | None = None,
+    *,
+    first_stage_force: bool = False,
+    write_caches: bool = True,
 ) -> RuntimeConfig:
     """Load the config file; a missing file (at the default path) means defaults.
     `first_stage_force`: rewrite the sh first stage's file even when fresh (see
-    first_stage)."""
+    first_stage). `write_caches=False`: neither the parsed-content cache nor the first
+    stage's file is read or written (a dry run writes nothing)."""
     explicit = path is not None or "GPUNODE_RUNTIME_CONFIG" in os.environ
     path = config_path(path)
     cfg = RuntimeConfig(source=path)
@@ -217,9 +221,10 @@ def load(
         return cfg
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    data = _parse(path, raw, os.environ.get("GPUNODE_RUNTIME_CONFIG_CACHE", PARSED_CACHE))
-    _apply(cfg, data)
-    first_stage(cfg, read_stat, first_stage_force)
+    cache = os.environ.get("GPUNODE_RUNTIME_CONFIG_CACHE", PARSED_CACHE) if write_caches else None
+    _apply(cfg, _parse(path, raw, cache))
+    if write_caches:
+        first_stage(cfg, read_stat, first_stage_force)
     return cfg
 
 

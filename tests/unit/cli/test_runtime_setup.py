@@ -492,3 +492,15 @@ def test_text_output_says_what_changed(node, capsys):
     assert capsys.readouterr().out == f"{node.config}: would change\n"
     assert cli.main(args) == 0 and cli.main(args) == 0
     assert capsys.readouterr().out == f"{node.config}: changed\n{node.config}: unchanged\n"
+
+
+def test_dry_run_without_config_content_reads_the_file_and_writes_no_cache(node, capsys):
+    node.config.parent.mkdir(parents=True)
+    node.config.write_text(node.settings())
+    cache = Path(os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"])
+    code, out, err = run(node, capsys, "--dry-run", doc={}, docker_=False, units=False)
+    assert code == 0, err
+    assert by_kind(out)["cdi spec"]["path"] == str(node.cdi_dir / "nvidia.yaml")  # from the file
+    assert not cache.exists() and node.discoveries == [{"refresh": True, "store": False}]
+    assert run(node, capsys, doc={}, docker_=False, units=False)[0] == 0
+    assert cache.exists()  # a real run loads runtime.toml as the runtime does, cache and all

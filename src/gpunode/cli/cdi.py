@@ -4,7 +4,6 @@ the first of runtime.toml's cdi-spec-dirs."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from .base import EXIT_OK, Parser, UsageError, print_json
@@ -32,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if args.install:
         if args.output:
             raise UsageError("gpunode cdi generate: --install and --output exclude each other")
-        args.output = os.path.join(cfg.cdi_spec_dirs[0], "nvidia.yaml")
+        args.output = cdi.install_path(cfg.cdi_spec_dirs)
     if args.output:
         changed = cdi.write(spec, args.output)
         if args.json:

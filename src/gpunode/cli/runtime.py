@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .base import EXIT_OK, Parser, print_json
+from .base import EXIT_OK, Parser, UsageError, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +33,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ref = rtsub.add_parser("refresh", help="rediscover the driver and rewrite the cache")
     ref.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
     ref.add_argument("--json", action="store_true")
+    setup = rtsub.add_parser(
+        "setup",
+        help="runtime.toml, engines, CDI spec and systemd units in one run (the role's work)",
+        description="Write runtime.toml (checked first), register gpunode with Docker and "
+        "containerd, write the CDI spec and the systemd units; report what changed. Content "
+        'comes as JSON: {"config": "<runtime.toml>", "units": {"NAME": "<unit>"}}.',
+    )
+    setup.add_argument("--input", help="the JSON content document ('-': stdin)")
+    setup.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
+    setup.add_argument("--docker", action="store_true", help="register with Docker")
+    setup.add_argument("--docker-config", default=None, help="daemon.json")
+    setup.add_argument("--docker-name", help="runtime name in daemon.json (default gpunode)")
+    setup.add_argument("--docker-runtime-path", help=f"its executable (default {RUNTIME_PATH})")
+    setup.add_argument("--docker-default", action="store_true", help='"default-runtime"')
+    setup.add_argument("--docker-cdi", action="store_true", help='"features": {"cdi": true}')
+    setup.add_argument("--containerd", action="store_true", help="register with containerd")
+    setup.add_argument("--containerd-config", default=None, help="containerd's config.toml")
+    setup.add_argument("--containerd-default", action="store_true")
+    setup.add_argument("--containerd-drop-in-dir", help=f"default {DROP_IN_DIR}")
+    setup.add_argument(
+        "--cdi-spec", action="store_true", help="write the CDI spec (as cdi generate --install)"
+    )
+    setup.add_argument("--unit-dir", default=None, help="where units go (/etc/systemd/system)")
+    setup.add_argument("--enable", action="append", default=[], metavar="UNIT")
+    setup.add_argument("--start", action="append", default=[], metavar="UNIT")
+    setup.add_argument("--dry-run", action="store_true", help="compute and report, write nothing")
+    setup.add_argument("--json", action="store_true")
     links = rtsub.add_parser("install-links", help="link the executables into a bin dir")
     links.add_argument("--prefix", default="/usr/local/bin")
     links.add_argument("--json", action="store_true")
@@ -61,7 +88,50 @@ def run(args: argparse.Namespace) -> int:
             "\n".join(result["changes"]) if result["changes"] else "unchanged"
         )
         return EXIT_OK
+    if args.action == "setup":
+        return setup(args)
     return configure(args)
+
+
+def setup(args: argparse.Namespace) -> int:
+    from . import runtime_setup as rs
+    from .engines import containerd, docker
+    from .engines.common import RUNTIME_PATH
+
+    for engine in ("docker", "containerd"):  # an engine's options without the engine
+        given = [k for k, v in vars(args).items() if k.startswith(f"{engine}_") and v]
+        if given and not getattr(args, engine):
+            opt = "--" + given[0].replace("_", "-")
+            raise UsageError(f"gpunode runtime setup: {opt} needs --{engine}")
+    config_text, units = rs.read_input(args.input)
+    s = rs.Setup(
+        config_path=args.config,
+        config_text=config_text,
+        docker=rs.Docker(
+            args.docker_config or docker.DAEMON_JSON,
+            "gpunode" if args.docker_name is None else args.docker_name,
+            args.docker_runtime_path or RUNTIME_PATH,
+            args.docker_default,
+            args.docker_cdi,
+        )
+        if args.docker
+        else None,
+        containerd=rs.Containerd(
+            args.containerd_config or containerd.CONFIG_TOML,
+            args.containerd_drop_in_dir or containerd.DROP_IN_DIR,
+            args.containerd_default,
+        )
+        if args.containerd
+        else None,
+        cdi_spec=args.cdi_spec,
+        unit_dir=args.unit_dir or rs.UNIT_DIR,
+        units=units,
+        enable=args.enable,
+        start=args.start,
+    )
+    result = rs.setup(s, dry_run=args.dry_run)
+    print_json(result.to_dict()) if args.json else print(rs.summary(result))
+    return EXIT_OK
 
 
 def configure(args: argparse.Namespace) -> int:

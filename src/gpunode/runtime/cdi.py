@@ -11,6 +11,7 @@ nodes the container was given). ``cdiVersion`` is the smallest version the conte
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ..nvidia.capabilities import ALL_CAPABILITIES
@@ -19,6 +20,7 @@ from .discovery import Discovery
 from .edits import EditError, Edits, build, gpu_device
 
 KIND = "nvidia.com/gpu"
+SPEC_NAME = "nvidia.yaml"  # what `--install` writes into the first of cdi-spec-dirs
 
 
 def container_edits(edits: Edits) -> dict[str, Any]:
@@ -99,7 +101,16 @@ def dump(spec: dict[str, Any], fmt: str) -> str:
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
 
 
+def install_path(cdi_spec_dirs: list[str]) -> str:
+    """Where the spec is installed: nvidia.yaml in the first of runtime.toml's cdi-spec-dirs."""
+    return os.path.join(cdi_spec_dirs[0], SPEC_NAME)
+
+
+def render(spec: dict[str, Any], path: str) -> str:
+    """The spec as it is written to ``path`` (JSON for a ``.json`` file, else YAML)."""
+    return dump(spec, "json" if path.endswith(".json") else "yaml")
+
+
 def write(spec: dict[str, Any], path: str) -> bool:
     """Write atomically; True when the content changed."""
-    fmt = "json" if path.endswith(".json") else "yaml"
-    return write_atomic(path, dump(spec, fmt).encode(), 0o644)
+    return write_atomic(path, render(spec, path).encode(), 0o644)

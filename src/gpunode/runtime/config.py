@@ -192,14 +192,23 @@ def _store(cache: str, text: str, data: dict[str, Any]) -> None:
         pass
 
 
+def config_path(path: os.PathLike | str | None = None) -> str:
+    """The runtime.toml meant: ``path``, else $GPUNODE_RUNTIME_CONFIG, else DEFAULT_PATH."""
+    return os.fspath(path or os.environ.get("GPUNODE_RUNTIME_CONFIG", DEFAULT_PATH))
+
+
 def load(
-    path: os.PathLike | str | None = None, *, first_stage_force: bool = False
+    path: os.PathLike | str | None = None,
+    *,
+    first_stage_force: bool = False,
+    write_caches: bool = True,
 ) -> RuntimeConfig:
     """Load the config file; a missing file (at the default path) means defaults.
     `first_stage_force`: rewrite the sh first stage's file even when fresh (see
-    first_stage)."""
+    first_stage). `write_caches=False`: neither the parsed-content cache nor the first
+    stage's file is read or written (a dry run writes nothing)."""
     explicit = path is not None or "GPUNODE_RUNTIME_CONFIG" in os.environ
-    path = os.fspath(path or os.environ.get("GPUNODE_RUNTIME_CONFIG", DEFAULT_PATH))
+    path = config_path(path)
     cfg = RuntimeConfig(source=path)
     try:
         with open(path, "rb") as fh:
@@ -212,7 +221,25 @@ def load(
         return cfg
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    data = _parse(path, raw, os.environ.get("GPUNODE_RUNTIME_CONFIG_CACHE", PARSED_CACHE))
+    cache = os.environ.get("GPUNODE_RUNTIME_CONFIG_CACHE", PARSED_CACHE) if write_caches else None
+    _apply(cfg, _parse(path, raw, cache))
+    if write_caches:
+        first_stage(cfg, read_stat, first_stage_force)
+    return cfg
+
+
+def from_text(raw: bytes, source: str) -> RuntimeConfig:
+    """The configuration a runtime.toml holding ``raw`` would give, checked as `load` checks
+    a file (errors name ``source``); reads and writes nothing. For a candidate file before
+    it replaces the old one."""
+    cfg = RuntimeConfig(source=source)
+    _apply(cfg, _parse(source, raw, None))
+    return cfg
+
+
+def _apply(cfg: RuntimeConfig, data: dict[str, Any]) -> None:
+    """Set ``data``'s keys on ``cfg`` (named by ``cfg.source`` in errors) and validate it."""
+    path = cfg.source
     defaults = RuntimeConfig()
     accepted = sorted(k.replace("_", "-") for k in _TYPES if k != "source")
     for key, value in data.items():
@@ -221,8 +248,6 @@ def load(
             raise ConfigError(f"{path}: unknown key {key!r}; accepted keys: {', '.join(accepted)}")
         setattr(cfg, attr, _check(path, key, value, getattr(defaults, attr)))
     cfg.validate()
-    first_stage(cfg, read_stat, first_stage_force)
-    return cfg
 
 
 def first_stage_markers(prefixes: list[str]) -> list[str]:
@@ -272,7 +297,7 @@ def first_stage(cfg: RuntimeConfig, read_stat: os.stat_result, force: bool = Fal
     written (not root, read-only /run): the sh stage then hands every call to Python."""
     side = os.environ.get("GPUNODE_RUNTIME_FIRST_STAGE", FIRST_STAGE)
     path = cfg.source
-    if not side or path != os.environ.get("GPUNODE_RUNTIME_CONFIG", DEFAULT_PATH):
+    if not side or path != config_path():
         return
     text = first_stage_text(cfg)
     try:

@@ -291,8 +291,11 @@ def decode_cache(data: dict[str, Any], key: dict[str, Any]) -> Discovery:
     return Discovery(NodeFacts.from_dict(data["node"]), files, key, from_cache=True)
 
 
-def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Discovery:
-    """The node's discovery: from the cache when still valid, else fresh (and cached).
+def load(
+    cache_file: str, driver_root: str = "/", refresh: bool = False, store: bool = True
+) -> Discovery:
+    """The node's discovery: from the cache when still valid, else fresh (and cached, unless
+    ``store`` is false: a dry run writes nothing).
 
     A cache that cannot be decoded counts as a miss: it is rediscovered and rewritten."""
     key = cache_key(driver_root)
@@ -304,6 +307,8 @@ def load(cache_file: str, driver_root: str = "/", refresh: bool = False) -> Disc
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass
     d = discover(driver_root, key=key)
+    if not store:
+        return d
     try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
         write_cache(d, cache_file)
     except OSError:  # read-only /var/cache: correct, only slower next time

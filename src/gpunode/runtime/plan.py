@@ -72,9 +72,10 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
     return Plan(request, disc, tuple(selected), e)
 
 
-def cdi_spec(cfg: RuntimeConfig) -> dict[str, Any]:
-    """The CDI spec of this node, from a fresh discovery (which refreshes the cache)."""
+def cdi_spec(cfg: RuntimeConfig, *, store: bool = True) -> dict[str, Any]:
+    """The CDI spec of this node, from a fresh discovery (which refreshes the cache, unless
+    ``store`` is false)."""
     from . import cdi
 
-    disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
+    disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True, store=store)
     return cdi.generate(disc, hook_path=cfg.hook_path, dev_root=cfg.dev_root)

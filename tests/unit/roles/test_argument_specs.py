@@ -29,7 +29,7 @@ def problems(role: Path) -> list[str]:
             [f"{role.name}: defaults/main.yml without meta/argument_specs.yml"] if defaults else []
         )
     # defaults/main.yml serves every entry point (main, and e.g. container_engine's
-    # daemon_json): its keys are the options of all of them together.
+    # restart): its keys are the options of all of them together.
     options = {}
     for entry in specs.values():
         options.update((entry or {}).get("options") or {})

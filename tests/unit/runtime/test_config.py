@@ -50,6 +50,20 @@ def test_bad_config_is_one_line(tmp_path, text, expect):
     with pytest.raises(config.ConfigError) as err:
         config.load(f)
     assert expect in str(err.value) and "\n" not in str(err.value)
+    # a candidate's content is checked the same way, named as the caller says
+    with pytest.raises(config.ConfigError) as candidate:
+        config.from_text(text.encode(), "new runtime.toml")
+    assert str(candidate.value) == str(err.value).replace(str(f), "new runtime.toml")
+
+
+def test_candidate_text_gives_what_the_file_would_and_writes_nothing(tmp_path):
+    text = 'runtimes = ["crun"]\nlog-level = "debug"\n'
+    f = tmp_path / "runtime.toml"
+    f.write_text(text)
+    cfg = config.from_text(text.encode(), str(f))
+    cache = os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"]
+    assert not os.path.exists(cache)  # the parsed-content cache is load's, not a candidate's
+    assert cfg == config.load(f)
 
 
 def test_explicit_missing_config(tmp_path):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from ..runtime import config as runtime_config
 from ..util import files
 from .base import UsageError
-from .engines.common import EngineRunError, makedirs, one_line, read
+from .engines.common import EngineRunError, makedirs, read, run_tool
 
 UNIT_DIR = "/etc/systemd/system"
 # The systemctl executable; tests point this at a fake.
@@ -297,13 +297,9 @@ def _cdi_spec(
 
 
 def _systemctl(*args: str) -> subprocess.CompletedProcess:
-    argv = [SYSTEMCTL, *args]
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise EngineRunError(
-            f"`systemctl {' '.join(args)}` could not run ({one_line(str(exc))})"
-        ) from exc
+    return run_tool(
+        None, f"`systemctl {' '.join(args)}`", [SYSTEMCTL, *args], timeout=SYSTEMCTL_TIMEOUT
+    )
 
 
 def _systemctl_must(*args: str) -> None:

@@ -190,11 +190,13 @@ def write(
     )
 
 
-def run_tool(path: str, what: str, argv: list[str]) -> subprocess.CompletedProcess:
-    """Run an engine's tool for the change of ``path``; it not running is an EngineRunError."""
+def run_tool(
+    path: str | None, what: str, argv: list[str], timeout: float = VALIDATE_TIMEOUT
+) -> subprocess.CompletedProcess:
+    """Run a tool (an engine's, systemctl); it not running is an EngineRunError naming
+    ``what`` — and, when it runs for the change of ``path``, that path, left unchanged."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise EngineRunError(
-            f"{path}: {what} could not run ({one_line(str(exc))}); left unchanged"
-        ) from exc
+        message = f"{what} could not run ({one_line(str(exc))})"
+        raise EngineRunError(f"{path}: {message}; left unchanged" if path else message) from exc

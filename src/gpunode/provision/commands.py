@@ -54,8 +54,11 @@ def _platform(args: argparse.Namespace) -> sources.Platform:
     return sources.platform(distro, release or "", args.arch or os.uname().machine)
 
 
-def _gpus(args: argparse.Namespace) -> list[sources.Gpu]:
-    ids = args.gpu_device_id or [g["device_id"] for g in preflight.pci_gpus(Path("/"))]
+def _gpus(args: argparse.Namespace, pci: list[dict] | None = None) -> list[sources.Gpu]:
+    """--gpu-device-id, else the GPUs in PCI sysfs (``pci``: as the caller already read them)."""
+    if pci is None and not args.gpu_device_id:
+        pci = preflight.pci_gpus(Path("/"))
+    ids = args.gpu_device_id or [g["device_id"] for g in pci or []]
     try:
         return [sources.Gpu(device_id=int(i, 16)) for i in ids]
     except ValueError:
@@ -154,16 +157,15 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     if facts.has_gpu and facts.supported and (args.driver_branch or args.cuda):
         # the requested versions against the node's package sources, before any change
         try:
-            out["archive"] = _archive(
-                args, sources.platform(facts.distro, facts.release, facts.arch)
-            )
+            plat = sources.platform(facts.distro, facts.release, facts.arch)
+            out["archive"] = _archive(args, plat, _gpus(args, facts.gpus_pci))
         except (ProvisionError, CheckFailed) as exc:
             out["archive"] = {"ok": False, "message": str(exc)}
             out["ok"], out["message"] = False, str(exc)
     return _emit(args, out)
 
 
-def _archive(args: argparse.Namespace, plat: sources.Platform) -> dict:
+def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[sources.Gpu]) -> dict:
     """Plan the driver with this node's GPUs and resolve the pins against the node's package
     sources (the distribution's archive; NVIDIA's repository is not configured yet, so its
     versions were checked against gpunode's data by `validate`)."""
@@ -176,7 +178,7 @@ def _archive(args: argparse.Namespace, plat: sources.Platform) -> dict:
         plan, driver = _driver(
             plat, source=args.driver_source, branch=args.driver_branch,
             version=args.driver_version, flavor=args.flavor, kernel_module=args.kernel_module,
-            gpus=_gpus(args), resolve=args.driver_source == "distro",
+            gpus=gpus, resolve=args.driver_source == "distro",
         )  # fmt: skip
         out["driver"] = driver
         notes.append(f"driver {plan.pin} ({plan.flavor})")
@@ -426,18 +428,23 @@ def _cuda_state(
     out["todo"] = todo
     out["converged"] = not any(todo.values())
     if not todo["install"]:
-        check = _cuda_check(plat, plan)
+        check = _cuda_check(plat, plan, {p: st[p].version for p in names})
         out["check"] = check
         if not check["ok"]:
             out["ok"], out["message"] = False, check["message"]
 
 
-def _cuda_check(plat: sources.Platform, plan: sources.CudaPlan) -> dict:
+def _cuda_check(
+    plat: sources.Platform, plan: sources.CudaPlan, installed: dict[str, str | None] | None = None
+) -> dict:
+    """Each requested release's version package is installed at that release (``installed``:
+    versions the caller already read, by package)."""
     from .versions import cuda_of_package
 
+    known = installed or {}
     found, bad = {}, []
     for mm, pkg in plan.version_packages.items():
-        have = packages.installed(plat.family, pkg)
+        have = known[pkg] if pkg in known else packages.installed(plat.family, pkg)
         found[mm] = have
         if have is None:
             bad.append(f"CUDA {mm}: {pkg} is not installed")

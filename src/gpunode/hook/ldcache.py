@@ -138,19 +138,26 @@ def update_container_cache(
             if folders:
                 _write_dropin(root_fd, etc_fd, folders)
             data, why = _read_image_cache(etc_fd)
-            existing: list[ldsocache.Entry] = []
+            cache = b""
             if data:
+                # The image's bytes are hostile input: whatever reading or sorting them
+                # raises (CacheError for what the parser knows, anything else for what it
+                # does not) costs the container its image's entries, never its start.
                 try:
                     existing = ldsocache.parse(data, machine)
+                    cache = ldsocache.build(ldsocache.merge(existing, added), machine)
                 except ldsocache.CacheError as exc:
                     why = str(exc)
+                except Exception as exc:  # see above: never the container's start
+                    why = f"{type(exc).__name__}: {exc}"[:200]
             if why:
                 print(
                     f"{PROG}: the image's /etc/{LDCACHE_NAME} is not usable ({why}); "
                     "rebuilt with the injected libraries only",
                     file=sys.stderr,
                 )
-            cache = ldsocache.build(ldsocache.merge(existing, added), machine)
+            if not cache:
+                cache = ldsocache.build(added, machine)
             try:
                 write_file_at(etc_fd, LDCACHE_NAME, cache)
             except OSError as exc:

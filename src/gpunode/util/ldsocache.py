@@ -29,6 +29,12 @@ The loader binary-searches the entries with ``_dl_cache_libcmp`` (digit runs com
 numbers), so entries are written in exactly ldconfig's order (``sort_key``). Anything that
 does not parse raises CacheError; the caller then rebuilds from its own entries.
 
+The file comes from a container image: hostile input read as root on the host. Reading it
+costs memory and time in proportion to its size: each string offset is decoded once (an
+entry reuses the bytes of an offset met before), a string is at most MAX_STRING bytes, the
+entries at most MAX_ENTRIES, and the strings decoded in all at most STRING_BUDGET times the
+file's size; past any of these the file is a CacheError like any other corrupt cache.
+
 Only struct is imported: the hook imports this on every GPU container start.
 """
 
@@ -47,6 +53,12 @@ EXTENSION_MAGIC = 0xEAA42174  # (uint32_t) -358342284
 TAG_GENERATOR, TAG_GLIBC_HWCAPS = 0, 1
 HWCAP_EXTENSION = 1 << 62  # DL_CACHE_HWCAP_EXTENSION
 MAX_CACHE = 16 << 20  # far above any real cache (a full Debian desktop: ~200 KiB)
+MAX_ENTRIES = 1 << 16  # a full Debian desktop lists ~3,000 libraries
+MAX_STRING = 4096  # PATH_MAX: no SONAME or path the loader opens is longer
+# Decoded string bytes per file byte. ldconfig (glibc >= 2.32) stores a SONAME as the tail
+# of its path, so a real cache decodes up to about twice its string table; an image whose
+# entries all point at distinct places of one long string would decode far more.
+STRING_BUDGET = 4
 GENERATOR = b"gpunode"
 
 FLAG_ELF_LIBC6 = 0x0003
@@ -120,6 +132,20 @@ _DIGIT_MASK = bytes(49 if 48 <= c <= 57 else 48 for c in range(256))  # b"1" dig
 _RUN = chr(0x100)  # a digit run: above every char
 
 
+def run_value(run: bytes) -> int:
+    """The value a digit run has in ``_dl_cache_libcmp``: accumulated digit by digit in a
+    C int, so modulo 2**32 (returned unsigned). Computed 18 digits at a time: a run of any
+    length costs time in proportion to it, and no int of more than 18 digits is parsed
+    (Python refuses int() of more than 4,300 digits)."""
+    if len(run) <= 18:
+        return int(run) & 0xFFFFFFFF
+    v = 0
+    for i in range(0, len(run), 18):
+        chunk = run[i : i + 18]
+        v = (v * 10 ** len(chunk) + int(chunk)) & 0xFFFFFFFF
+    return v
+
+
 def libcmp_key(name: bytes, signed_char: bool = True) -> str:
     """A sort key ordering names as glibc's ``_dl_cache_libcmp`` does. That function
     walks both names: a digit run is one number (accumulated in a C int, which wraps for
@@ -141,7 +167,7 @@ def libcmp_key(name: bytes, signed_char: bool = True) -> str:
         k = mask.find(b"0", j)
         if k < 0:
             k = len(name)
-        u = _int32(int(name[j:k])) + (1 << 31)
+        u = _int32(run_value(name[j:k])) + (1 << 31)
         out += (chars[i:j], _RUN, chr(0x200 + (u >> 16)), chr(0x200 + (u & 0xFFFF)))
         i = k
         j = mask.find(b"1", k)
@@ -177,14 +203,35 @@ def sort_entries(entries: list[Entry], signed_char: bool = True) -> list[Entry]:
 # ------------------------------------------------------------------ reading
 
 
-def _string(data: bytes, base: int, off: int) -> bytes:
-    start = base + off
-    if off < 0 or start >= len(data):
-        raise CacheError(f"string offset {off} outside the file")
-    end = data.find(b"\0", start)
-    if end < 0:
-        raise CacheError(f"unterminated string at {start}")
-    return data[start:end]
+class _Strings:
+    """The NUL-terminated strings of one cache file, each offset decoded once and the
+    bytes decoded in all bounded by the file's size (see the module docstring)."""
+
+    __slots__ = ("base", "budget", "data", "seen")
+
+    def __init__(self, data: bytes, base: int) -> None:
+        self.data, self.base = data, base
+        self.budget = STRING_BUDGET * len(data)
+        self.seen: dict[int, bytes] = {}
+
+    def at(self, off: int) -> bytes:
+        found = self.seen.get(off)
+        if found is not None:
+            return found
+        data = self.data
+        start = self.base + off
+        if start >= len(data):
+            raise CacheError(f"string offset {off} outside the file")
+        end = data.find(b"\0", start, start + MAX_STRING + 1)
+        if end < 0:
+            if data.find(b"\0", start) < 0:
+                raise CacheError(f"unterminated string at {start}")
+            raise CacheError(f"string at {start} longer than {MAX_STRING} bytes")
+        self.budget -= end - start + 1
+        if self.budget < 0:
+            raise CacheError(f"strings decode to more than {STRING_BUDGET} times the file")
+        found = self.seen[off] = data[start:end]
+        return found
 
 
 def _parse_new(data: bytes, base: int, end: str) -> list[Entry]:
@@ -195,24 +242,29 @@ def _parse_new(data: bytes, base: int, end: str) -> list[Entry]:
         raise CacheError(f"byte order flag {flags} is not this machine's")
     if nlibs > (len(data) - base - NEW_HEADER) // NEW_ENTRY:
         raise CacheError(f"{nlibs} entries do not fit in the file")
-    hwcaps = _hwcaps_names(data, base, end, ext_off) if ext_off else None
+    _check_count(nlibs)
+    strings = _Strings(data, base)
+    hwcaps = _hwcaps_names(data, strings, end, ext_off) if ext_off else None
+    at = strings.at
     out = []
-    for i in range(nlibs):
-        fl, key, value, osv, hwcap = struct.unpack_from(
-            end + "iIIIQ", data, base + NEW_HEADER + i * NEW_ENTRY
-        )
+    for fl, key, value, osv, hwcap in struct.iter_unpack(
+        end + "iIIIQ", data[base + NEW_HEADER : base + NEW_HEADER + nlibs * NEW_ENTRY]
+    ):
         name = None
         if hwcap >> 32 == HWCAP_EXTENSION >> 32:
             if hwcaps is None or (hwcap & 0xFFFFFFFF) >= len(hwcaps):
                 continue  # its subdirectory is not known (anymore): the loader skips it too
             name = hwcaps[hwcap & 0xFFFFFFFF]
-        out.append(
-            Entry(_string(data, base, key), _string(data, base, value), fl, hwcap, osv, name)
-        )
+        out.append(Entry(at(key), at(value), fl, hwcap, osv, name))
     return out
 
 
-def _hwcaps_names(data: bytes, base: int, end: str, ext_off: int) -> list[bytes] | None:
+def _check_count(nlibs: int) -> None:
+    if nlibs > MAX_ENTRIES:
+        raise CacheError(f"{nlibs} entries, more than the {MAX_ENTRIES} accepted")
+
+
+def _hwcaps_names(data: bytes, strings: _Strings, end: str, ext_off: int) -> list[bytes] | None:
     """The glibc-hwcaps subdirectory names of the extension section, or None when there
     is none. Only that section is kept: the generator string is ours on output, and a
     section with an unknown tag is dropped, because its contents may hold offsets this
@@ -232,8 +284,9 @@ def _hwcaps_names(data: bytes, base: int, end: str, ext_off: int) -> list[bytes]
             continue
         if off % 4 or size % 4 or off + size > len(data):
             raise CacheError("glibc-hwcaps section outside the file")
+        _check_count(size // 4)
         offs = struct.unpack_from(f"{end}{size // 4}I", data, off)
-        names = [_string(data, base, o) for o in offs]
+        names = [strings.at(o) for o in offs]
     return names
 
 
@@ -253,11 +306,12 @@ def parse(data: bytes, machine: str = "x86_64") -> list[Entry]:
     new = (table_end + 7) & ~7
     if data.startswith(NEW_MAGIC, new):
         return _parse_new(data, new, end)
-    out = []
-    for i in range(nlibs):
-        fl, key, value = struct.unpack_from(end + "iII", data, OLD_HEADER + i * OLD_ENTRY)
-        out.append(Entry(_string(data, table_end, key), _string(data, table_end, value), fl))
-    return out
+    _check_count(nlibs)
+    at = _Strings(data, table_end).at
+    return [
+        Entry(at(key), at(value), fl)
+        for fl, key, value in struct.iter_unpack(end + "iII", data[OLD_HEADER:table_end])
+    ]
 
 
 # ------------------------------------------------------------------ writing

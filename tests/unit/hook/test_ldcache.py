@@ -306,3 +306,62 @@ def test_image_ld_preload_never_reaches_the_hook(ld_rootfs, tmp_path):
     marker.unlink()
     run_as_runc(hook_entry.get("env", image_env))  # runc: no "env" = the container's
     assert not marker.exists()
+
+
+PEAK_PROBE = r"""
+import resource, sys
+from gpunode.hook import ldcache
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a runaway fails, not the host
+ldcache.update_container_cache(sys.argv[1], [("libcuda.so.1", "/usr/lib/libcuda.so.1")], [])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _peak_kib(root: Path) -> tuple[int, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_PROBE, str(root)],
+        capture_output=True, text=True, env=CLEAN_ENV, timeout=120, check=False,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return int(proc.stdout), proc.stderr
+
+
+@pytest.mark.parametrize("distinct", [False, True], ids=["one-long-string", "distinct-offsets"])
+def test_memory_bomb_cache_costs_memory_in_proportion_to_its_size(rootfs, distinct):
+    """The review's memory bomb: a 2 MiB image cache whose entries all point into one long
+    string drove the rootfs step (the shim and this hook share it) to 2.4 GiB RSS. Now the
+    peak stays within a few times the file of what an empty image costs, and the image
+    cache is replaced by one with the injected libraries only, saying so in one line."""
+    from ..util.test_ldsocache import bomb
+
+    baseline, err = _peak_kib(rootfs)
+    assert err == ""
+    (rootfs / "etc/ld.so.cache").write_bytes(bomb(2 << 20, distinct))
+    peak, err = _peak_kib(rootfs)
+    assert err.startswith("gpunode-hook: the image's /etc/ld.so.cache is not usable (")
+    assert err.count("\n") == 1
+    assert peak - baseline < 16 << 10, (baseline, peak)  # KiB: 2 MiB file, < 16 MiB more
+    assert [ln.split()[0] for ln in listing(rootfs / "etc/ld.so.cache")] == ["libcuda.so.1"]
+
+
+def test_any_failure_reading_or_sorting_the_images_cache_falls_back(ld_rootfs, monkeypatch, capsys):
+    """Whatever the parser or the sort raises on an image's cache (here a sort key that
+    fails as int() did on a SONAME of more than 4,300 digits) costs the image its entries,
+    with one warning line, never the container's start."""
+
+    def broken(name, signed_char=True):
+        if name != b"libcuda.so.1":
+            raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+        return "x"
+
+    monkeypatch.setattr(ldsocache, "libcmp_key", broken)
+    ldcache.update_container_cache(str(ld_rootfs), [("libcuda.so.1", f"{LIBDIR}/libcuda.so.1")], [])
+    err = capsys.readouterr().err
+    assert err == (
+        "gpunode-hook: the image's /etc/ld.so.cache is not usable (ValueError: Exceeds the "
+        "limit (4300 digits) for integer string conversion); rebuilt with the injected "
+        "libraries only\n"
+    )
+    assert listing(ld_rootfs / "etc/ld.so.cache") == [
+        f"libcuda.so.1 (libc6,x86-64) => {LIBDIR}/libcuda.so.1"
+    ]

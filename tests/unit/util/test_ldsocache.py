@@ -354,3 +354,79 @@ def test_unknown_machine_is_refused_by_name():
     assert big[20:24] == b"\0\0\0\1" and L.parse(big, "s390x")[0].path == b"/x/libx.so.1"
     with pytest.raises(L.CacheError, match="byte order"):
         L.parse(big, "x86_64")
+
+
+# ------------------------------------------------------------------ hostile sizes
+
+
+def bomb(size: int, distinct: bool) -> bytes:
+    """A new-format cache of about ``size`` bytes whose entries all point into one long
+    string: at its start (``distinct=False``: one string of half the file) or each at
+    another byte of a 4,000-byte string (each a different, short-enough string)."""
+    nlibs = size // 2 // L.NEW_ENTRY
+    strings = L.NEW_HEADER + nlibs * L.NEW_ENTRY
+    text = b"l" * (4000 if distinct else size - strings - 1) + b"\0"
+    entries = b"".join(
+        struct.pack("<iIIIQ", X86, strings + (i % 4000 if distinct else 0), strings, 0, 0)
+        for i in range(nlibs)
+    )
+    header = L.NEW_MAGIC + struct.pack("<IIB3xI12x", nlibs, len(text), 2, 0)
+    return header + entries + text
+
+
+@pytest.mark.parametrize(
+    ("distinct", "why"),
+    [(False, "longer than 4096 bytes"), (True, "more than 4 times the file")],
+    ids=["one-long-string", "distinct-offsets"],
+)
+def test_memory_bomb_is_refused_in_proportion_to_its_size(distinct, why):
+    """Before the bounds, a 1 MiB cache of entries pointing at one long string copied it
+    per entry (1.2 GiB RSS measured); now the parse fails after decoding at most
+    STRING_BUDGET times the file, with tracemalloc's peak to show it."""
+    import tracemalloc
+
+    data = bomb(1 << 20, distinct)
+    tracemalloc.start()
+    try:
+        with pytest.raises(L.CacheError, match=why):
+            L.parse(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < (L.STRING_BUDGET + 2) * len(data), peak
+
+
+def test_each_offset_is_decoded_once():
+    data = L.build([L.Entry(b"libx.so.%d" % i, b"/x/libx.so.1", X86) for i in range(50)])
+    entries = L.parse(data)
+    assert len({id(e.path) for e in entries}) == 1  # one bytes object for one offset
+
+
+def test_entry_count_is_bounded():
+    header = L.NEW_MAGIC + struct.pack("<IIB3xI12x", L.MAX_ENTRIES + 1, 0, 2, 0)
+    data = header + bytes((L.MAX_ENTRIES + 1) * L.NEW_ENTRY)
+    with pytest.raises(L.CacheError, match=f"more than the {L.MAX_ENTRIES} accepted"):
+        L.parse(data)
+    old = L.OLD_MAGIC + b"\0" + struct.pack("<I", L.MAX_ENTRIES + 1)
+    with pytest.raises(L.CacheError, match="accepted"):
+        L.parse(old + bytes((L.MAX_ENTRIES + 1) * L.OLD_ENTRY + 8))
+
+
+def test_a_digit_run_of_any_length_sorts_as_glibc_accumulates_it():
+    """Python refuses int() of more than 4,300 digits; glibc accumulates a run in a C int
+    (modulo 2**32) whatever its length."""
+    run = b"7" * 5000
+    # 77...7 (5,000 sevens) modulo 2**32, without ever building the 5,000-digit int
+    want = sum(7 * pow(10, i, 1 << 32) for i in range(5000)) % (1 << 32)
+    assert L.run_value(run) == want
+    assert L.run_value(b"4294967301") == 5 and L.run_value(b"0" * 40 + b"12") == 12
+    # the run compares as the number it wraps to, as glibc's loader compares it
+    assert L.libcmp(b"libz.so." + run, b"libz.so.%d" % want) == 0
+    entries = [
+        L.Entry(b"libz.so." + run, b"/l/libz.so.7", X86),
+        L.Entry(b"libz.so.1", b"/l/libz.so.1", X86),
+    ]
+    assert [e.soname for e in L.sort_entries(entries)] == [b"libz.so." + run, b"libz.so.1"]
+    # such a SONAME cannot come from an image's cache any more: longer than a string may be
+    with pytest.raises(L.CacheError, match="longer than 4096 bytes"):
+        L.parse(L.build(entries))

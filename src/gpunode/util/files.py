@@ -1,5 +1,10 @@
 """Files written safely: atomic replacement (a temporary file in the same directory, fsync,
-rename) and an exclusive lock file for read-modify-write cycles that may race.
+rename) and an exclusive lock file for read-modify-write cycles that may race; and the
+files the runtime trusts (its caches), read only when nobody else could have written them.
+
+Temporary files get a random name and are created with O_EXCL|O_NOFOLLOW: a name another
+user guessed and created first (a file or a link) is never opened, so they cannot own or
+redirect what is written. Directories are created 0755 whatever the umask.
 
 Imports only ``os`` at load time: the runtime writes config.json with it on every GPU
 container start.
@@ -12,6 +17,92 @@ import os
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+DIR_MODE = 0o755
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def make_dirs(path: str | os.PathLike, mode: int = DIR_MODE) -> None:
+    """os.makedirs(path, exist_ok=True), but every directory it creates gets ``mode``
+    (less the umask's bits): os.makedirs gives the parents 0777 less the umask, which is
+    0777 under umask 0."""
+    path = os.path.abspath(os.fspath(path))
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+
+
+def private_dir(path: str | os.PathLike) -> bool:
+    """Create the directory ``path`` (make_dirs, 0755) if missing; True when it is a
+    directory (not a link) of this process's effective user that group and others cannot
+    write, so that what the runtime keeps in it is its own. False otherwise, and when it
+    cannot be created."""
+    try:
+        make_dirs(path)
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (st.st_mode & 0o170000) == 0o040000 and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def read_owned(path: str, limit: int) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file (not a link, never a FIFO's wait) of
+    this process's effective user, not writable by group or others, of at most ``limit``
+    bytes, in a directory that private_dir would accept; else None (missing, someone
+    else's, too big, unreadable). For the caches the runtime trusts: what they hold decides
+    what goes into containers, so a file anyone else could have written is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (
+            (st.st_mode & 0o170000) != 0o100000
+            or st.st_uid != os.geteuid()
+            or st.st_mode & 0o022
+            or st.st_size > limit
+        ):
+            return None
+        where = os.lstat(os.path.dirname(path) or ".")
+        if where.st_uid != os.geteuid() or where.st_mode & 0o022:
+            return None
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= limit else None
+
+
+def _create_temp(directory: str, name: str, mode: int) -> tuple[int, str]:
+    """A new file beside ``name`` in ``directory``: (fd, path), under a random name
+    created exclusively (O_EXCL|O_NOFOLLOW), so no file or link put there first is used."""
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{os.urandom(8).hex()}.tmp")
+        try:
+            return os.open(tmp, _TMP_FLAGS, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(17, "no free temporary name", os.path.join(directory, name))
 
 
 def write_atomic(
@@ -51,10 +142,9 @@ def write_atomic(
     if like is not None:
         mode = like.st_mode & 0o7777
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    make_dirs(directory)
+    fd, tmp = _create_temp(directory, os.path.basename(path), mode)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -140,14 +230,12 @@ def write_set(directory: str | os.PathLike, files: dict[str, bytes], mode: int =
     a failure (a directory that is not writable, a full disk) leaves every old file as it
     was and no temporary file behind."""
     directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
+    make_dirs(directory)
     staged: list[tuple[str, str]] = []
     try:
         for name, data in files.items():
-            path = os.path.join(directory, name)
-            tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-            staged.append((tmp, path))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            fd, tmp = _create_temp(directory, name, mode)
+            staged.append((tmp, os.path.join(directory, name)))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()

@@ -59,6 +59,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # prefixes add. $GPUNODE_RUNTIME_FIRST_STAGE moves it ("" turns it off). See first_stage().
 FIRST_STAGE = "/run/gpunode/first-stage"
 FIRST_STAGE_HEADER = "gpunode-first-stage 1"
+# The only mode the first-stage file may have (checked by both stages): writable by its
+# owner alone, since its `runtime` lines pick what every runtime call execs as root.
+FIRST_STAGE_MODE = 0o644
 # An annotation prefix made of these characters appears verbatim in config.json (no JSON
 # writer escapes them); any other prefix makes every spec with annotations a candidate.
 _PLAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:+=@~")
@@ -157,20 +160,15 @@ def _parse(path: str, raw: bytes, cache: str | None) -> dict[str, Any]:
 
 def _cached(cache: str, text: str) -> dict[str, Any] | None:
     from ..util import fastjson
+    from ..util.files import read_owned
 
-    try:
-        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    raw = read_owned(cache, 1 << 20)
+    if raw is None:
         return None
     try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return None
-        entry = fastjson.loads(os.read(fd, 1 << 20))
-    except (OSError, ValueError, RecursionError):
+        entry = fastjson.loads(raw)
+    except (ValueError, RecursionError):
         return None
-    finally:
-        os.close(fd)
     if isinstance(entry, dict) and entry.get("toml") == text:
         data = entry.get("data")
         return data if isinstance(data, dict) else None
@@ -179,14 +177,15 @@ def _cached(cache: str, text: str) -> dict[str, Any] | None:
 
 def _store(cache: str, text: str, data: dict[str, Any]) -> None:
     from ..util import fastjson
-    from ..util.files import write_atomic
+    from ..util.files import private_dir, write_atomic
 
     try:
         body = fastjson.dumps({"toml": text, "data": data}).encode()
     except (TypeError, ValueError):  # TOML dates and the like: nothing a key accepts
         return
-    try:
-        os.makedirs(os.path.dirname(cache), 0o755, exist_ok=True)
+    if not private_dir(os.path.dirname(cache) or "."):
+        return
+    try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
         write_atomic(cache, body, 0o644, skip_if_same=False)
     except OSError:  # read-only /run, not root: correct, only slower
         pass
@@ -266,15 +265,35 @@ def first_stage_markers(prefixes: list[str]) -> list[str]:
     return extra
 
 
+def first_stage_lines(runtimes: list[str], prefixes: list[str]) -> list[str]:
+    """The lines of the first stage's file after its header and config line."""
+    lines = [f"runtime {r}" for r in runtimes]
+    lines += [f"marker {m}" for m in first_stage_markers(prefixes)]
+    lines.append("end")
+    return lines
+
+
+def first_stage_body(runtimes: list[str], prefixes: list[str]) -> str:
+    return "".join(f"{line}\n" for line in first_stage_lines(runtimes, prefixes))
+
+
 def first_stage_text(cfg: RuntimeConfig) -> str | None:
     """The first stage's file for `cfg` (None when a value cannot be written as a line)."""
     lines = [FIRST_STAGE_HEADER, f"config {cfg.source}"]
-    lines += [f"runtime {r}" for r in cfg.runtimes]
-    lines += [f"marker {m}" for m in first_stage_markers(cfg.annotation_prefixes)]
-    lines.append("end")
+    lines += first_stage_lines(cfg.runtimes, cfg.annotation_prefixes)
     if any("\n" in line or "\r" in line for line in lines):
         return None
     return "\n".join(lines) + "\n"
+
+
+def _first_stage_trusted(st: os.stat_result) -> bool:
+    """Whether the sh stage would trust a first-stage file of this fstat: a regular file
+    of exactly FIRST_STAGE_MODE, owned by this user. Anything else is rewritten."""
+    return (
+        (st.st_mode & 0o170000) == 0o100000
+        and st.st_mode & 0o7777 == FIRST_STAGE_MODE
+        and st.st_uid == os.geteuid()
+    )
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
@@ -309,26 +328,23 @@ def first_stage(cfg: RuntimeConfig, read_stat: os.stat_result, force: bool = Fal
         return
     if not force:
         try:
-            fd = os.open(side, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(side, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 st = os.fstat(fd)
                 same = os.read(fd, 1 << 16) == text.encode()
             finally:
                 os.close(fd)
             newest = max(int(conf.st_mtime), int(confdir.st_mtime))
-            if same and (st.st_mode & 0o170000) == 0o100000 and int(st.st_mtime) > newest:
+            if same and _first_stage_trusted(st) and int(st.st_mtime) > newest:
                 return
         except OSError:
             pass
-    from ..util.files import write_atomic
+    from ..util.files import private_dir, write_atomic
 
+    if not private_dir(os.path.dirname(side) or "."):
+        return  # a directory others could write: no file the sh stage would trust
     try:
-        where = os.path.dirname(side) or "."
-        os.makedirs(where, 0o755, exist_ok=True)
-        st = os.lstat(where)
-        if (st.st_mode & 0o170000) != 0o040000 or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return  # a directory others could write: no file the sh stage would trust
-        write_atomic(side, text.encode(), 0o644, skip_if_same=False)
+        write_atomic(side, text.encode(), FIRST_STAGE_MODE, skip_if_same=False)
         if _identity(os.lstat(path)) != _identity(read_stat):
             os.unlink(side)  # runtime.toml changed meanwhile
     except OSError:

@@ -9,8 +9,10 @@ Two layers, as in NVIDIA's toolkit (discover → edits):
   the driver root, the version in ``/proc/driver/nvidia/version`` and the identity
   (device, inode, mtime, size) of ``libnvidia-ml.so.1`` and of ``/etc/ld.so.cache``.
   When any differs, or the
-  cache cannot be decoded (corrupt, truncated, another schema), the runtime rediscovers
-  and rewrites the cache (atomically). ``gpunode cdi generate`` and
+  cache cannot be decoded (corrupt, truncated, another schema) or trusted (not a regular
+  file of the runtime's user, writable by group or others, in a directory others can
+  write), the runtime rediscovers and rewrites the cache (atomically, into a directory
+  created 0755 and written only while no one else can write it). ``gpunode cdi generate`` and
   ``gpunode runtime refresh`` (run at install and at boot by the runtime role) refresh it
   explicitly. Device nodes are *not* cached: they are stat'ed for every container, so a
   missing ``/dev/nvidia<minor>`` is noticed at once.
@@ -231,21 +233,35 @@ def discover(driver_root: str = "/", key: dict[str, Any] | None = None) -> Disco
     return Discovery(node, discover_files(node.driver_version, driver_root), key)
 
 
-def write_cache(d: Discovery, path: str) -> None:
+# The cache decides which host paths are mounted into every GPU container: it is read
+# only as a file nobody but the runtime's user could have written (util.files.read_owned)
+# and written only into a directory of that user that nobody else can write.
+MAX_CACHE_BYTES = 4 << 20
+
+
+def write_cache(d: Discovery, path: str) -> bool:
+    """Write the cache (0644) into its directory, created 0755 when missing; False, and
+    nothing written, when that directory is not the runtime user's alone."""
     import json  # sorted and indented: only on a fresh discovery
 
-    from ..util.files import write_atomic
+    from ..util.files import private_dir, write_atomic
 
+    if not private_dir(os.path.dirname(path) or "."):
+        return False
     write_atomic(path, json.dumps(d.to_dict(), indent=1, sort_keys=True).encode(), 0o644)
+    return True
 
 
 def read_cache(path: str) -> dict[str, Any] | None:
     from ..util import fastjson
+    from ..util.files import read_owned
 
+    raw = read_owned(path, MAX_CACHE_BYTES)
+    if raw is None:
+        return None
     try:
-        with open(path, "rb") as fh:
-            data = fastjson.loads(fh.read())
-    except (OSError, ValueError, RecursionError):
+        data = fastjson.loads(raw)
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("schema") == CACHE_SCHEMA else None
 

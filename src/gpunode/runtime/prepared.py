@@ -92,25 +92,17 @@ def _devices_unchanged(checks: Any, dev_root: str) -> bool:
 
 
 def _read(path: str) -> dict[str, Any]:
-    """The entries of the file at `path`; {} when missing, untrusted or malformed."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    """The entries of the file at `path`; {} when missing, untrusted (util.files.read_owned)
+    or malformed."""
+    from ..util.files import read_owned
+
+    raw = read_owned(path, _MAX_BYTES)
+    if raw is None:
         return {}
     try:
-        st = os.fstat(fd)
-        if (
-            (st.st_mode & 0o170000) != 0o100000
-            or st.st_uid != os.geteuid()
-            or st.st_mode & 0o022
-            or st.st_size > _MAX_BYTES
-        ):
-            return {}
-        data = fastjson.loads(os.read(fd, _MAX_BYTES + 1))
-    except (OSError, ValueError, RecursionError):
+        data = fastjson.loads(raw)
+    except (ValueError, RecursionError):
         return {}
-    finally:
-        os.close(fd)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return {}
     entries = data.get("entries")
@@ -149,10 +141,11 @@ def store(k: str | None, value: dict[str, Any]) -> None:
     entries[k] = value  # the newest last: the oldest are dropped first
     while len(entries) > MAX_ENTRIES:
         del entries[next(iter(entries))]
-    from ..util.files import write_atomic
+    from ..util.files import private_dir, write_atomic
 
+    if not private_dir(os.path.dirname(path) or "."):
+        return
     try:
-        os.makedirs(os.path.dirname(path) or ".", 0o755, exist_ok=True)
         body = fastjson.dumps({"schema": SCHEMA, "entries": entries}).encode()
         write_atomic(path, body, 0o644, skip_if_same=False, durable=False)
     except (OSError, TypeError, ValueError):

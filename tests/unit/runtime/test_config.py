@@ -135,12 +135,16 @@ def test_cached_values_are_checked_as_parsed_ones(default_file):
             config.load()
 
 
-@pytest.mark.parametrize("damage", ["other-data", "corrupt", "writable", "symlink"])
+@pytest.mark.parametrize(
+    "damage", ["other-data", "corrupt", "writable", "symlink", "other-owner", "fifo"]
+)
 def test_a_cache_that_cannot_be_trusted_is_not_used(default_file, tmp_path, damage):
     text = 'runtimes = ["crun"]\n'
     default_file.write_text(text)
     config.load()
     cache = config.PARSED_CACHE
+    if damage == "other-owner" and os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
     if damage == "other-data":  # an entry for another text (a stale one)
         with open(cache, "w") as fh:
             json.dump({"toml": 'runtimes = ["x"]\n', "data": {"runtimes": ["/tmp/evil"]}}, fh)
@@ -151,6 +155,13 @@ def test_a_cache_that_cannot_be_trusted_is_not_used(default_file, tmp_path, dama
         with open(cache, "w") as fh:
             json.dump({"toml": text, "data": {"runtimes": ["/tmp/evil"]}}, fh)
         os.chmod(cache, 0o646)
+    elif damage == "other-owner":  # another user's file, mode 0644, the runtime's format
+        with open(cache, "w") as fh:
+            json.dump({"toml": text, "data": {"runtimes": ["/tmp/evil"]}}, fh)
+        os.chown(cache, 65534, 65534)
+    elif damage == "fifo":  # never waited on
+        os.unlink(cache)
+        os.mkfifo(cache)
     else:
         forged = tmp_path / "forged.json"
         forged.write_text(json.dumps({"toml": text, "data": {"runtimes": ["/tmp/evil"]}}))

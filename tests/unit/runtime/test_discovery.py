@@ -4,6 +4,7 @@ root, NVML loaded from it, SONAMEs recorded for the hook."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -154,3 +155,77 @@ def test_library_sonames_only_where_the_name_differs(tmp_path, shared_lib):
     missing = tmp_path / "gone.so.1"
     got = discovery.library_sonames([str(versioned), str(same), str(none), str(missing)])
     assert got == {str(versioned): "libcuda.so.1"}
+
+
+# ------------------------------------------- a cache nobody else could have written (17.3)
+
+
+def _planted(path, disc):
+    """The cache as someone else would plant it: valid, matching key, a host path of
+    their choosing as a library (the review mounted the containerd socket this way)."""
+    data = Discovery(disc.node, disc.files, key={"k": 1}).to_dict()
+    data["files"]["libraries"]["utility"] = ["/run/containerd/containerd.sock"]
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["other-owner", "group-writable", "symlink", "open-directory"])
+def test_a_cache_nobody_else_could_write_is_the_only_one_read(tmp_path, monkeypatch, disc, how):
+    if how in ("other-owner", "open-directory") and os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    monkeypatch.setattr(discovery, "cache_key", lambda root="/": {"k": 1})
+    monkeypatch.setattr(
+        discovery, "discover", lambda root="/", key=None: Discovery(disc.node, disc.files, key)
+    )
+    where = tmp_path / "cache"
+    where.mkdir(mode=0o755)
+    cache = where / "inventory.json"
+    target = tmp_path / "planted.json"
+    _planted(target if how == "symlink" else cache, disc)
+    if how == "other-owner":
+        os.chown(cache, 65534, 65534)
+    elif how == "group-writable":
+        os.chmod(cache, 0o664)
+    elif how == "symlink":
+        cache.symlink_to(target)
+    else:
+        os.chmod(where, 0o777)
+    size = os.stat(cache).st_size
+    got = discovery.load(str(cache))
+    assert not got.from_cache
+    assert "/run/containerd/containerd.sock" not in got.files.libraries.get("utility", [])
+    assert got.files == disc.files
+    if how == "open-directory":  # nothing written where others could replace it
+        assert os.listdir(where) == ["inventory.json"] and cache.stat().st_size == size
+    else:  # replaced by the runtime's own file, which the next start reads
+        assert not cache.is_symlink() and cache.stat().st_uid == os.geteuid()
+        again = discovery.load(str(cache))
+        assert again.from_cache and again.files == disc.files
+
+
+def test_the_cache_directory_is_created_0755_whatever_the_umask(tmp_path, monkeypatch, disc):
+    monkeypatch.setattr(discovery, "cache_key", lambda root="/": {"k": 1})
+    monkeypatch.setattr(
+        discovery, "discover", lambda root="/", key=None: Discovery(disc.node, disc.files, key)
+    )
+    cache = tmp_path / "var" / "cache" / "gpunode" / "inventory.json"
+    old = os.umask(0)
+    try:
+        discovery.load(str(cache))
+    finally:
+        os.umask(old)
+    for d in (cache.parent, cache.parent.parent, cache.parent.parent.parent):
+        assert d.stat().st_mode & 0o777 == 0o755, d
+    assert cache.stat().st_mode & 0o777 == 0o644
+    assert discovery.load(str(cache)).from_cache
+
+
+def test_no_cache_is_written_into_a_directory_others_can_write(tmp_path, monkeypatch, disc):
+    monkeypatch.setattr(discovery, "cache_key", lambda root="/": {"k": 1})
+    monkeypatch.setattr(
+        discovery, "discover", lambda root="/", key=None: Discovery(disc.node, disc.files, key)
+    )
+    where = tmp_path / "open"
+    where.mkdir()
+    os.chmod(where, 0o777)
+    got = discovery.load(str(where / "inventory.json"))
+    assert got.files == disc.files and os.listdir(where) == []

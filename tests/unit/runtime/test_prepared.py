@@ -200,12 +200,21 @@ def test_a_failing_request_is_not_kept(tmp_path, node):
     assert not os.path.exists(prepared.cache_path())
 
 
-@pytest.mark.parametrize("how", ["group-writable", "symlink", "garbage", "other-schema"])
+@pytest.mark.parametrize(
+    "how",
+    ["group-writable", "symlink", "garbage", "other-schema", "other-owner", "open-directory"],
+)
 def test_a_file_that_is_not_the_runtimes_own_is_not_used(tmp_path, node, how):
     create(tmp_path, node)
     path = prepared.cache_path()
+    if how in ("other-owner", "open-directory") and os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
     if how == "group-writable":
         os.chmod(path, 0o664)
+    elif how == "other-owner":  # another user's file with exactly the runtime's entries
+        os.chown(path, 65534, 65534)
+    elif how == "open-directory":  # a directory others can write: its files anyone's
+        os.chmod(os.path.dirname(path), 0o777)
     elif how == "symlink":
         os.rename(path, path + ".real")
         os.symlink(path + ".real", path)
@@ -218,6 +227,11 @@ def test_a_file_that_is_not_the_runtimes_own_is_not_used(tmp_path, node, how):
         rewrite(path, json.dumps(data).encode())
     _, job = create(tmp_path, node)
     assert not served(job)
+    if how == "open-directory":  # and nothing is written into it either
+        assert os.stat(path).st_uid == os.geteuid()
+        os.unlink(path)
+        create(tmp_path, node)
+        assert not os.path.exists(path)
 
 
 def test_the_file_keeps_the_newest_entries(tmp_path, node, monkeypatch):

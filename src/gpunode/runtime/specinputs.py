@@ -39,14 +39,14 @@ def rootfs_of(spec: dict[str, Any], bundle: str) -> str:
 
 
 def container_libdir(rootfs: str | None) -> str:
-    """Where libraries go: the multiarch dir on Debian-family images, else /usr/lib64."""
+    """Where libraries go: the multiarch dir on Debian-family images (an
+    ``/etc/debian_version`` in the image, resolved inside its root like every container
+    path: an image's links never lead this question onto the host), else /usr/lib64."""
     if rootfs is None:
         return DEBIAN_LIBDIR
-    try:
-        os.lstat(os.path.join(rootfs, "etc/debian_version"))
-    except OSError:
-        return OTHER_LIBDIR
-    return DEBIAN_LIBDIR
+    from ..util.safepath import exists_in_root
+
+    return DEBIAN_LIBDIR if exists_in_root(rootfs, "/etc/debian_version") else OTHER_LIBDIR
 
 
 def is_privileged(spec: dict) -> bool:

@@ -66,6 +66,7 @@ HOOK_CONFIGURE = {
 # edits); the rest, the hook's own modules included, is imported while runc runs.
 BEFORE_SPAWN = {
     "__future__",
+    "errno",
     "gpunode",
     "gpunode.nvidia",
     "gpunode.nvidia.busid",
@@ -73,6 +74,7 @@ BEFORE_SPAWN = {
     "gpunode.nvidia.procfs",
     "gpunode.util",
     "gpunode.util.record",
+    "gpunode.util.safepath",  # the image's /etc/debian_version, resolved in its root (no ctypes)
 }
 
 ALLOWED = {

@@ -329,3 +329,129 @@ def test_sh_picks_the_runtime_python_would(node, monkeypatch, runtimes, path):
     python_pick = next(shim._find_runtimes(cfg.runtimes, []), None)
     expect = python_pick or str(node.bin / "python-runtime")
     assert node.run("start", "ctr") == expect
+
+
+# ------------------------------------------------------------------ the file's mode
+
+
+def _others_write(node, text):
+    """What someone else could do to a file they can write: change its content (in place,
+    keeping its inode and mode) and its mtime, which stays newer than runtime.toml."""
+    with open(node.side, "r+") as fh:
+        fh.seek(0)
+        fh.write(text)
+        fh.truncate()
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o664, 0o600, 0o4644])
+def test_a_file_of_another_mode_picks_no_runtime(node, tmp_path, mode):
+    """The review's finding: a root-owned first-stage file of mode 0666 let any local user
+    pick what every runtime call execs as root. Now a file that says more than the
+    defaults is used only at mode 0644 exactly; else every call goes to Python."""
+    node.configure('runtimes = ["crun"]\n')
+    crun, py = str(node.bin / "crun"), str(node.bin / "python-runtime")
+    assert node.run("start", "ctr") == crun
+    evil = tmp_path / "evil"
+    node.fake(evil)
+    os.chmod(node.side, mode)
+    text = node.side.read_text()
+    assert "runtime crun\n" in text
+    _others_write(node, text.replace("runtime crun\n", f"runtime {evil}\n"))
+    assert node.run("start", "ctr") == py
+    assert node.run("delete", "ctr") == py
+    assert node.run(*CREATE, spec=json.loads(PLAIN)) == py
+    os.chmod(node.side, 0o644)
+    assert node.run("start", "ctr") == str(evil)  # the same file at 0644 is used as it is
+
+
+def test_extra_markers_need_the_mode_too(node):
+    node.configure('annotation-prefixes = ["cdi.k8s.io/", "example.com/gpu"]\n')
+    assert "marker example.com/gpu" in node.side.read_text()
+    runc, py = str(node.bin / "runc"), str(node.bin / "python-runtime")
+    assert node.run("start", "ctr") == runc
+    os.chmod(node.side, 0o666)
+    assert node.run("start", "ctr") == py
+
+
+def test_a_file_saying_the_defaults_needs_no_mode_check(node, monkeypatch):
+    """A file with only the default runtimes and no extra marker picks exactly what the
+    stage picks with no runtime.toml at all, so the default node runs no find(1)."""
+    node.configure("")
+    assert node.side.read_text().endswith(config.first_stage_body(list(shim.DEFAULT_RUNTIMES), []))
+    os.chmod(node.side, 0o666)
+    node.env["PATH"] = f"{node.bin}:/nonexistent"  # no find reachable anyway: not asked
+    assert node.run("start", "ctr") == str(node.bin / "runc")
+
+
+def test_python_side_rewrites_a_file_of_another_mode(node):
+    cfg = node.configure('runtimes = ["crun"]\n')
+    before = node.side.stat()
+    os.chmod(node.side, 0o666)
+    config.first_stage(cfg, os.stat(node.conf))
+    after = node.side.stat()
+    assert after.st_mode & 0o7777 == 0o644 and after.st_ino != before.st_ino
+    os.chmod(node.side, 0o644)
+    ino = node.side.stat().st_ino
+    config.first_stage(cfg, os.stat(node.conf))
+    assert node.side.stat().st_ino == ino  # a trusted, current file is left alone
+
+
+def test_python_side_rewrites_a_file_of_another_owner(node):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    cfg = node.configure('runtimes = ["crun"]\n')
+    os.chown(node.side, 65534, 65534)
+    config.first_stage(cfg, os.stat(node.conf))
+    assert node.side.stat().st_uid == os.geteuid()
+
+
+# ------------------------------------------------------------------ the runtime's path
+
+
+def test_a_runtime_path_with_blanks_is_quoted(tmp_path):
+    where = tmp_path / "my prefix; $(touch pwned)"
+    where.mkdir()
+    runtime = where / "gpunode-container-runtime.py"
+    runtime.write_text('#!/bin/sh\necho "python-runtime $0"\n')
+    runtime.chmod(0o755)
+    script = tmp_path / "stage"
+    script.write_text(install.dispatcher(str(runtime)))
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(GPU_SPEC)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GPUNODE_RUNTIME_CONFIG": str(tmp_path / "none.toml"),
+        "GPUNODE_RUNTIME_FIRST_STAGE": "",
+    }
+    out = subprocess.run(
+        ["sh", str(script), "create", "--bundle", str(bundle), "id"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"python-runtime {runtime}\n"
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("bad", ["/opt/a\nb/rt.py", "/opt/a\rb/rt.py"])
+def test_a_runtime_path_with_a_line_break_is_refused(bad):
+    with pytest.raises(ValueError, match="newline"):
+        install.dispatcher(bad)
+
+
+def test_install_links_refuses_what_a_launcher_cannot_hold(tmp_path, monkeypatch, capsys):
+    from gpunode.cli import main
+
+    rc = main.main(["runtime", "install-links", "--prefix", str(tmp_path / "a\nb")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "line break" in err, err
+    assert not (tmp_path / "a\nb").exists()
+    monkeypatch.setattr("sys.executable", "/opt/my venv/bin/python")
+    rc = main.main(["runtime", "install-links", "--prefix", str(tmp_path / "p")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'/opt/my venv/bin/python' has a blank" in err, err
+    assert not (tmp_path / "p").exists()

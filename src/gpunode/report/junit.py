@@ -1,10 +1,30 @@
 """The cluster report as JUnit XML for CI systems: a testsuite per node, a testcase per
 check (and GPU); fail is a <failure>, skip a <skipped>, warn passes with the detail in
-<system-out>. Times have at most three decimals (the common JUnit schema's SUREFIRE_TIME)."""
+<system-out>. Times have at most three decimals (the common JUnit schema's SUREFIRE_TIME).
+
+Every name and detail comes from a node's result file, so anything may be in it: characters
+XML 1.0 cannot hold at all (control characters, NUL, lone surrogates, U+FFFE/U+FFFF) are
+dropped (ElementTree would write them, and the whole file would then not parse)."""
 
 from __future__ import annotations
 
+import re
 from xml.etree import ElementTree as ET
+
+# What XML 1.0 cannot carry, even as a character reference (its production Char).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(value) -> str:
+    """``value`` as text XML can hold: str() of it, characters XML 1.0 forbids removed."""
+    return _NOT_XML.sub("", str(value))
+
+
+def _element(parent, tag: str, text=None, **attrs) -> ET.Element:
+    el = ET.SubElement(parent, tag, {k: xml_text(v) for k, v in attrs.items()})
+    if text is not None:
+        el.text = xml_text(text)
+    return el
 
 
 def _time(seconds) -> str:
@@ -28,7 +48,7 @@ def render(model: dict) -> bytes:
         skipped = sum(c["status"] == "skip" for c in checks)
         node_time = float(n.get("duration_s") or 0.0)
         total_time += node_time
-        suite = ET.SubElement(
+        suite = _element(
             root,
             "testsuite",
             name=n["node"],
@@ -39,22 +59,22 @@ def render(model: dict) -> bytes:
             time=_time(node_time),
         )
         if n.get("started"):
-            suite.set("timestamp", str(n["started"]))
+            suite.set("timestamp", xml_text(n["started"]))
         if n.get("hostname"):
-            suite.set("hostname", str(n["hostname"]))
-        props = ET.SubElement(suite, "properties")
+            suite.set("hostname", xml_text(n["hostname"]))
+        props = _element(suite, "properties")
         for key, value in sorted((n.get("versions") or {}).items()):
-            text = ", ".join(value) if isinstance(value, list) else str(value)
-            ET.SubElement(props, "property", name=f"versions.{key}", value=text)
+            text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+            _element(props, "property", name=f"versions.{key}", value=text)
         for g in n.get("gpus") or []:
-            ET.SubElement(
+            _element(
                 props,
                 "property",
                 name=f"gpu{g.get('index')}",
                 value=f"{g.get('model')} {g.get('uuid')}",
             )
         for c in checks:
-            case = ET.SubElement(
+            case = _element(
                 suite,
                 "testcase",
                 name=case_name(c),
@@ -62,11 +82,11 @@ def render(model: dict) -> bytes:
                 time=_time(c.get("duration_s")),
             )
             if c["status"] == "fail":
-                ET.SubElement(case, "failure", type=c["id"], message=c["detail"]).text = c["detail"]
+                _element(case, "failure", c["detail"], type=c["id"], message=c["detail"])
             elif c["status"] == "skip":
-                ET.SubElement(case, "skipped", message=c["detail"])
+                _element(case, "skipped", message=c["detail"])
             elif c["status"] == "warn":
-                ET.SubElement(case, "system-out").text = f"WARNING: {c['detail']}"
+                _element(case, "system-out", f"WARNING: {c['detail']}")
         totals["tests"] += len(checks)
         totals["failures"] += failures
         totals["skipped"] += skipped

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -136,6 +137,22 @@ def _read(path: str) -> bytes:
     return sys.stdin.buffer.read()
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text_only(value):
+    """``value`` with every string encodable: JSON may hold a lone surrogate (``"\\ud800"``),
+    which json.loads keeps and no page or file could be written with (a valid pair is
+    already one character); each becomes U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_text_only(v) for v in value]
+    if isinstance(value, dict):
+        return {_text_only(k): _text_only(v) for k, v in value.items()}
+    return value
+
+
 def load(path: str) -> list[tuple[str, dict]]:
     """The node results in one file (``-``: standard input), checked: (source, result)
     pairs, one per entry of a results file (source FILE results[i]), else the one."""
@@ -145,9 +162,11 @@ def load(path: str) -> list[tuple[str, dict]]:
     except OSError as exc:
         raise _fail(name, f"cannot be read: {exc.strerror or exc}") from None
     try:
-        doc = json.loads(raw)
+        doc = _text_only(json.loads(raw))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _fail(name, f"is not JSON ({exc})") from None
+    except RecursionError:
+        raise _fail(name, "is nested too deeply to be a result") from None
     if not (isinstance(doc, dict) and ("results" in doc or doc.get("schema") == RESULTS_SCHEMA)):
         return [(name, check_result(doc, name))]
     if doc.get("schema") != RESULTS_SCHEMA:

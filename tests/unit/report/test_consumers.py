@@ -141,3 +141,65 @@ def test_chromium_screenshot_artifact(report):
     )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+# ------------------------------------------------ hostile names and details (issue 17.7)
+
+HOSTILE_DETAIL = (
+    "esc \x1b[31mred\x1b[0m nul \x00 bell \x07 ff \x0c vt \x0b surrogate \ud800 fffe \ufffe"
+    " | forged | cell |\n| forged-node | pass | 1 | 2 | 3 |\n"
+    "<img src=x onerror=alert(1)> *bold* _em_ [link](http://x) `code` ~~gone~~ &lt;b&gt;"
+)
+HOSTILE_NODE = "node|x<b>*y*</b>"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    from .synthetic import result
+
+    tmp = tmp_path_factory.mktemp("hostile")
+    doc = result(HOSTILE_NODE, "Tesla T4 | <i>x</i>", 2, {("gpu.lost", 1): ("fail", HOSTILE_DETAIL)})
+    doc["hostname"] = "host\x01name"
+    (tmp / "results").mkdir()
+    (tmp / "results" / "n.json").write_text(json.dumps(doc))
+    model = build.model_from([str(tmp / "results")], "2026-11-22T08:00:00Z")
+    build.write(model, str(tmp / "reports"))
+    return tmp / "reports"
+
+
+def test_junit_with_control_characters_still_parses_and_validates(hostile):
+    """Before: ElementTree wrote the control characters as they were and no XML parser
+    (junitparser, CI systems) would read junit.xml at all."""
+    xml = JUnitXml.fromfile(str(hostile / "junit.xml"))
+    (suite,) = list(xml)
+    assert suite.name == HOSTILE_NODE
+    (failed,) = [c for c in suite if not c.is_passed and not c.is_skipped]
+    message = failed.result[0].message
+    assert "esc [31mred[0m nul  bell  ff  vt  surrogate \ufffd fffe  | forged" in message
+    assert "<img src=x onerror=alert(1)>" in message  # text, as written: escaped by XML
+    xmlschema.XMLSchema(str(HERE / "junit-10.xsd")).validate(str(hostile / "junit.xml"))
+
+
+def test_markdown_values_stay_text_in_their_cell(hostile):
+    """Before: names and details went into summary.md raw; a `|` split cells, a newline
+    forged a table row, and HTML went through. Rendered by markdown-it (CommonMark + GFM
+    tables), the table keeps one row per node of five cells, the values are text."""
+    from markdown_it import MarkdownIt
+
+    text = (hostile / "summary.md").read_text()
+    page = MarkdownIt("commonmark").enable("table").enable("strikethrough").render(text)
+    body = page.split("<tbody>")[1].split("</tbody>")[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+    assert len(rows) == 1, body
+    cells = re.findall(r"<td>(.*?)</td>", rows[0], re.S)
+    assert len(cells) == 5 and cells[0] == "node|x&lt;b&gt;*y*&lt;/b&gt;", cells
+    assert cells[4] == "2x Tesla T4 | &lt;i&gt;x&lt;/i&gt;"
+    assert "forged-node" not in body
+    # the problem list: one item, the detail on one line, no markup made of it
+    items = re.findall(r"<li>(.*?)</li>", page, re.S)
+    assert len(items) == 1 and "\n" not in items[0]
+    assert page.count("<strong>") == 1  # the verdict's own
+    for tag in ("<img", "<em>", "<a ", "<code>", "<del>", "<b>", "<i>"):
+        assert tag not in page, tag
+    assert "&lt;img src=x onerror=alert(1)&gt; *bold* _em_ [link](http://x) `code`" in items[0]
+    assert "&amp;lt;b&amp;gt;" in items[0]  # an entity in a detail stays the text "&lt;b&gt;"

@@ -70,7 +70,7 @@ def test_junit_one_testcase_per_node_and_check(model):
 def test_markdown_summary(model):
     md = markdown.render(model)
     assert "**2 of 3 nodes failed**: sim-down, sim-t4-bookworm." in md
-    assert f"- {FAULTY}: fail gpu.ecc_uncorrectable (GPU {FAULTY_GPU}): 12 volatile" in md
+    assert f"- {FAULTY}: fail gpu.ecc\\_uncorrectable (GPU {FAULTY_GPU}): 12 volatile" in md
     assert "| sim-down | unreachable |" in md
 
 

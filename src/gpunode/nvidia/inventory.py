@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import nvml, procfs
+from . import health, nvml, procfs
 from .busid import BusId
 from .devices import is_gpu_node
 from .facts import nvml_text
@@ -43,7 +43,18 @@ class GpuInfo:
     retired_pages: dict[str, Any] = field(default_factory=dict)
     remapped_rows: dict[str, int] = field(default_factory=dict)
     temperature_c: int | None = None
-    health: list[str] = field(default_factory=list)
+    lost: bool = False  # NVML: GPU_IS_LOST (fallen off the bus); nothing else could be read
+
+    @property
+    def health(self) -> list[str]:
+        """Its health flags (gpunode.nvidia.health decides them; empty: healthy)."""
+        return health.flags(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["lost"]  # shown as the flag fallen_off_bus
+        d["health"] = self.health
+        return d
 
 
 @dataclass
@@ -69,7 +80,7 @@ class Inventory:
             "cuda_driver_version": self.cuda_driver_version,
             "nvml_version": self.nvml_version,
             "gpu_count": len(self.gpus),
-            "gpus": [asdict(g) for g in self.gpus],
+            "gpus": [g.to_dict() for g in self.gpus],
             "problems": self.problems,
             "healthy": self.healthy,
         }
@@ -86,7 +97,7 @@ def device_node_ok(minor: int, dev_root: Path = Path("/dev")) -> bool:
 def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuInfo:
     if h is None:
         if isinstance(error, pynvml.NVMLError_GpuIsLost):
-            return GpuInfo(index, None, None, None, None, health=["fallen_off_bus"])
+            return GpuInfo(index, None, None, None, None, lost=True)
         raise error  # type: ignore[misc]
 
     def opt(fn: Any, *args: Any) -> Any:
@@ -143,16 +154,6 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
             "pending": is_pending,
             "failure": failure,
         }
-    if gpu.ecc_errors.get("uncorrected_volatile", 0) > 0:
-        gpu.health.append("ecc_uncorrectable")
-    if gpu.retired_pages.get("pending"):
-        gpu.health.append("retired_pages_pending")
-    if gpu.remapped_rows.get("failure"):
-        gpu.health.append("row_remap_failure")
-    if gpu.remapped_rows.get("pending"):
-        gpu.health.append("row_remap_pending")
-    if gpu.persistence_mode is False:
-        gpu.health.append("persistence_off")
     return gpu
 
 

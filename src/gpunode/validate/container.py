@@ -221,7 +221,7 @@ def evaluate(
     checks: list[Check] = []
     add = titled(checks, TITLES)
 
-    usable = [g for g in (inv.gpus if inv else []) if g.uuid and "fallen_off_bus" not in g.health]
+    usable = [g for g in (inv.gpus if inv else []) if g.uuid and not g.lost]
     reason = None
     if expect.engine == "none":
         reason = "--engine none: container checks not requested"

@@ -17,22 +17,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..nvidia import inventory
+from ..nvidia import health, inventory
 from .expect import Expectations
-from .model import FAIL, PASS, SKIP, WARN, Check, Gpu
+from .model import FAIL, PASS, SKIP, Check, Gpu
 
 TITLES = {
     "node.driver": "NVIDIA driver present",
     "node.nvml": "NVML usable",
     "node.gpu_count": "GPU count",
-    "gpu.lost": "GPU reachable (not fallen off the bus)",
-    "gpu.device_node": "Device node present",
-    "gpu.ecc_uncorrectable": "Uncorrectable ECC errors",
-    "gpu.retired_pages_pending": "Retired pages pending",
-    "gpu.row_remap_failure": "Row remapping",
-    "gpu.persistence": "Persistence mode",
+    **health.CHECKS,
 }
-GPU_CHECKS = [k for k in TITLES if k.startswith("gpu.")]
+GPU_CHECKS = list(health.CHECKS)
 
 
 class NodeGpu:
@@ -78,59 +73,10 @@ def listed(gpus: list[NodeGpu]) -> list[Gpu]:
 
 
 def _verdicts(g: NodeGpu) -> list[tuple[str, str, str]]:
-    """(check id, status, detail) for each per-GPU check of one GPU."""
+    """(check id, status, detail) for each per-GPU check of one GPU (gpunode.nvidia.health)."""
     if g.info is None:
-        why = f"NVML cannot show it: /dev/nvidia{g.minor} is missing"
-        out = [("gpu.lost", SKIP, why)]
-        out.append(("gpu.device_node", FAIL, g.missing.get("detail", why)))
-        return out + [(c, SKIP, why) for c in GPU_CHECKS[2:]]
-    info = g.info
-    node = ("gpu.device_node", PASS, f"/dev/nvidia{info.minor} is a 195:{info.minor} device")
-    if "fallen_off_bus" in info.health:
-        why = "NVML: GPU is lost (fallen off the bus); cannot be read"
-        return [("gpu.lost", FAIL, "NVML reports GPU_IS_LOST: the GPU fell off the bus; drain "
-                 "the node and reset or reseat the GPU"), ("gpu.device_node", SKIP, why)] + [
-            (c, SKIP, why) for c in GPU_CHECKS[2:]
-        ]  # fmt: skip
-    out = [("gpu.lost", PASS, "NVML reads the GPU"), node]
-    if not info.ecc_mode:
-        why = "ECC is disabled" if info.ecc_mode is False else "ECC is not supported"
-        out.append(("gpu.ecc_uncorrectable", SKIP, why))
-    elif "uncorrected_volatile" not in info.ecc_errors:
-        out.append(("gpu.ecc_uncorrectable", SKIP, "NVML gives no uncorrected ECC counter"))
-    else:
-        n = info.ecc_errors["uncorrected_volatile"]
-        agg = info.ecc_errors.get("uncorrected_aggregate")
-        text = f"{n} uncorrected (volatile)" + (f", {agg} aggregate" if agg is not None else "")
-        out.append(("gpu.ecc_uncorrectable", FAIL if n else PASS, text))
-    rp = info.retired_pages
-    if not rp:
-        out.append(("gpu.retired_pages_pending", SKIP, "page retirement is not supported"))
-    else:
-        text = f"{rp['single_bit']} single-bit, {rp['double_bit']} double-bit retired"
-        if rp["pending"]:
-            out.append(("gpu.retired_pages_pending", FAIL,
-                        f"page retirement pending: reset the GPU ({text})"))  # fmt: skip
-        else:
-            out.append(("gpu.retired_pages_pending", PASS, f"none pending ({text})"))
-    rr = info.remapped_rows
-    if not rr:
-        out.append(("gpu.row_remap_failure", SKIP, "row remapping is not supported (pre-Ampere)"))
-    else:
-        text = f"{rr['correctable']} correctable, {rr['uncorrectable']} uncorrectable remapped"
-        if rr["failure"]:
-            out.append(("gpu.row_remap_failure", FAIL, f"row remapping failed ({text})"))
-        elif rr["pending"]:
-            out.append(("gpu.row_remap_failure", WARN, f"remap pending: reset the GPU ({text})"))
-        else:
-            out.append(("gpu.row_remap_failure", PASS, f"no failure ({text})"))
-    if info.persistence_mode is None:
-        out.append(("gpu.persistence", SKIP, "persistence mode is not supported"))
-    elif info.persistence_mode:
-        out.append(("gpu.persistence", PASS, "enabled"))
-    else:
-        out.append(("gpu.persistence", WARN, "disabled: enable nvidia-persistenced"))
-    return out
+        return health.missing(g.minor, g.missing.get("detail"))
+    return health.verdicts(g.info)
 
 
 def evaluate(

@@ -82,7 +82,7 @@ def test_a_container_seeing_another_gpu_fails(fake_run):
 
 def test_lost_gpu_is_not_expected_in_all(fake_run):
     g = [healthy_gpu(i) for i in range(4)]
-    g[0] = healthy_gpu(0, health=["fallen_off_bus"])
+    g[0] = healthy_gpu(0, lost=True)
     fake_run.answers = {UUIDS[1]: seen([1]), "all": seen([1, 2, 3])}
     assert checks(inventory(g))["container.isolation"].status == "pass"
 

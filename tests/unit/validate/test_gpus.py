@@ -27,7 +27,7 @@ def test_healthy_node_passes_every_gpu_check():
 
 
 FAULTS = [
-    ({"health": ["fallen_off_bus"]}, "gpu.lost", "fail"),
+    ({"lost": True}, "gpu.lost", "fail"),
     ({"ecc_errors": {"uncorrected_volatile": 3}}, "gpu.ecc_uncorrectable", "fail"),
     ({"retired_pages": {"single_bit": 0, "double_bit": 2, "pending": True}},
      "gpu.retired_pages_pending", "fail"),

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import re
 
+from ..util.versions import at_least, key
 from . import ProvisionError
+
+__all__ = ["at_least", "key"]  # the one comparison (gpunode.util.versions), for this package
 
 _DRIVER = re.compile(r"^[1-9][0-9]{2,3}\.[0-9]{1,3}(\.[0-9]{1,3})?$")
 _BRANCH = re.compile(r"^[1-9][0-9]{2,3}$")
@@ -26,18 +29,6 @@ def is_driver_version(text: str) -> bool:
 
 def is_branch(text: str) -> bool:
     return bool(_BRANCH.match(text))
-
-
-def key(version: str) -> tuple[int, ...]:
-    """A sortable key for a dotted numeric version (driver or CUDA): "535.261.03" -> (535, 261, 3)."""
-    return tuple(int(p) for p in version.split("."))
-
-
-def at_least(version: str, minimum: str) -> bool:
-    """version >= minimum, field by field ("580" is the first 580 driver: 580.0.0)."""
-    a, b = key(version), key(minimum)
-    width = max(len(a), len(b))
-    return a + (0,) * (width - len(a)) >= b + (0,) * (width - len(b))
 
 
 def branch_of(version: str) -> str:

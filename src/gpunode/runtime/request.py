@@ -18,6 +18,7 @@ from ..nvidia.busid import BusId
 from ..nvidia.capabilities import ALL_CAPABILITIES
 from ..nvidia.facts import GpuFacts, NodeFacts
 from ..util.record import record
+from ..util.versions import key as version_key
 from .config import RuntimeConfig
 from .specinputs import DEVICE_MOUNT_ROOT, ENV_CUDA_VERSION
 
@@ -367,13 +368,6 @@ def parse_requirement(expr: str, *, varname: str = "requirement") -> Requirement
     return tuple(terms)
 
 
-def _version_key(value: str) -> tuple[int, ...]:
-    parts = [int(p) for p in value.split(".")]
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts)
-
-
 def _compare(op: str, left: tuple | str, right: tuple | str) -> bool:
     if op == "=":
         return left == right
@@ -394,7 +388,7 @@ def _node_version(what: str, value: str, factor: Factor) -> tuple[int, ...]:
         raise RequestError(
             f"cannot check {_show(factor.text)}: {what} is '{_show(value)}', not a version"
         )
-    return _version_key(value)
+    return version_key(value)
 
 
 def _factor_holds(factor: Factor, node: NodeFacts, gpu: GpuFacts | None) -> bool:
@@ -412,7 +406,7 @@ def _factor_holds(factor: Factor, node: NodeFacts, gpu: GpuFacts | None) -> bool
         have = _node_version(
             f"GPU {gpu.index}'s compute capability", gpu.compute_capability, factor
         )
-    return _compare(factor.op, have, _version_key(factor.value))
+    return _compare(factor.op, have, version_key(factor.value))
 
 
 def _evaluate(req: Requirement, node: NodeFacts, gpu: GpuFacts | None) -> Factor | None:

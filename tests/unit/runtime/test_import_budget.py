@@ -107,6 +107,7 @@ ALLOWED = {
         "gpunode.util.fastjson",
         "gpunode.util.files",
         "gpunode.util.record",
+        "gpunode.util.versions",  # NVIDIA_REQUIRE_* comparisons (builtins only)
     },
     # the same request again on the unchanged node: served from the prepared edits, without
     # the request parser, discovery, the edits builder or the node facts

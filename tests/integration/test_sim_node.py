@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import shlex
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from gpunode.sim import procfs
 from gpunode.sim.profiles import load_profile
+
+from ..proc_devices import NoNvidiaDevices, get, nvidia_devices
 
 pytestmark = pytest.mark.integration
 
@@ -205,7 +209,7 @@ def driver_tree(listing: str) -> tuple[list[str], list[str], str]:
 def test_every_container_sees_the_driver_tree(node):
     """As the kernel module shows /proc/driver/nvidia in every procfs, containers of the
     node's engines (Docker with plain runc, podman with crun, containerd) see the node's
-    driver tree, read-only."""
+    driver tree, read-only, and its /proc/devices."""
     want = (["gpus", "params", "registry", "version"], sorted(g.bus_id.procfs for g in A100.gpus))
     docker = node.sh(f"docker run --rm --runtime runc {node.workload} sh -c '{DRIVER_TREE}'")
     top, gpus, modify = driver_tree(docker.stdout)
@@ -217,12 +221,24 @@ def test_every_container_sees_the_driver_tree(node):
         f"{node.workload} sh -c '{DRIVER_TREE}'"
     )
     assert driver_tree(podman.stdout)[:2] == want
+    devices = node.sh("cat /proc/devices").stdout
+    assert majors(devices) == (195, 510, 511)
+    podman_devices = node.sh(
+        f"podman --cgroup-manager cgroupfs run --rm --network none {node.workload} "
+        "cat /proc/devices"
+    )
+    assert podman_devices.stdout == devices
     node.sh("ctr -n gpunode-test images import --snapshotter native /tmp/workload.tar")
     ctr = node.sh(
         "ctr -n gpunode-test run --rm --snapshotter native "
         f"docker.io/{node.workload} t-driver-tree /bin/sh -c '{DRIVER_TREE}'"
     )
     assert driver_tree(ctr.stdout)[:2] == want
+    ctr_devices = node.sh(
+        "ctr -n gpunode-test run --rm --snapshotter native "
+        f"docker.io/{node.workload} t-devices /bin/cat /proc/devices"
+    )
+    assert ctr_devices.stdout == devices
     write = node.sh(
         f"docker run --rm --runtime runc {node.workload} touch /proc/driver/nvidia/params",
         check=False,
@@ -232,3 +248,66 @@ def test_every_container_sees_the_driver_tree(node):
     node.apply("nogpu")
     bare = node.sh(f"docker run --rm --runtime runc {node.workload} ls /proc/driver", check=False)
     assert bare.returncode == 0 and "nvidia" not in bare.stdout
+
+
+def majors(text: str) -> tuple[int | None, int | None, int | None]:
+    """The GPU, nvidia-uvm and nvidia-caps majors NVIDIA's toolkit reads from the text."""
+    devices = nvidia_devices(text)
+    return get(devices, "nvidia"), get(devices, "nvidia-uvm"), get(devices, "nvidia-caps")
+
+
+def test_proc_devices_shows_the_drivers_majors_to_every_process(node):
+    """As the kernel lists a loaded driver's majors in /proc/devices for every process and
+    container (NVIDIA's tools find the device majors there), the node and containers of
+    its engine see the kernel's file plus the driver's lines, read-only."""
+    kernel = Path("/proc/devices").read_text()  # the node's kernel is this host's
+    want = procfs.render_devices(kernel, procfs.driver_chrdevs(A100))
+    assert "195 nvidia-frontend\n" in want  # a 535 driver
+    seen = {
+        "node": node.sh("cat /proc/devices").stdout,
+        "node, non-root": node.sh(
+            "setpriv --reuid=65534 --regid=65534 --clear-groups cat /proc/devices"
+        ).stdout,
+        "docker --runtime runc": node.sh(
+            f"docker run --rm --runtime runc {node.workload} cat /proc/devices"
+        ).stdout,
+        "docker, non-root": node.sh(
+            f"docker run --rm --runtime runc --user 65534:65534 {node.workload} cat /proc/devices"
+        ).stdout,
+    }
+    assert seen == dict.fromkeys(seen, want)
+    assert majors(seen["docker --runtime runc"]) == (195, 510, 511)
+    # the majors are those of the device nodes the driver made
+    uvm = node.sh("stat -c %t /dev/nvidia-uvm").stdout.strip()
+    assert int(uvm, 16) == 510
+    write = node.sh(
+        f"docker run --rm --runtime runc {node.workload} sh -c 'echo x > /proc/devices'",
+        check=False,
+    )
+    assert write.returncode != 0 and "Read-only file system" in write.stderr
+    assert "Read-only file system" in node.sh("echo x > /proc/devices", check=False).stderr
+    # the file shown is not ours any more (removed): re-applying mounts a new one
+    node.sh("rm /run/gpunode-sim/devices")
+    assert "unmounted a stale /proc/devices" in node.apply("a100x4")["changes"]
+    assert node.sh("cat /proc/devices").stdout == want
+
+    # One table for all: a running container sees another driver and its unloading.
+    node.sh(f"docker run -d --name t-devices --runtime runc {node.workload} sleep 600")
+    try:
+        node.apply("h100x8")  # a 550 driver
+        running = node.sh("docker exec t-devices cat /proc/devices").stdout
+        assert running == node.sh("cat /proc/devices").stdout
+        assert "195 nvidia\n195 nvidia-modeset\n195 nvidiactl\n" in running
+        assert majors(running) == (195, 510, 511)
+        node.apply("nogpu")
+        for text in (
+            node.sh("cat /proc/devices").stdout,
+            node.sh("docker exec t-devices cat /proc/devices").stdout,
+            node.sh(f"docker run --rm --runtime runc {node.workload} cat /proc/devices").stdout,
+        ):
+            assert text == kernel
+            with pytest.raises(NoNvidiaDevices):
+                nvidia_devices(text)
+        assert node.sh("findmnt -n /proc/devices", check=False).stdout == ""
+    finally:
+        node.sh("docker rm -f t-devices", check=False)

@@ -61,6 +61,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from ..sim.docker import DockerError
     from ..sim.images import ImageError
     from ..sim.mocknvml import MockBuildError
+    from ..sim.procfs import DevicesError
     from ..sim.profiles import ProfileError
 
     return (
@@ -71,6 +72,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
         DockerError,
         ImageError,
         MockBuildError,
+        DevicesError,
         OSError,
     )
 

@@ -6,13 +6,17 @@ Runs as root *inside* the node container (``gpunode sim apply-local``). It produ
   ``/dev/nvidia-uvm`` / ``/dev/nvidia-uvm-tools`` (a dynamic major, like the real module
   registers) and ``/dev/nvidia<minor>`` (195:minor) per GPU;
 * a ``/proc/driver/nvidia`` tree on a tmpfs mounted over ``/proc/driver``;
+* the driver's majors in ``/proc/devices`` (``195 nvidia-frontend``, or ``nvidia``,
+  ``nvidia-modeset`` and ``nvidiactl`` from the 545 branch on; ``nvidia-uvm``;
+  ``nvidia-caps``): the kernel's file plus those lines, rendered to ``/run/gpunode-sim/devices``
+  and bind-mounted read-only over the node's ``/proc/devices`` (see :func:`apply_proc_devices`);
 * the mock NVML as ``<libdir>/libnvidia-ml.so.<driver version>`` with the profile compiled
   into it, and ``libnvidia-ml.so.1`` pointing at it, so the GPU data travels with the
   library into containers (a real NVML in a CDI container has no /proc either);
 * the simulator's stand-in for the kernel module showing its tree in every procfs:
   ``procdriver.c`` installed as the node's runc and crun, the real binaries diverted to
-  ``*.gpunode-real``, so every container gets the node's ``/proc/driver`` (see
-  :mod:`gpunode.sim.procdriver`).
+  ``*.gpunode-real``, so every container gets the node's ``/proc/driver`` and
+  ``/proc/devices`` (see :mod:`gpunode.sim.procdriver`).
 
 Re-applying the same profile changes nothing; applying another replaces the previous one.
 
@@ -36,14 +40,15 @@ from pathlib import Path
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..util.files import write_atomic
 from . import mocknvml, procdriver, procfs
+from .procfs import UVM_MAJOR, DevicesError
 from .profiles import Profile, mock_payload
 
-# nvidia-uvm asks the kernel for a dynamic major. 510 is outside the range the kernel hands
-# out for built-in drivers here and must match the node container's device-cgroup rule.
-UVM_MAJOR = 510
 MULTIARCH_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 MOCK_BASE = Path("/usr/lib/gpunode-sim/libnvidia-ml.mock.so")
 STATE_FILE = Path("/var/lib/gpunode-sim/profile.json")
+# The node's /proc/devices as a loaded driver would make it; on /run, like kernel state it
+# is gone when the node restarts (and so is the bind mount that shows it).
+DEVICES_FILE = Path("/run/gpunode-sim/devices")
 DIVERT_SUFFIX = ".gpunode-real"
 
 
@@ -51,6 +56,8 @@ DIVERT_SUFFIX = ".gpunode-real"
 class Paths:
     dev: Path = Path("/dev")
     proc_driver: Path = Path("/proc/driver")
+    proc_devices: Path = Path("/proc/devices")  # the kernel's; ours is mounted over it
+    devices_file: Path | None = None  # None: DEVICES_FILE on a real system, none elsewhere
     libdir: Path = MULTIARCH_LIBDIR
     mock_base: Path = MOCK_BASE
     state: Path = STATE_FILE
@@ -67,15 +74,21 @@ class Result:
         self.changed.append(what)
 
 
-def _is_mountpoint_tmpfs(path: Path) -> bool:
+def _mount_fstype(path: Path) -> str | None:
+    """The file system type of the topmost mount at exactly *path*, or None."""
     target = str(path)
+    fstype = None
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         for line in fh:
             parts = line.split()
             sep = parts.index("-")
-            if parts[4] == target and parts[sep + 1] == "tmpfs":
-                return True
-    return False
+            if parts[4] == target:
+                fstype = parts[sep + 1]
+    return fstype
+
+
+def _is_mountpoint_tmpfs(path: Path) -> bool:
+    return _mount_fstype(path) == "tmpfs"
 
 
 def _write_if_changed(path: Path, text: str, res: Result, mode: int = 0o444) -> None:
@@ -157,6 +170,93 @@ def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
         _write_if_changed(
             gpus_dir / bus / "information", procfs.render_information(gpu, profile), res
         )
+
+
+def _kernel_devices(paths: Paths) -> str:
+    """The kernel's /proc/devices, also while the simulator's file is mounted over it."""
+    if not (paths.real_system and _mount_fstype(paths.proc_devices)):
+        return paths.proc_devices.read_text(encoding="utf-8")
+    # Read it in a private mount namespace without the mounts over it (the node's own view
+    # keeps showing the driver's lines meanwhile).
+    script = 'while umount "$1" 2>/dev/null; do :; done; exec cat "$1"'
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    proc = subprocess.run(
+        [*unshare, "sh", "-c", script, "sh", str(paths.proc_devices)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0 or not proc.stdout:
+        raise DevicesError(
+            f"cannot read the kernel's {paths.proc_devices} from under the simulator's: "
+            f"{proc.stderr.strip() or f'exit {proc.returncode}'}"
+        )
+    return proc.stdout
+
+
+def _rewrite_in_place(path: Path, text: str, res: Result) -> None:
+    """Write *text* into *path* keeping its inode, so every bind mount of it (the node's
+    /proc/devices and each container's) shows the new text at once, as the kernel's table
+    is one for all. A reader racing the write may see a mix; applying a profile is rare."""
+    data = text.encode()
+    try:
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444)
+    try:
+        os.fchmod(fd, 0o444)
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+    res.note(f"wrote {path}")
+
+
+def apply_proc_devices(profile: Profile, paths: Paths, res: Result) -> None:
+    """Show the driver's majors in the node's /proc/devices.
+
+    On a server the kernel lists the majors a loaded driver registered in /proc/devices,
+    for every process and container: NVIDIA's tools read them there (nvidia-ctk system
+    create-device-nodes and create-dev-char-symlinks, the toolkit's MIG cap nodes). A node's
+    procfs is the host's, so the simulator renders the kernel's file plus the driver's
+    lines (:func:`procfs.render_devices`) to DEVICES_FILE and bind-mounts it read-only over
+    /proc/devices; procdriver binds the node's /proc/devices into each container. Without a
+    driver the mount goes and the kernel's file shows again.
+    """
+    target = paths.devices_file
+    if target is None:
+        if not paths.real_system:
+            return
+        target = DEVICES_FILE
+    chrdevs = procfs.driver_chrdevs(profile)
+    mounted = paths.real_system and _mount_fstype(paths.proc_devices) is not None
+    if mounted:
+        shown, ours = os.stat(paths.proc_devices), target.exists() and os.stat(target)
+        if not ours or (shown.st_dev, shown.st_ino) != (ours.st_dev, ours.st_ino):
+            subprocess.run(["umount", str(paths.proc_devices)], check=True)
+            res.note(f"unmounted a stale {paths.proc_devices}")
+            return apply_proc_devices(profile, paths, res)
+    if not chrdevs:
+        if target.exists():
+            # like unloading the driver: containers holding the file see the lines go too
+            _rewrite_in_place(target, _kernel_devices(paths), res)
+        if mounted:
+            subprocess.run(["umount", str(paths.proc_devices)], check=True)
+            res.note(f"unmounted {paths.proc_devices}")
+        if target.exists():
+            target.unlink()
+            res.note(f"removed {target}")
+        return
+    _rewrite_in_place(target, procfs.render_devices(_kernel_devices(paths), chrdevs), res)
+    if paths.real_system and not mounted:
+        subprocess.run(["mount", "--bind", str(target), str(paths.proc_devices)], check=True)
+        subprocess.run(
+            ["mount", "-o", "remount,bind,ro,nosuid,nodev,noexec", str(paths.proc_devices)],
+            check=True,
+        )
+        res.note(f"mounted {target} on {paths.proc_devices}")
 
 
 def _divert(path: Path, res: Result) -> None:
@@ -261,6 +361,7 @@ def apply_profile(profile: Profile, paths: Paths | None = None) -> Result:
     paths = paths or Paths()
     res = Result()
     apply_procfs(profile, paths, res)
+    apply_proc_devices(profile, paths, res)
     apply_devices(profile, paths, res)
     apply_library(profile, paths, res)
     apply_procdriver(paths, res)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import yaml
 
+from ..nvidia.devices import NVIDIA_MAJOR
 from . import images, mocknvml, procdriver
-from .apply import UVM_MAJOR
 from .docker import docker, exec_
+from .procfs import CAPS_MAJOR, UVM_MAJOR
 
 LABEL = "gpunode.sim"
 NODE_CAPS = [
@@ -208,7 +209,8 @@ def node_settings(spec: NodeSpec) -> dict:
             f"{apt_cache(spec.release)}:{APT_SHARED}",
         ],
         "tmpfs": ["/run:exec,mode=755", "/run/lock"],
-        "device_cgroup_rules": ["c 195:* rwm", f"c {UVM_MAJOR}:* rwm"],
+        # the driver's majors: its fixed one and the dynamic ones the simulated driver takes
+        "device_cgroup_rules": [f"c {m}:* rwm" for m in (NVIDIA_MAJOR, UVM_MAJOR, CAPS_MAJOR)],
         # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
         # "kernel command line" options from its own argv. Harmless on older systemd.
         "command": [

@@ -12,9 +12,12 @@ line, fields separated by a single TAB)::
     cuda_driver_version<TAB>12020
     gpu<TAB>minor=0<TAB>uuid=GPU-...<TAB>bus_id=00000000:07:00.0<TAB>name=...<TAB>...
 
-The library exports every ``nvml*`` entry point the installed nvidia-ml-py can call, so
-that tools which bind NVML lazily (go-nvml, C programs) never meet a missing symbol. The
-list is read at build time from pynvml's source (:func:`nvml_names`); the functions
+The library exports every function NVIDIA's ``nvml.h`` declares and every ``nvml*`` entry
+point the installed nvidia-ml-py can call, so that tools which bind NVML lazily (go-nvml,
+C programs) never meet a missing symbol. The header's list is the package file
+``nvml-functions.txt`` (:data:`DECLARED`; where it came from and how to regenerate it from
+an ``nvml.h`` is in its header, written by ``python -m gpunode.sim.mocknvml``); pynvml's is
+read from its source at build time. :func:`nvml_names` is their union; the functions
 ``mocknvml.c`` does not implement get a generated stub (:func:`stubs_source`).
 
 Standard library only.
@@ -37,21 +40,36 @@ BLOB_SIZE = 262144
 
 __all__ = [
     "BLOB_SIZE",
+    "DECLARED",
     "MAGIC",
     "MockBuildError",
     "build_digest",
     "build_library",
     "compile_c",
+    "declared_names",
     "embed_profile",
+    "header_names",
     "nvml_names",
+    "pynvml_names",
+    "render_declared",
     "source_path",
     "stubs_source",
 ]
 
 # How pynvml looks up each C function it calls.
 _LOOKUP_RE = re.compile(r"""_nvmlGetFunctionPointer\(\s*["'](nvml[A-Za-z0-9_]+)["']\s*\)""")
-# Fewer than this means pynvml's source no longer has the form we read.
+# Fewer than this means pynvml's source (or a header) no longer has the form we read.
 _MIN_NAMES = 100
+# The functions NVIDIA's nvml.h declares: one name a line, '#' comments (package data).
+DECLARED = Path(__file__).resolve().with_name("nvml-functions.txt")
+# A declaration in nvml.h: "nvmlReturn_t DECLDIR nvmlFoo(" (and "const DECLDIR char*
+# nvmlErrorString(") once comments are gone. Under NVML_NO_UNVERSIONED_FUNC_DEFS the header
+# also declares the older versions its #defines replace (nvmlDeviceGetGridLicensableFeatures
+# and its _v2, _v3 beside _v4, ...): the real library still exports them and go-nvml binds
+# them, so they count too.
+_DECL_RE = re.compile(r"\bDECLDIR\b[^;(]*?\b(nvml[A-Za-z0-9_]+)\s*\(")
+_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_NAME_RE = re.compile(r"nvml[A-Za-z0-9_]+")
 
 
 class MockBuildError(RuntimeError):
@@ -63,7 +81,62 @@ def source_path() -> Path:
     return Path(__file__).resolve().with_name("mocknvml.c")
 
 
-def nvml_names() -> list[str]:
+def header_names(text: str) -> list[str]:
+    """The functions an nvml.h declares, sorted (comments ignored)."""
+    return sorted(set(_DECL_RE.findall(_COMMENT_RE.sub(" ", text))))
+
+
+def declared_names(path: Path | None = None) -> list[str]:
+    """The names in a function list written by :func:`render_declared` (sorted); by
+    default :data:`DECLARED`."""
+    path = DECLARED if path is None else path
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise MockBuildError(f"cannot read {path}: {exc.strerror}") from None
+    names = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not _NAME_RE.fullmatch(line):
+            raise MockBuildError(f"{path}:{number}: {line!r} is not an NVML function name")
+        names.append(line)
+    if len(names) < _MIN_NAMES:
+        raise MockBuildError(
+            f"{path}: only {len(names)} NVML function names; expected at least {_MIN_NAMES}"
+        )
+    return sorted(set(names))
+
+
+def render_declared(header: Path, source: str) -> str:
+    """The text of ``nvml-functions.txt`` for *header*, described as *source*."""
+    try:
+        data = header.read_bytes()
+    except OSError as exc:
+        raise MockBuildError(f"cannot read {header}: {exc.strerror}") from None
+    names = header_names(data.decode("utf-8", errors="replace"))
+    if len(names) < _MIN_NAMES:
+        raise MockBuildError(
+            f"{header}: found only {len(names)} declarations (DECLDIR nvml...(); "
+            f"expected at least {_MIN_NAMES}: is it nvml.h?"
+        )
+    head = [
+        "# The functions NVIDIA's nvml.h declares, one a line: the mock NVML exports each",
+        "# (gpunode.sim.mocknvml); those mocknvml.c does not implement answer Not Supported.",
+        f"# Source: {source}",
+        f"# nvml.h sha256 {hashlib.sha256(data).hexdigest()}, {len(names)} functions.",
+        "# Regenerate from an nvml.h (writes this file, header included); NVIDIA ships nvml.h",
+        "# in the PyPI wheel nvidia-nvml-dev (Debian: libnvidia-ml-dev, non-free):",
+        "#   pip download --no-deps -d /tmp/nvml nvidia-nvml-dev==VERSION",
+        "#   python -m zipfile -e /tmp/nvml/nvidia_nvml_dev-VERSION-*.whl /tmp/nvml",
+        "#   python -m gpunode.sim.mocknvml /tmp/nvml/nvidia/cu13/include/nvml.h 'SOURCE' \\",
+        "#     > src/gpunode/sim/nvml-functions.txt",
+    ]
+    return "\n".join(head + names) + "\n"
+
+
+def pynvml_names() -> list[str]:
     """Every NVML function the installed nvidia-ml-py can call, sorted."""
     spec = importlib.util.find_spec("pynvml")
     if spec is None or not spec.origin:
@@ -84,6 +157,11 @@ def nvml_names() -> list[str]:
     return names
 
 
+def nvml_names() -> list[str]:
+    """What the mock exports: the header's functions and pynvml's, sorted."""
+    return sorted(set(declared_names()) | set(pynvml_names()))
+
+
 def stubs_source(names: list[str]) -> str:
     """C source of a weak stub for each name; mocknvml.c's definitions override them.
 
@@ -94,7 +172,8 @@ def stubs_source(names: list[str]) -> str:
     nothing unbalanced, and the int comes back in %eax as the caller expects.
     """
     lines = [
-        "/* Generated by gpunode.sim.mocknvml.stubs_source from nvidia-ml-py: do not edit. */",
+        "/* Generated by gpunode.sim.mocknvml.stubs_source (nvml.h's and nvidia-ml-py's "
+        "functions): do not edit. */",
         'extern int gpunode_mock_unsupported(void) __attribute__((visibility("hidden")));',
         '#define STUB(fn) __attribute__((weak, visibility("default"))) int fn(void) '
         "{ return gpunode_mock_unsupported(); }",
@@ -104,7 +183,8 @@ def stubs_source(names: list[str]) -> str:
 
 
 def build_digest() -> str:
-    """Identifies what build_library would produce: the C source and the name list."""
+    """Identifies what build_library would produce: the C source and the name list (so a
+    changed nvml-functions.txt or nvidia-ml-py rebuilds the library)."""
     h = hashlib.sha256(source_path().read_bytes())
     h.update(stubs_source(nvml_names()).encode())
     return h.hexdigest()
@@ -190,3 +270,23 @@ def embed_profile(lib: Path, payload: str, dest: Path) -> bool:
     blob = MAGIC + body + b"\0" * (BLOB_SIZE - len(MAGIC) - len(body))
     new = data[:offset] + blob + data[offset + BLOB_SIZE :]
     return write_atomic(dest, new, 0o755)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpunode.sim.mocknvml NVML_H SOURCE``: print nvml-functions.txt."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m gpunode.sim.mocknvml NVML_H 'SOURCE'", file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.write(render_declared(Path(args[0]), args[1]))
+    except MockBuildError as exc:
+        print(f"mocknvml: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,12 +1,14 @@
 /*
  * gpunode-sim-procdriver: gives every container on a simulated node the
- * driver's /proc/driver tree, as the NVIDIA kernel module gives it to every
- * procfs on a real server.
+ * driver's /proc/driver tree and the node's /proc/devices (with the majors the
+ * driver registered), as the kernel shows both to every procfs on a real
+ * server.
  *
  * On a simulated node the driver tree is a tmpfs over the node's /proc/driver
- * (gpunode.sim.apply); a container's fresh procfs does not show it.  runc
- * refuses mounts inside /proc from config.json, so this program works in two
- * roles, both installed by `gpunode sim apply`:
+ * and /proc/devices a file bind-mounted over the kernel's (gpunode.sim.apply);
+ * a container's fresh procfs shows neither.  runc refuses mounts inside /proc
+ * from config.json, so this program works in two roles, both installed by
+ * `gpunode sim apply`:
  *
  *  - as the node's runc and crun (the real binaries are diverted with dpkg to
  *    <path>.gpunode-real): on `create` and `run` it writes BUNDLE/.gpunode-sim/
@@ -21,12 +23,13 @@
  *    container's mounts (its procfs included) are set up and before
  *    pivot_root, and before every createRuntime/createContainer hook.  The
  *    hook enters the container's mount namespace (pid from the state on
- *    stdin), where the node's /proc/driver is still visible, and bind-mounts
- *    it read-only (nosuid, nodev, noexec) over the container's /proc/driver.
- *    Nothing happens when the node has no /proc/driver/nvidia (no driver),
- *    or when the container's /proc/driver is not its own procfs (a symlinked
- *    /proc in the image, something already mounted): the container then starts
- *    as it would have without the simulator.
+ *    stdin), where the node's /proc/driver and /proc/devices are still
+ *    visible, and bind-mounts each read-only (nosuid, nodev, noexec) over the
+ *    container's.  Nothing happens for the tree when the node has no
+ *    /proc/driver/nvidia (no driver), for /proc/devices when the node's is the
+ *    kernel's own, and for either when the container's is not its own procfs
+ *    entry (a symlinked /proc in the image, something already mounted): the
+ *    container then starts as it would have without the simulator.
  *
  * No heap allocations beyond the config buffer; no third-party code.
  */
@@ -416,7 +419,7 @@ static int wrap(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------ */
-/* hook: bind the node's /proc/driver over the container's               */
+/* hook: bind the node's /proc/driver and /proc/devices over the container's */
 
 static int openat2_beneath(int dirfd, const char *path, int flags)
 {
@@ -433,9 +436,65 @@ static int is_procfs(int fd)
     return fstatfs(fd, &sf) == 0 && sf.f_type == PROC_SUPER_MAGIC;
 }
 
+/* Bind the node's `name` under /proc (src, already opened) over ROOTFS/proc/<name>,
+ * read-only, when that is the container's own procfs entry of the same type (directory
+ * or file); 0 without doing anything otherwise (a symlinked /proc in the image,
+ * something already mounted there): the container then starts as it would have without
+ * the simulator.  1 on a failed mount. */
+static int bind_over(int root, int src, const char *name)
+{
+    char rel[64], src_path[64], dst_path[64];
+    struct stat pst, dst_st, src_st;
+    snprintf(rel, sizeof(rel), "proc/%s", name);
+    int proc = openat2_beneath(root, "proc", O_PATH | O_DIRECTORY);
+    int dst = openat2_beneath(root, rel, O_PATH);
+    int ok = proc >= 0 && dst >= 0 && is_procfs(proc) && is_procfs(dst) && !is_procfs(src) &&
+             fstat(proc, &pst) == 0 && fstat(dst, &dst_st) == 0 && fstat(src, &src_st) == 0 &&
+             pst.st_dev == dst_st.st_dev &&
+             (S_ISDIR(src_st.st_mode) ? S_ISDIR(dst_st.st_mode)
+                                      : S_ISREG(src_st.st_mode) && S_ISREG(dst_st.st_mode));
+    if (proc >= 0)
+        close(proc);
+    if (!ok) {
+        if (dst >= 0)
+            close(dst);
+        return 0;
+    }
+    snprintf(src_path, sizeof(src_path), "/proc/self/fd/%d", src);
+    snprintf(dst_path, sizeof(dst_path), "/proc/self/fd/%d", dst);
+    int rc = mount(src_path, dst_path, NULL, MS_BIND, NULL);
+    close(dst);
+    if (rc != 0) {
+        fprintf(stderr, "%s: bind-mounting the node's /proc/%s: %s\n", PROG, name,
+                strerror(errno));
+        return 1;
+    }
+    int bound = openat2_beneath(root, rel, O_PATH);
+    snprintf(dst_path, sizeof(dst_path), "/proc/self/fd/%d", bound);
+    if (bound < 0 || mount(NULL, dst_path, NULL,
+                           MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           NULL) != 0) {
+        fprintf(stderr, "%s: making /proc/%s read-only: %s\n", PROG, name, strerror(errno));
+        return 1;
+    }
+    close(bound);
+    return 0;
+}
+
+/* The node's /proc/devices is the simulator's when something (a regular file, not
+ * procfs) is mounted over it; without a driver it is the kernel's own, which the
+ * container's procfs shows anyway. */
+static int node_devices_are_simulated(void)
+{
+    struct statfs sf;
+    struct stat st;
+    return statfs("/proc/devices", &sf) == 0 && sf.f_type != PROC_SUPER_MAGIC &&
+           stat("/proc/devices", &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static int hook(const char *rootfs)
 {
-    char state[65536], path[64], src_path[64], dst_path[64];
+    char state[65536], path[64];
     size_t len = 0;
     ssize_t r;
     while (len < sizeof(state) - 1 && (r = read(0, state + len, sizeof(state) - 1 - len)) > 0)
@@ -448,7 +507,9 @@ static int hook(const char *rootfs)
         return 1;
     }
     struct stat st;
-    if (stat("/proc/driver/nvidia", &st) != 0 || !S_ISDIR(st.st_mode))
+    int driver = stat("/proc/driver/nvidia", &st) == 0 && S_ISDIR(st.st_mode);
+    int devices = node_devices_are_simulated();
+    if (!driver && !devices)
         return 0; /* no driver on this node: nothing to show */
 
     snprintf(path, sizeof(path), "/proc/%ld/ns/mnt", pid);
@@ -458,36 +519,34 @@ static int hook(const char *rootfs)
         return 1;
     }
     close(ns);
-    /* Now in the container's mount namespace, before pivot_root: the node's tree is
-     * still at /proc/driver and the container's procfs at ROOTFS/proc. */
-    int src = open("/proc/driver", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* Now in the container's mount namespace, before pivot_root: the node's /proc/driver
+     * and /proc/devices are still visible under /proc, the container's procfs at
+     * ROOTFS/proc. */
     int root = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (src < 0 || root < 0) {
-        fprintf(stderr, "%s: cannot open %s: %s\n", PROG, src < 0 ? "/proc/driver" : rootfs,
-                strerror(errno));
+    if (root < 0) {
+        fprintf(stderr, "%s: cannot open %s: %s\n", PROG, rootfs, strerror(errno));
         return 1;
     }
-    int proc = openat2_beneath(root, "proc", O_PATH | O_DIRECTORY);
-    int dst = openat2_beneath(root, "proc/driver", O_PATH | O_DIRECTORY);
-    struct stat pst, dst_st;
-    if (proc < 0 || dst < 0 || !is_procfs(proc) || !is_procfs(dst) || fstat(proc, &pst) != 0 ||
-        fstat(dst, &dst_st) != 0 || pst.st_dev != dst_st.st_dev || is_procfs(src))
-        return 0; /* not the container's own procfs /proc/driver: leave it alone */
-    snprintf(src_path, sizeof(src_path), "/proc/self/fd/%d", src);
-    snprintf(dst_path, sizeof(dst_path), "/proc/self/fd/%d", dst);
-    if (mount(src_path, dst_path, NULL, MS_BIND, NULL) != 0) {
-        fprintf(stderr, "%s: bind-mounting the driver tree: %s\n", PROG, strerror(errno));
-        return 1;
+    int rc = 0;
+    if (driver) {
+        int src = open("/proc/driver", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0) {
+            fprintf(stderr, "%s: cannot open /proc/driver: %s\n", PROG, strerror(errno));
+            return 1;
+        }
+        rc |= bind_over(root, src, "driver");
+        close(src);
     }
-    int bound = openat2_beneath(root, "proc/driver", O_PATH | O_DIRECTORY);
-    snprintf(dst_path, sizeof(dst_path), "/proc/self/fd/%d", bound);
-    if (bound < 0 || mount(NULL, dst_path, NULL,
-                           MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                           NULL) != 0) {
-        fprintf(stderr, "%s: making the driver tree read-only: %s\n", PROG, strerror(errno));
-        return 1;
+    if (devices) {
+        int src = open("/proc/devices", O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0) {
+            fprintf(stderr, "%s: cannot open /proc/devices: %s\n", PROG, strerror(errno));
+            return 1;
+        }
+        rc |= bind_over(root, src, "devices");
+        close(src);
     }
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)

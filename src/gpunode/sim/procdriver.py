@@ -1,10 +1,12 @@
-"""Build the simulator's /proc/driver mechanism (``procdriver.c``).
+"""Build the simulator's /proc mechanism (``procdriver.c``).
 
-On a real server the NVIDIA kernel module shows ``/proc/driver/nvidia`` in every procfs,
-so every container has it. A simulated node keeps the tree on a tmpfs in its own mount
-namespace; ``procdriver.c`` is installed by ``gpunode sim apply`` as the node's runc and
-crun (the real ones diverted to ``*.gpunode-real``) and bind-mounts the node's tree over
-each container's ``/proc/driver`` from a first prestart hook, before any other hook runs.
+On a real server the kernel shows ``/proc/driver/nvidia`` and the driver's majors in
+``/proc/devices`` in every procfs, so every container has them. A simulated node keeps the
+tree on a tmpfs and its /proc/devices as a file bind-mounted over the kernel's, both in its
+own mount namespace; ``procdriver.c`` is installed by ``gpunode sim apply`` as the node's
+runc and crun (the real ones diverted to ``*.gpunode-real``) and bind-mounts the node's
+tree and /proc/devices over each container's from a first prestart hook, before any other
+hook runs.
 """
 
 from __future__ import annotations

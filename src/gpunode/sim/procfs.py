@@ -1,11 +1,41 @@
-"""The simulator's /proc/driver/nvidia files, rendered from a profile in the driver's
-formats (nv-procfs.c); gpunode.nvidia.procfs reads them (and the real driver's) back."""
+"""The simulator's /proc files, rendered from a profile in the kernel's and the driver's
+formats: /proc/driver/nvidia (nv-procfs.c; gpunode.nvidia.procfs reads them, and the real
+driver's, back) and /proc/devices with the majors a loaded driver registers."""
 
 from __future__ import annotations
+
+import re
+
+from ..nvidia.devices import NVIDIA_MAJOR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .profiles import Gpu, Profile
+
+# nvidia-caps (registered by nvidia.ko) and nvidia-uvm (nvidia-uvm.ko, loaded after it) ask
+# the kernel for dynamic majors (alloc_chrdev_region). The kernel hands out 254 down to 234
+# first, then 511 down to 384 (fs/char_dev.c, find_dynamic_major). Which of the first range
+# are free differs per host (its own drivers hold some, and a node shows the host's
+# /proc/devices), so the simulator takes the first two of the second range, in load order:
+# no host driver holds them unless the first range is used up (a collision is an error),
+# and the node container's device-cgroup rules (cluster.node_settings) can name them. The
+# driver's other regions (nvidia-nvlink, nvidia-nvswitch, nvidia-caps-imex-channels) are not
+# simulated.
+CAPS_MAJOR = 511
+UVM_MAJOR = 510
+# From the 545 branch on, the driver registers its GPUs, NVKMS and the control device as
+# "nvidia", "nvidia-modeset" and "nvidiactl" (kernel-open/nvidia/nv.c, nvidia-modeset-linux.c);
+# before, all of major 195 was one "nvidia-frontend" (NVIDIA's 550.40.07 notes: 'Changed the
+# name visible in /proc/devices ... from "nvidia-frontend" to "nvidia" and "nvidiactl"';
+# first seen in 545.29.02). NVIDIA's container toolkit accepts either name for major 195.
+RENAMED_IN_BRANCH = 545
+
+_DEVICES_LINE = re.compile(r" *(\d+) (\S.*)")
+
+
+class DevicesError(RuntimeError):
+    """The kernel's /proc/devices cannot take the simulated driver's lines."""
+
 
 # The leading integer parameters of a real driver's params file, in the driver's order
 # (nvidia-modprobe reads only these leading "Key: int" lines, so order matters).
@@ -90,3 +120,55 @@ def render_information(gpu: Gpu, profile: Profile) -> str:
         rows.append(("GPU Firmware: \t ", profile.driver.version))
     rows.append(("GPU Excluded:\t ", "No"))
     return "".join(f"{label}{value}\n" for label, value in rows)
+
+
+def driver_chrdevs(profile: Profile) -> list[tuple[int, str]]:
+    """The character-device regions a loaded driver of this profile registers, as
+    (major, name) in the order /proc/devices lists them (by major, then first minor)."""
+    if profile.driver is None:
+        return []
+    if int(profile.driver.version.split(".")[0]) >= RENAMED_IN_BRANCH:
+        gpu = [
+            (NVIDIA_MAJOR, "nvidia"),
+            (NVIDIA_MAJOR, "nvidia-modeset"),
+            (NVIDIA_MAJOR, "nvidiactl"),
+        ]
+    else:
+        gpu = [(NVIDIA_MAJOR, "nvidia-frontend")]
+    return [*gpu, (UVM_MAJOR, "nvidia-uvm"), (CAPS_MAJOR, "nvidia-caps")]
+
+
+def render_devices(kernel: str, chrdevs: list[tuple[int, str]]) -> str:
+    """The kernel's /proc/devices text with the driver's character devices added.
+
+    The kernel's format (fs/proc/devices.c): "Character devices:", one "%3d %s" line per
+    registered region in major order, a blank line, "Block devices:" and its lines. The
+    kernel's own lines are kept as they are.
+    """
+    lines = kernel.split("\n")
+    try:
+        start = lines.index("Character devices:")
+        blank = lines.index("", start)
+    except ValueError:
+        raise DevicesError(
+            "the kernel's /proc/devices has no 'Character devices:' section ended by a blank "
+            "line; cannot add the simulated driver's majors"
+        ) from None
+    ours = {major for major, _ in chrdevs}
+    merged: list[tuple[int, str]] = []
+    for line in lines[start + 1 : blank]:
+        match = _DEVICES_LINE.fullmatch(line)
+        if match is None:
+            raise DevicesError(f"the kernel's /proc/devices has a line {line!r} not '%3d name'")
+        major, name = int(match[1]), match[2]
+        if major in ours or name.startswith("nvidia"):
+            raise DevicesError(
+                f"the kernel's /proc/devices already has {line.strip()!r}: the simulated driver "
+                f"registers majors {', '.join(map(str, sorted(ours)))} and nvidia* names "
+                "(is a real NVIDIA driver loaded on the host?)"
+            )
+        merged.append((major, line))
+    merged += [(major, f"{major:3d} {name}") for major, name in chrdevs]
+    merged.sort(key=lambda entry: entry[0])  # stable: same-major lines keep their order
+    body = [line for _, line in merged]
+    return "\n".join(lines[: start + 1] + body + lines[blank:])

@@ -9,6 +9,7 @@ device nodes a case needs.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -558,6 +559,149 @@ def test_exports_every_function_nvidia_ml_py_calls(built_lib, pynvml_ready):
     assert {"nvmlInit", "nvmlInit_v2", "nvmlDeviceGetCount", "nvmlDeviceGetPciInfo"} <= names
 
 
+# --------------------------------------------------------------------------
+# the complete NVML surface: every function nvml.h declares is exported
+
+# What go-nvml (pkg/nvml, generated from nvml.h) binds and nvidia-ml-py never calls: the older
+# versions nvml.h declares under NVML_NO_UNVERSIONED_FUNC_DEFS. A go-nvml program calling
+# one died on an undefined symbol.
+GO_NVML_ONLY = [
+    "nvmlDeviceGetGpuInstancePossiblePlacements",
+    "nvmlDeviceGetGridLicensableFeatures",
+    "nvmlDeviceGetGridLicensableFeatures_v2",
+    "nvmlDeviceGetGridLicensableFeatures_v3",
+    "nvmlDeviceGetNvLinkRemotePciInfo",
+    "nvmlDeviceRemoveGpu_v2",
+    "nvmlVgpuInstanceGetLicenseInfo",
+]
+
+
+def declared_list() -> list[str]:
+    """nvml-functions.txt read here, independently of the build's reader."""
+    text = (Path(mocknvml.__file__).parent / "nvml-functions.txt").read_text()
+    return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+
+def test_declared_list_says_which_nvml_h_it_came_from():
+    text = mocknvml.DECLARED.read_text()
+    head = [ln for ln in text.splitlines() if ln.startswith("#")]
+    assert any(ln.startswith("# Source: ") and "nvml.h" in ln for ln in head)
+    assert any(re.search(r"nvml\.h sha256 [0-9a-f]{64}, \d+ functions", ln) for ln in head)
+    assert any("python -m gpunode.sim.mocknvml" in ln for ln in head)
+    names = declared_list()
+    assert names == sorted(set(names)) and len(names) > 400
+    assert f", {len(names)} functions." in text  # the count in the header is the list's
+    assert set(GO_NVML_ONLY) <= set(names)
+    assert not set(GO_NVML_ONLY) & pynvml_calls()  # why pynvml's names were not enough
+    assert set(mocknvml.nvml_names()) == set(names) | set(mocknvml.pynvml_names())
+
+
+FAKE_HEADER = """
+#define DECLDIR
+#ifndef NVML_NO_UNVERSIONED_FUNC_DEFS
+    #define nvmlDeviceRemoveGpu nvmlDeviceRemoveGpu_v2
+#endif
+/** Retrieves ... see \\ref nvmlDocOnly(); nvmlReturn_t DECLDIR nvmlInComment(void); */
+nvmlReturn_t DECLDIR nvmlInit_v2(void);
+nvmlReturn_t  DECLDIR nvmlDeviceGetThing(nvmlDevice_t device,
+                                         unsigned int *thing);
+const DECLDIR char* nvmlErrorString(nvmlReturn_t result);
+// nvmlReturn_t DECLDIR nvmlLineComment(void);
+#ifdef NVML_NO_UNVERSIONED_FUNC_DEFS
+nvmlReturn_t DECLDIR nvmlDeviceRemoveGpu(nvmlPciInfo_t *pciInfo);
+#endif
+nvmlReturn_t DECLDIR nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pciInfo,
+    nvmlDetachGpuState_t gpuState, nvmlPcieLinkState_t linkState);
+"""
+
+
+def test_header_names_are_the_declarations():
+    assert mocknvml.header_names(FAKE_HEADER) == [
+        "nvmlDeviceGetThing",
+        "nvmlDeviceRemoveGpu",
+        "nvmlDeviceRemoveGpu_v2",
+        "nvmlErrorString",
+        "nvmlInit_v2",
+    ]
+
+
+def test_render_declared_round_trips_and_bad_inputs_are_one_line(tmp_path):
+    many = FAKE_HEADER + "".join(f"nvmlReturn_t DECLDIR nvmlF{i}(void);\n" for i in range(120))
+    header = tmp_path / "nvml.h"
+    header.write_text(many)
+    listing = tmp_path / "nvml-functions.txt"
+    listing.write_text(mocknvml.render_declared(header, "a test header"))
+    assert mocknvml.declared_names(listing) == mocknvml.header_names(many)
+    assert "# Source: a test header" in listing.read_text()
+    bad = [
+        (lambda: mocknvml.render_declared(tmp_path / "missing.h", "x"), "missing.h"),
+        (lambda: mocknvml.render_declared(listing, "x"), "is it nvml.h?"),
+    ]
+    listing.write_text(listing.read_text() + "not a name\n")
+    bad.append((lambda: mocknvml.declared_names(listing), "'not a name' is not an NVML"))
+    for call, says in bad:
+        with pytest.raises(MockBuildError) as info:
+            call()
+        assert says in str(info.value) and "\n" not in str(info.value)
+    cli = subprocess.run(
+        [sys.executable, "-m", "gpunode.sim.mocknvml", str(tmp_path / "missing.h"), "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 1 and cli.stdout == ""
+    assert (
+        cli.stderr.strip()
+        == f"mocknvml: cannot read {tmp_path}/missing.h: No such file or directory"
+    )
+
+
+def test_build_digest_changes_with_the_declared_list(tmp_path, monkeypatch):
+    before = mocknvml.build_digest()
+    names = declared_list()
+    shorter = tmp_path / "nvml-functions.txt"
+    shorter.write_text("\n".join(n for n in names if n != "nvmlDeviceRemoveGpu_v2") + "\n")
+    monkeypatch.setattr(mocknvml, "DECLARED", shorter)
+    assert mocknvml.build_digest() != before
+    assert "nvmlDeviceRemoveGpu_v2" not in mocknvml.nvml_names()
+
+
+# go-nvml's binding: dlopen(RTLD_LAZY | RTLD_GLOBAL), then each function is resolved from the
+# global scope when first called. This resolves every declared name that way up front.
+RESOLVE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+
+int main(int argc, char **argv)
+{
+    if (!dlopen(argv[1], RTLD_LAZY | RTLD_GLOBAL)) { printf("DLOPEN %s\n", dlerror()); return 2; }
+    FILE *f = fopen(argv[2], "r");
+    char name[256];
+    int missing = 0, found = 0;
+    while (fscanf(f, "%255s", name) == 1) {
+        if (dlsym(RTLD_DEFAULT, name)) found++;
+        else { printf("MISSING %s\n", name); missing++; }
+    }
+    printf("FOUND %d\n", found);
+    return missing ? 1 : 0;
+}
+"""
+
+
+def test_every_declared_function_resolves_as_go_nvml_binds_it(built_lib, tmp_path):
+    (tmp_path / "resolve.c").write_text(RESOLVE_C)
+    resolve = tmp_path / "resolve"
+    subprocess.run(["cc", "-o", str(resolve), str(tmp_path / "resolve.c"), "-ldl"], check=True)
+    names = declared_list()
+    (tmp_path / "names.txt").write_text("\n".join(names) + "\n")
+    proc = subprocess.run(
+        [resolve, built_lib, tmp_path / "names.txt"], capture_output=True, text=True, timeout=60
+    )
+    missing = [ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("MISSING ")]
+    assert not missing, f"declared in nvml.h, not exported by the mock: {missing}"
+    assert proc.returncode == 0 and f"FOUND {len(names)}" in proc.stdout
+
+
 # A go-nvml-like caller: dlopen(RTLD_LAZY | RTLD_GLOBAL), then every exported nvml* name
 # is called. Arguments: the first is the handle the name's family takes (device, MIG
 # device, GPU/compute instance, event set) and the others point at large zeroed buffers,
@@ -763,6 +907,17 @@ def test_every_export_before_init_is_uninitialized(built_lib, harness, tmp_path,
     results, _ = run_harness(harness, lib / "libnvidia-ml.so.1", tmp_path, "noinit", "gpu")
     bad = {n: rc for n, rc in results.items() if set(rc) != {1}}  # NVML_ERROR_UNINITIALIZED
     assert not bad
+
+
+@needs_unshare
+def test_go_nvml_only_functions_answer_not_supported(built_lib, harness, tmp_path, pynvml_ready):
+    lib = install_lib(built_lib, a100_with_mig(None), tmp_path)
+    names = tmp_path / "go-nvml-only.txt"
+    names.write_text("\n".join(GO_NVML_ONLY) + "\n")
+    proc = in_private_dev([harness, lib / "libnvidia-ml.so.1", names, "init", "gpu"], (0, 1))
+    assert proc.returncode == 0, proc.stdout[-300:]
+    results = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.splitlines() if ln[:4] == "nvml"}
+    assert results == {name: ["3", "3", "3"] for name in GO_NVML_ONLY}  # NOT_SUPPORTED
 
 
 # --------------------------------------------------------------------------

@@ -19,10 +19,13 @@ MAY_USE = {
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
     "report": {"util", "report"},
-    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "cli", ""},
-    # validate sits above cli: it reuses the inventory and the engines' daemon.json rules;
-    # cli/main.py names it only as a string in the lazy table.
-    "validate": {"util", "nvidia", "provision", "cli", "validate", ""},
+    # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
+    "engines": {"util", "runtime", "engines"},
+    # validate reuses the inventory and the engines' daemon.json rules; cli/main.py names
+    # it only as a string in the lazy table.
+    "validate": {"util", "nvidia", "provision", "engines", "validate", ""},
+    # the command line: parsing, output, calling inward. Nothing else imports it.
+    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "engines", "cli", ""},
 }
 
 
@@ -54,6 +57,11 @@ def test_imports_flow_one_way(package):
         if extra:
             bad[str(path.relative_to(PKG))] = sorted(extra)
     assert bad == {}, f"{package} may only use {sorted(MAY_USE[package])}"
+
+
+def test_only_the_cli_imports_the_cli():
+    users = {package for package, uses in MAY_USE.items() if "cli" in uses}
+    assert users == {"cli"}
 
 
 def test_no_flat_modules_beside_the_packages():

@@ -18,7 +18,7 @@ import os
 import sys
 
 from .. import __version__
-from .base import EXIT_FAIL, EXIT_USAGE, Parser, UsageError
+from ..util.command import EXIT_FAIL, EXIT_USAGE, Parser, UsageError
 
 # name: (module, help). Each module has add_arguments(parser) and run(args) -> exit code.
 COMMANDS = {
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
+        from ..engines.common import EngineConfigError, EngineRunError
         from ..sim.profiles import ProfileError
-        from .engines.common import EngineConfigError, EngineRunError
 
         if os.environ.get("GPUNODE_DEBUG"):
             raise

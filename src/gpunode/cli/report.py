@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 
-from .base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 PLAYBOOK = os.path.join(PROJECT, "playbooks", "validate.yml")

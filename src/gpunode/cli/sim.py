@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from .base import EXIT_FAIL, EXIT_OK, Parser, UsageError, print_json
+from ..util.command import EXIT_FAIL, EXIT_OK, Parser, UsageError, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

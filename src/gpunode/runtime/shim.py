@@ -31,7 +31,7 @@ This module imports only ``os`` and ``sys`` at load time: ``start``, ``state``, 
 and the rest go straight to execve.
 
 Its public surface for `gpunode runtime install-links`, which generates the POSIX sh first
-stage from it (gpunode.cli.install): ``VALUE_OPTS``, ``REQUEST_MARKERS`` and
+stage from it (gpunode.runtime.firststage): ``VALUE_OPTS``, ``REQUEST_MARKERS`` and
 ``DEFAULT_RUNTIMES``.
 """
 

@@ -48,7 +48,7 @@ def test_only_the_subcommand_that_runs_is_imported(argv, command):
     modules = loaded(argv)
     want = {cli.COMMANDS[command][0]} if command else set()
     assert modules & COMMAND_MODULES == want
-    assert not {m for m in modules if m.startswith("gpunode.cli.engines")}
+    assert not {m for m in modules if m.startswith("gpunode.engines")}
 
 
 def test_help_lists_every_subcommand(capsys):

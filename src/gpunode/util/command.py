@@ -1,5 +1,10 @@
-"""What every gpunode subcommand shares: exit codes, the one-line usage error, the parser
-class that reports it, JSON output."""
+"""What every gpunode subcommand shares, wherever its module lives (gpunode.cli, and
+gpunode.validate.command, which the CLI names only in its lazy table): exit codes, the one-line
+usage error, the parser class that reports it, JSON output.
+
+It is in util, not cli, so that library code (the engines' runtime setup, the runtime's
+install-links) can raise the usage error without importing the CLI: nothing but the CLI
+imports gpunode.cli (tests/unit/test_layout.py)."""
 
 from __future__ import annotations
 

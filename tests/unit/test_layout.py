@@ -64,8 +64,95 @@ def test_only_the_cli_imports_the_cli():
     assert users == {"cli"}
 
 
+def test_only_the_simulators_subcommands_import_the_simulator():
+    # nodes get gpunode without gpunode.sim (tests/unit/roles/test_wheel_build.py)
+    users = {
+        str(p.relative_to(PKG))
+        for p in PKG.rglob("*.py")
+        if p.relative_to(PKG).parts[0] != "sim" and "sim" in gpunode_imports(p)
+    }
+    assert users == {"cli/sim.py", "cli/profile.py"}
+
+
 def test_no_flat_modules_beside_the_packages():
     flat = sorted(p.name for p in PKG.glob("*.py"))
     assert flat == ["__init__.py", "__main__.py"]
     packages = sorted(p.name for p in PKG.iterdir() if (p / "__init__.py").is_file())
     assert packages == sorted(MAY_USE)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The gpunode modules a module imports (lazy imports included): ``from P import n``
+    names the module P.n when there is one, else P itself."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "gpunode"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                where = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                where = node.module or ""
+            if where.split(".")[0] != "gpunode":
+                continue
+            for alias in node.names:
+                sub = f"{where}.{alias.name}"
+                out.add(sub if sub in modules else where)
+    return out
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), and modules
+    importing themselves."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_import_cycles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert sorted(import_cycles(graph)) == [["a", "b", "c"], ["e"]]
+
+
+def test_no_import_cycles_between_modules():
+    paths = sorted(PKG.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    graph = {module_name(p): module_imports(p, modules) - {module_name(p)} for p in paths}
+    assert import_cycles(graph) == []

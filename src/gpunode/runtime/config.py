@@ -250,9 +250,9 @@ def _apply(cfg: RuntimeConfig, data: dict[str, Any]) -> None:
 
 
 def first_stage_markers(prefixes: list[str]) -> list[str]:
-    """Strings, beyond gpunode.runtime.shim.REQUEST_MARKERS, whose absence from a
+    """Strings, beyond gpunode.runtime.REQUEST_MARKERS, whose absence from a
     config.json proves that none of its annotation keys starts with one of `prefixes`."""
-    from .shim import REQUEST_MARKERS
+    from . import REQUEST_MARKERS
 
     markers = [m.decode() for m in REQUEST_MARKERS]
     extra: list[str] = []

@@ -65,6 +65,7 @@ def dispatcher(python_runtime: str) -> str:
 
     ``python_runtime`` is quoted for sh; a path with a newline is refused (ValueError).
     """
+    from . import REQUEST_MARKERS
     from .config import (
         DEFAULT_PATH,
         FIRST_STAGE,
@@ -72,7 +73,7 @@ def dispatcher(python_runtime: str) -> str:
         FIRST_STAGE_MODE,
         first_stage_body,
     )
-    from .shim import DEFAULT_RUNTIMES, REQUEST_MARKERS, VALUE_OPTS
+    from .shim import DEFAULT_RUNTIMES, VALUE_OPTS
 
     if any(c in python_runtime for c in "\n\r\0"):
         raise ValueError(f"runtime path {python_runtime!r} contains a newline or NUL")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from ..util.command import OperationError
 from . import images, mocknvml, procdriver
 from .apply import UVM_MAJOR
 from .docker import docker, exec_
@@ -48,7 +49,7 @@ WHEELS_IN_NODE = "/opt/gpunode-wheels"
 MOCK_IN_NODE = "/usr/lib/gpunode-sim/libnvidia-ml.mock.so"
 
 
-class SimError(RuntimeError):
+class SimError(OperationError, RuntimeError):
     pass
 
 

@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..util.command import OperationError
 from ..util.files import write_atomic
 
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
@@ -54,7 +55,7 @@ _LOOKUP_RE = re.compile(r"""_nvmlGetFunctionPointer\(\s*["'](nvml[A-Za-z0-9_]+)[
 _MIN_NAMES = 100
 
 
-class MockBuildError(RuntimeError):
+class MockBuildError(OperationError, RuntimeError):
     """The mock NVML library could not be built or patched."""
 
 

@@ -19,6 +19,16 @@ class UsageError(Exception):
     """Bad input on the command line: one line, exit 2."""
 
 
+# Base classes that let gpunode.cli.main report a package's errors without importing the
+# package (the simulator's, in particular: product code never imports gpunode.sim).
+class InputError(Exception):
+    """Bad input in a file the command was given (a GPU profile, ...): one line, exit 2."""
+
+
+class OperationError(Exception):
+    """An operation that failed (a Docker call, an image build, ...): one line, exit 1."""
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
         raise UsageError(f"{self.prog}: {message}")
@@ -26,3 +36,15 @@ class Parser(argparse.ArgumentParser):
 
 def print_json(data: object) -> None:
     print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def require_simulator(command: str) -> None:
+    """One line, exit 2, where gpunode.sim is not installed: the node wheel leaves the
+    simulator out (development machines run it from the source tree)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gpunode.sim") is None:
+        raise UsageError(
+            f"gpunode {command}: the simulator is not installed here (gpunode's node wheel "
+            "leaves it out); run it from the gpunode source tree"
+        )

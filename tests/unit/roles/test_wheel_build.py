@@ -55,10 +55,10 @@ def test_the_node_wheel_leaves_the_simulator_out(tmp_path):
     """The wheel the role builds (the task's own argv, pip included) has gpunode's code and
     data but not the simulator: no gpunode/sim/, no C source, no GPU profiles; also from a
     tree whose egg-info (an editable install's) still lists the simulator's files."""
-    import os
     import shutil
-    import sys
     import zipfile
+
+    from ..helpers import build_node_wheel
 
     project = tmp_path / "project"
     project.mkdir()
@@ -72,24 +72,7 @@ def test_the_node_wheel_leaves_the_simulator_out(tmp_path):
     listed = sorted(str(p.relative_to(project)) for p in (project / "src").rglob("*") if p.is_file())
     assert "src/gpunode/sim/mocknvml.c" in listed
     (egg / "SOURCES.txt").write_text("\n".join(listed) + "\n")
-    out = tmp_path / "wheels"
-
-    tasks = yaml.safe_load((ROOT / "roles/gpunode_install/tasks/build.yml").read_text())
-    block = next(t for t in tasks if t.get("name") == "Build the gpunode wheel on the controller")
-    task = next(t for t in block["block"] if t["name"] == "Build gpunode")
-    values = {
-        "{{ gpunode_install_project_dir }}": str(project),
-        "{{ gpunode_install_controller_python }}": sys.executable,
-        "{{ gpunode_install_build_dir }}": str(out),
-    }
-    argv = []
-    for arg in task["ansible.builtin.command"]["argv"]:
-        for placeholder, value in values.items():
-            arg = arg.replace(placeholder, value)
-        assert "{{" not in arg, arg
-        argv.append(arg)
-    subprocess.run(argv, check=True, env={**os.environ, **task["environment"]}, cwd=tmp_path)
-    (wheel,) = out.glob("gpunode-*.whl")
+    wheel = build_node_wheel(project, tmp_path / "wheels")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpunode/runtime/shim.py" in names and "gpunode/data/cuda-driver-table.json" in names
     assert "gpunode/cli/sim.py" in names  # the subcommand stays: it says the simulator is absent

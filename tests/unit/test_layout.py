@@ -4,6 +4,7 @@ no flat module is left beside the packages."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,37 @@ def test_no_import_cycles_between_modules():
     modules = {module_name(p) for p in paths}
     graph = {module_name(p): module_imports(p, modules) - {module_name(p)} for p in paths}
     assert import_cycles(graph) == []
+
+
+def module_map() -> dict[str, set[str]]:
+    """docs/architecture.md's module map: package -> the files it names (``x.py``, and
+    ``x.{c,py}`` for both)."""
+    text = (PKG.parents[1] / "docs" / "architecture.md").read_text()
+    block = text.split("```\nsrc/gpunode/\n", 1)[1].split("```", 1)[0]
+    listed: dict[str, set[str]] = {}
+    package = None
+    for line in block.splitlines():
+        m = re.match(r"  (\w+)/", line)
+        if m:
+            package = m[1]
+            listed.setdefault(package, set())
+            line = line[m.end() :]
+        for name, exts in re.findall(r"\b(\w+)\.(\{c,py\}|py\b)", line):
+            listed[package] |= {f"{name}.{e}" for e in exts.strip("{}").split(",")}
+    return listed
+
+
+def test_the_module_map_in_architecture_md_is_true():
+    listed = module_map()
+    present = {
+        package: {
+            p.name
+            for p in (PKG / package).iterdir()
+            if p.suffix in (".py", ".c") and not p.name.startswith("__")
+        }
+        for package in MAY_USE
+    }
+    assert sorted(listed) == sorted(present), "a package missing from the map (or not one)"
+    missing = {k: sorted(present[k] - listed[k]) for k in present if present[k] - listed[k]}
+    stale = {k: sorted(listed[k] - present[k]) for k in present if listed[k] - present[k]}
+    assert (missing, stale) == ({}, {}), "docs/architecture.md's module map: (missing, stale)"

@@ -1,5 +1,7 @@
-"""The package layout's rules (docs/architecture.md): the flow reads in one direction, and
-no flat module is left beside the packages."""
+"""The package layout's rules (docs/architecture.md): the flow reads in one direction
+between packages (nothing but the CLI imports the CLI, only the simulator's subcommands
+import the simulator), no two modules import each other in a circle, no flat module is left
+beside the packages, and the module map in docs/architecture.md names every module."""
 
 from __future__ import annotations
 

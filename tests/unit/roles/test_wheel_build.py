@@ -1,6 +1,7 @@
 """The gpunode_install role's controller build (tasks/build.yml, "Build gpunode"): the
 project's build/lib is emptied before pip builds from it, so a module the source no longer
-has cannot ship in the wheel, and two builds take turns on the project's lock."""
+has cannot ship in the wheel, two builds take turns on the project's lock, and the wheel
+nodes get leaves the simulator out."""
 
 from __future__ import annotations
 

@@ -92,9 +92,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.run_validation:
             with tempfile.TemporaryDirectory(prefix="gpunode-validate-") as tmp:
-                rc = run_validation(
-                    args.inventory, project, playbook, tmp, args.limit, args.quiet
-                )
+                rc = run_validation(args.inventory, project, playbook, tmp, args.limit, args.quiet)
                 if rc is not None:
                     return rc
                 model = build.model_from([tmp])

@@ -70,7 +70,9 @@ def test_the_node_wheel_leaves_the_simulator_out(tmp_path):
     )
     egg = project / "src/gpunode.egg-info"
     egg.mkdir()
-    listed = sorted(str(p.relative_to(project)) for p in (project / "src").rglob("*") if p.is_file())
+    listed = sorted(
+        str(p.relative_to(project)) for p in (project / "src").rglob("*") if p.is_file()
+    )
     assert "src/gpunode/sim/mocknvml.c" in listed
     (egg / "SOURCES.txt").write_text("\n".join(listed) + "\n")
     wheel = build_node_wheel(project, tmp_path / "wheels")

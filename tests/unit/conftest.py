@@ -1,10 +1,14 @@
 """Fixtures shared by the unit tests of several packages."""
 
+import os
 import shutil
 import subprocess
 
 import pytest
 
+from gpunode.nvidia.facts import GpuFacts, NodeFacts
+from gpunode.runtime import discovery
+from gpunode.runtime.discovery import Discovery, DriverFiles
 from gpunode.util import safepath
 
 
@@ -74,3 +78,31 @@ def _parsed_config_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", str(run / "runtime-toml.json"))
     monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", str(run / "first-stage"))
     monkeypatch.setenv("GPUNODE_PREPARED_CACHE", str(run / "prepared.json"))
+
+
+GPU = GpuFacts(
+    0, 0, "GPU-00000000-0000-4000-8000-000000000000", "00000000:10:00.0", "Tesla T4", "tesla", "7.5"
+)
+
+
+@pytest.fixture
+def fake_node(tmp_path, monkeypatch):
+    """Device nodes under tmp_path, runtime.toml there, and discovery answering one T4
+    (the CLI's and the engines' tests)."""
+    import stat
+
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    os.mknod(dev / "nvidiactl", stat.S_IFCHR | 0o666, os.makedev(195, 255))
+    os.mknod(dev / "nvidia0", stat.S_IFCHR | 0o666, os.makedev(195, 0))
+    cfg_file = tmp_path / "runtime.toml"
+    cfg_file.write_text(f'dev-root = "{tmp_path}"\ncache-file = "{tmp_path}/cache.json"\n')
+    disc = Discovery(
+        NodeFacts("535.261.03", "12.2", (GPU,)),
+        DriverFiles(libraries={"utility": ["/usr/lib/libnvidia-ml.so.535.261.03"]}),
+        key={},
+    )
+    monkeypatch.setattr(discovery, "load", lambda *a, **k: disc)
+    return cfg_file

@@ -33,3 +33,30 @@ def cc(out: Path, source: str, *flags: str) -> Path:
     src.write_text(source)
     subprocess.run(["gcc", "-O1", "-o", str(out), str(src), *flags], check=True)
     return out
+
+
+def build_node_wheel(project: Path, out: Path) -> Path:
+    """gpunode's wheel built from ``project`` into ``out`` exactly as the gpunode_install role
+    builds it on the controller (tasks/build.yml, "Build gpunode": its argv and environment)."""
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    tasks = yaml.safe_load((root / "roles/gpunode_install/tasks/build.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Build the gpunode wheel on the controller")
+    task = next(t for t in block["block"] if t["name"] == "Build gpunode")
+    values = {
+        "{{ gpunode_install_project_dir }}": str(project),
+        "{{ gpunode_install_controller_python }}": sys.executable,
+        "{{ gpunode_install_build_dir }}": str(out),
+    }
+    argv = []
+    for arg in task["ansible.builtin.command"]["argv"]:
+        for placeholder, value in values.items():
+            arg = arg.replace(placeholder, value)
+        assert "{{" not in arg, arg
+        argv.append(arg)
+    subprocess.run(argv, check=True, env={**os.environ, **task["environment"]}, cwd=out.parent)
+    (wheel,) = out.glob("gpunode-*.whl")
+    return wheel

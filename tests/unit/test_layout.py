@@ -1,9 +1,12 @@
-"""The package layout's rules (docs/architecture.md): the flow reads in one direction, and
-no flat module is left beside the packages."""
+"""The package layout's rules (docs/architecture.md): the flow reads in one direction
+between packages (nothing but the CLI imports the CLI, only the simulator's subcommands
+import the simulator), no two modules import each other in a circle, no flat module is left
+beside the packages, and the module map in docs/architecture.md names every module."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -19,10 +22,13 @@ MAY_USE = {
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
     "report": {"util", "report"},
-    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "cli", ""},
-    # validate sits above cli: it reuses the inventory and the engines' daemon.json rules;
-    # cli/main.py names it only as a string in the lazy table.
-    "validate": {"util", "nvidia", "provision", "cli", "validate", ""},
+    # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
+    "engines": {"util", "runtime", "engines"},
+    # validate reuses the inventory and the engines' daemon.json rules; cli/main.py names
+    # it only as a string in the lazy table.
+    "validate": {"util", "nvidia", "provision", "engines", "validate", ""},
+    # the command line: parsing, output, calling inward. Nothing else imports it.
+    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "engines", "cli", ""},
 }
 
 
@@ -56,8 +62,134 @@ def test_imports_flow_one_way(package):
     assert bad == {}, f"{package} may only use {sorted(MAY_USE[package])}"
 
 
+def test_only_the_cli_imports_the_cli():
+    users = {package for package, uses in MAY_USE.items() if "cli" in uses}
+    assert users == {"cli"}
+
+
+def test_only_the_simulators_subcommands_import_the_simulator():
+    # nodes get gpunode without gpunode.sim (tests/unit/roles/test_wheel_build.py)
+    users = {
+        str(p.relative_to(PKG))
+        for p in PKG.rglob("*.py")
+        if p.relative_to(PKG).parts[0] != "sim" and "sim" in gpunode_imports(p)
+    }
+    assert users == {"cli/sim.py", "cli/profile.py"}
+
+
 def test_no_flat_modules_beside_the_packages():
     flat = sorted(p.name for p in PKG.glob("*.py"))
     assert flat == ["__init__.py", "__main__.py"]
     packages = sorted(p.name for p in PKG.iterdir() if (p / "__init__.py").is_file())
     assert packages == sorted(MAY_USE)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The gpunode modules a module imports (lazy imports included): ``from P import n``
+    names the module P.n when there is one, else P itself."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "gpunode"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                where = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                where = node.module or ""
+            if where.split(".")[0] != "gpunode":
+                continue
+            for alias in node.names:
+                sub = f"{where}.{alias.name}"
+                out.add(sub if sub in modules else where)
+    return out
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), and modules
+    importing themselves."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_import_cycles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert sorted(import_cycles(graph)) == [["a", "b", "c"], ["e"]]
+
+
+def test_no_import_cycles_between_modules():
+    paths = sorted(PKG.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    graph = {module_name(p): module_imports(p, modules) - {module_name(p)} for p in paths}
+    assert import_cycles(graph) == []
+
+
+def module_map() -> dict[str, set[str]]:
+    """docs/architecture.md's module map: package -> the files it names (``x.py``, and
+    ``x.{c,py}`` for both)."""
+    text = (PKG.parents[1] / "docs" / "architecture.md").read_text()
+    block = text.split("```\nsrc/gpunode/\n", 1)[1].split("```", 1)[0]
+    listed: dict[str, set[str]] = {}
+    package = None
+    for line in block.splitlines():
+        m = re.match(r"  (\w+)/", line)
+        if m:
+            package = m[1]
+            listed.setdefault(package, set())
+            line = line[m.end() :]
+        for name, exts in re.findall(r"\b(\w+)\.(\{c,py\}|py\b)", line):
+            listed[package] |= {f"{name}.{e}" for e in exts.strip("{}").split(",")}
+    return listed
+
+
+def test_the_module_map_in_architecture_md_is_true():
+    listed = module_map()
+    present = {
+        package: {
+            p.name
+            for p in (PKG / package).iterdir()
+            if p.suffix in (".py", ".c") and not p.name.startswith("__")
+        }
+        for package in MAY_USE
+    }
+    assert sorted(listed) == sorted(present), "a package missing from the map (or not one)"
+    missing = {k: sorted(present[k] - listed[k]) for k in present if present[k] - listed[k]}
+    stale = {k: sorted(listed[k] - present[k]) for k in present if listed[k] - present[k]}
+    assert (missing, stale) == ({}, {}), "docs/architecture.md's module map: (missing, stale)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .base import EXIT_OK, Parser, UsageError, print_json
+from ..util.command import EXIT_OK, Parser, UsageError, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .base import EXIT_FAIL, EXIT_OK, UsageError, print_json
+from ..util.command import EXIT_FAIL, EXIT_OK, UsageError, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

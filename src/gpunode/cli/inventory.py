@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..nvidia import procfs
 from ..nvidia.inventory import SCHEMA, NoDriver, collect, format_table
-from .base import EXIT_NO_DRIVER, EXIT_OK, print_json
+from ..util.command import EXIT_NO_DRIVER, EXIT_OK, print_json
 
 # --------------------------------------------------------------------------- command
 

@@ -18,7 +18,14 @@ import os
 import sys
 
 from .. import __version__
-from .base import EXIT_FAIL, EXIT_USAGE, Parser, UsageError
+from ..util.command import (
+    EXIT_FAIL,
+    EXIT_USAGE,
+    InputError,
+    OperationError,
+    Parser,
+    UsageError,
+)
 
 # name: (module, help). Each module has add_arguments(parser) and run(args) -> exit code.
 COMMANDS = {
@@ -57,24 +64,10 @@ def build_parser(command: str | None = None) -> Parser:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from ..runtime.config import ConfigError
     from ..runtime.discovery import DiscoveryError
-    from ..sim.cluster import SimError
-    from ..sim.docker import DockerError
-    from ..sim.images import ImageError
-    from ..sim.mocknvml import MockBuildError
-    from ..sim.procfs import DevicesError
-    from ..sim.profiles import ProfileError
 
-    return (
-        ConfigError,
-        DiscoveryError,
-        ProfileError,
-        SimError,
-        DockerError,
-        ImageError,
-        MockBuildError,
-        DevicesError,
-        OSError,
-    )
+    # the simulator's errors are OperationErrors (and its ProfileError an InputError): the
+    # command never imports gpunode.sim, which nodes do not have
+    return (ConfigError, DiscoveryError, OperationError, OSError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,15 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from ..sim.profiles import ProfileError
-        from .engines.common import EngineConfigError, EngineRunError
+        from ..engines.common import EngineConfigError, EngineRunError
 
         if os.environ.get("GPUNODE_DEBUG"):
             raise
         if isinstance(exc, EngineRunError):
             print(f"gpunode: error: {exc}", file=sys.stderr)
             return EXIT_FAIL
-        if isinstance(exc, ProfileError | EngineConfigError):  # bad input (a config file)
+        if isinstance(exc, InputError | EngineConfigError):  # bad input (a profile, a config file)
             print(f"gpunode: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         if isinstance(exc, _known_errors()):

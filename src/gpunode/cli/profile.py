@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .base import EXIT_OK, UsageError, print_json
+from ..util.command import EXIT_OK, UsageError, print_json, require_simulator
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,6 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_simulator("profile")
     from ..sim import profiles
 
     if args.action == "list":

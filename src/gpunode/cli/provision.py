@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .base import Parser
+from ..util.command import Parser
 
 
 class _ThisParser:

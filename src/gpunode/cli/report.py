@@ -2,6 +2,8 @@
 summary) from `gpunode validate --json` result files or a results file holding every node's
 (report/results.py; `-` reads one from standard input), or, with --run, from a validation
 run over an inventory through ansible-runner (playbooks/validate.yml), with a line per node.
+--run needs the gpunode project (the playbook, its roles, ansible.cfg): --project,
+$GPUNODE_PROJECT, or the source tree gpunode runs from; an installed wheel has none.
 
 Exit codes: 0 report written and every node passed, 1 report written and a node failed (or
 the run failed), 2 bad input (result files, inventory, a report directory not writable).
@@ -14,10 +16,33 @@ import os
 import sys
 import tempfile
 
-from .base import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-PLAYBOOK = os.path.join(PROJECT, "playbooks", "validate.yml")
+PLAYBOOK = os.path.join("playbooks", "validate.yml")  # in the project
+
+
+def checkout(module: str = __file__) -> str | None:
+    """The source tree this gpunode runs from (module is src/gpunode/cli/report.py in it), or
+    None: installed from a wheel, gpunode has no playbooks beside it."""
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(module))))
+    root = os.path.dirname(src)
+    if os.path.basename(src) == "src" and os.path.isfile(os.path.join(root, PLAYBOOK)):
+        return root
+    return None
+
+
+def project_dir(given: str | None) -> str:
+    """The gpunode project --run uses (its playbooks/ and ansible.cfg): --project, else
+    $GPUNODE_PROJECT, else the source tree gpunode runs from."""
+    project = given or os.environ.get("GPUNODE_PROJECT") or checkout()
+    if not project:
+        raise UsageError(
+            "report: --run needs the gpunode project (playbooks/, roles/, ansible.cfg), which "
+            "an installed gpunode does not have: pass --project DIR or set GPUNODE_PROJECT"
+        )
+    if not os.path.isdir(project):
+        raise UsageError(f"report: project {project} is not a directory")
+    return os.path.abspath(project)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-i", "--inventory", help="inventory for --run")
     p.add_argument("--limit", help="host pattern for --run")
-    p.add_argument("--playbook", default=PLAYBOOK, help="validation playbook for --run")
+    p.add_argument(
+        "--project",
+        help="the gpunode project for --run (default: $GPUNODE_PROJECT, else the source tree "
+        "gpunode runs from)",
+    )
+    p.add_argument(
+        "--playbook", help=f"validation playbook for --run (default: PROJECT/{PLAYBOOK})"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the report path")
 
 
@@ -51,14 +83,16 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("report: --run needs -i INVENTORY")
         if not os.path.exists(args.inventory):
             raise UsageError(f"report: inventory {args.inventory} does not exist")
-        if not os.path.isfile(args.playbook):
-            raise UsageError(f"report: playbook {args.playbook} not found; pass --playbook")
+        project = project_dir(args.project)
+        playbook = args.playbook or os.path.join(project, PLAYBOOK)
+        if not os.path.isfile(playbook):
+            raise UsageError(f"report: playbook {playbook} not found; pass --playbook")
     elif not args.results:
         raise UsageError("report: name result files or directories, or use --run -i INVENTORY")
     try:
         if args.run_validation:
             with tempfile.TemporaryDirectory(prefix="gpunode-validate-") as tmp:
-                rc = run_validation(args.inventory, args.playbook, tmp, args.limit, args.quiet)
+                rc = run_validation(args.inventory, project, playbook, tmp, args.limit, args.quiet)
                 if rc is not None:
                     return rc
                 model = build.model_from([tmp])
@@ -80,69 +114,19 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAIL if s["failed"] else EXIT_OK
 
 
-def progress_line(event: dict) -> str | None:
-    """The line printed for one ansible-runner event: the result of a node's validation."""
-    kind = event.get("event")
-    data = event.get("event_data") or {}
-    if data.get("task_action") not in ("command", "ansible.builtin.command"):
-        return None
-    if "gpunode validate" not in str(data.get("task", "")):
-        return None
-    host = data.get("host", "?")
-    res = data.get("res") or {}
-    if kind == "runner_on_unreachable":
-        return f"{host}: unreachable: {str(res.get('msg', '')).strip()}"
-    if kind == "runner_on_skipped":  # the playbook does not run gpunode on GPU-less nodes
-        from ..report.results import NO_GPU
+def run_validation(
+    inventory: str, project: str, playbook: str, results: str, limit, quiet: bool
+) -> int | None:
+    """Run the validation playbook into ``results`` (report.run), a line per node unless
+    quiet; None when it ran, an exit code when it could not."""
+    from ..report.run import validation
 
-        return f"{host}: {NO_GPU}"
-    if kind in ("runner_on_ok", "runner_on_failed"):
-        import json
-
-        try:
-            doc = json.loads(res.get("stdout") or "")
-            counts = ", ".join(f"{v} {k}" for k, v in (doc.get("summary") or {}).items())
-            verdict = "FAILED" if doc.get("exit_code") else "ok"
-            return f"{host}: {verdict} ({counts}) in {doc.get('duration_s', '?')} s"
-        except (ValueError, AttributeError):
-            detail = (res.get("stderr") or res.get("msg") or "").strip().splitlines()
-            return f"{host}: could not run: {detail[-1] if detail else 'no output'}"
-    return None
-
-
-def run_validation(inventory: str, playbook: str, results: str, limit, quiet: bool) -> int | None:
-    """Run the validation playbook (results only, no report) into ``results``; None when it
-    ran, an exit code when it could not."""
-    try:
-        import ansible_runner
-    except ImportError:
-        raise UsageError(
-            "report: --run needs ansible-runner (pip install ansible-runner)"
-        ) from None
-
-    def on_event(event: dict) -> bool:
-        line = progress_line(event)
-        if line and not quiet:
+    def on_line(line: str) -> None:
+        if not quiet:
             print(line, flush=True)
-        return True
 
-    with tempfile.TemporaryDirectory(prefix="gpunode-runner-") as private:
-        r = ansible_runner.run(
-            private_data_dir=private,
-            playbook=os.path.abspath(playbook),
-            inventory=os.path.abspath(inventory),
-            limit=limit,
-            extravars={"gpunode_validate_results_dir": results, "gpunode_validate_report": False},
-            event_handler=on_event,
-            quiet=True,
-            project_dir=os.path.dirname(os.path.abspath(playbook)),
-            envvars={"ANSIBLE_CONFIG": os.path.join(PROJECT, "ansible.cfg")},
-        )
-        if r.rc != 0:
-            tail = [ln for ln in r.stdout.read().splitlines() if ln.strip()][-3:]
-            print(
-                f"gpunode: error: validation run failed (rc {r.rc}): {' / '.join(tail)}",
-                file=sys.stderr,
-            )
-            return EXIT_FAIL
-    return None
+    failed = validation(inventory, project, playbook, results, limit, on_line)
+    if failed is None:
+        return None
+    print(f"gpunode: error: {failed}", file=sys.stderr)
+    return EXIT_FAIL

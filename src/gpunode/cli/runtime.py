@@ -1,6 +1,6 @@
 """`gpunode runtime configure|refresh|install-links`: register the runtime with an engine
-(gpunode.cli.engines), rediscover the driver, put the executables on PATH
-(gpunode.cli.install)."""
+(gpunode.engines), rediscover the driver, put the executables on PATH
+(gpunode.runtime.firststage)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .base import EXIT_OK, Parser, UsageError, print_json
+from ..util.command import EXIT_OK, Parser, UsageError, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .engines.common import RUNTIME_PATH
-    from .engines.containerd import DROP_IN_DIR, DROP_IN_NAME
+    from ..engines.common import RUNTIME_PATH
+    from ..engines.containerd import DROP_IN_DIR, DROP_IN_NAME
 
     rtsub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
     conf = rtsub.add_parser("configure", help="register gpunode with a container engine")
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.action == "install-links":
-        from .install import install_links
+        from ..runtime.firststage import install_links
 
         result = install_links(Path(args.prefix), Path(sys.executable).parent)
         print_json(result) if args.json else print(
@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def setup(args: argparse.Namespace) -> int:
-    from . import runtime_setup as rs
-    from .engines import containerd, docker
-    from .engines.common import RUNTIME_PATH
+    from ..engines import containerd, docker
+    from ..engines import runtime_setup as rs
+    from ..engines.common import RUNTIME_PATH
 
     for engine in ("docker", "containerd"):  # an engine's options without the engine
         given = [k for k, v in vars(args).items() if k.startswith(f"{engine}_") and v]
@@ -143,11 +143,11 @@ def configure(args: argparse.Namespace) -> int:
         "dry_run": args.dry_run,
     }
     if args.engine == "docker":
-        from .engines import docker
+        from ..engines import docker
 
         res = docker.configure_docker(args.config_path or docker.DAEMON_JSON, **kwargs)
     else:
-        from .engines import containerd
+        from ..engines import containerd
 
         res = containerd.configure_containerd(
             args.config_path or containerd.CONFIG_TOML, drop_in_dir=args.drop_in_dir, **kwargs

@@ -7,7 +7,14 @@ import argparse
 import os
 from pathlib import Path
 
-from .base import EXIT_FAIL, EXIT_OK, Parser, UsageError, print_json
+from ..util.command import (
+    EXIT_FAIL,
+    EXIT_OK,
+    Parser,
+    UsageError,
+    print_json,
+    require_simulator,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_simulator("sim")
     if args.action == "apply-local":
         from ..sim import apply as sim_apply
         from ..sim.profiles import load_profile

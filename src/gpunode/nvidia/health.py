@@ -16,9 +16,8 @@ A new check is one entry in CHECKS (id, title, its flag per status) and one bran
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from .inventory import GpuInfo
+# ``gpu`` below is an inventory record (gpunode.nvidia.inventory.GpuInfo); not imported,
+# not even for typing: the inventory imports this module.
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
@@ -56,7 +55,7 @@ def missing(minor: int | None, detail: str | None = None) -> list[Verdict]:
     return _rest([("gpu.lost", SKIP, why), ("gpu.device_node", FAIL, detail or why)], why)
 
 
-def verdicts(gpu: GpuInfo) -> list[Verdict]:
+def verdicts(gpu) -> list[Verdict]:
     """The verdict of every check for a GPU NVML shows (see the module docstring)."""
     if gpu.lost:
         why = "NVML: GPU is lost (fallen off the bus); cannot be read"
@@ -72,7 +71,7 @@ def verdicts(gpu: GpuInfo) -> list[Verdict]:
     return out + [(c, *_judge(c, gpu)) for c in CHECKS if c not in ("gpu.lost", "gpu.device_node")]
 
 
-def _judge(check: str, gpu: GpuInfo) -> tuple[str, str]:
+def _judge(check: str, gpu) -> tuple[str, str]:
     """(status, detail) of one counter check of a GPU NVML reads."""
     if check == "gpu.ecc_uncorrectable":
         if not gpu.ecc_mode:
@@ -110,6 +109,6 @@ def _judge(check: str, gpu: GpuInfo) -> tuple[str, str]:
     raise KeyError(check)  # a check in CHECKS without its branch: a bug, caught by tests
 
 
-def flags(gpu: GpuInfo) -> list[str]:
+def flags(gpu) -> list[str]:
     """The inventory's health flags of ``gpu`` (empty: healthy)."""
     return [FLAGS[c, s] for c, s, _ in verdicts(gpu) if (c, s) in FLAGS]

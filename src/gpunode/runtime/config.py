@@ -54,7 +54,7 @@ DEFAULT_PATH = "/etc/gpunode/runtime.toml"  # a str: pathlib costs ~3 ms per con
 # whatever the file's path; $GPUNODE_RUNTIME_CONFIG_CACHE moves it ("" turns it off).
 PARSED_CACHE = "/run/gpunode/runtime-toml.json"
 LOG_LEVELS = ("debug", "info", "warning", "error")
-# What the sh first stage (gpunode.cli.install.dispatcher) needs to know of runtime.toml, in
+# What the sh first stage (gpunode.runtime.firststage.dispatcher) needs to know of runtime.toml, in
 # lines its builtins read: the runtimes entries and the spec markers the annotation
 # prefixes add. $GPUNODE_RUNTIME_FIRST_STAGE moves it ("" turns it off). See first_stage().
 FIRST_STAGE = "/run/gpunode/first-stage"
@@ -250,9 +250,9 @@ def _apply(cfg: RuntimeConfig, data: dict[str, Any]) -> None:
 
 
 def first_stage_markers(prefixes: list[str]) -> list[str]:
-    """Strings, beyond gpunode.runtime.shim.REQUEST_MARKERS, whose absence from a
+    """Strings, beyond gpunode.runtime.REQUEST_MARKERS, whose absence from a
     config.json proves that none of its annotation keys starts with one of `prefixes`."""
-    from .shim import REQUEST_MARKERS
+    from . import REQUEST_MARKERS
 
     markers = [m.decode() for m in REQUEST_MARKERS]
     extra: list[str] = []

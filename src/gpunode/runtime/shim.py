@@ -27,16 +27,19 @@ rootfs=<ms> sources=<ms> runtime=<ms> proc=<ms> total=<ms>``: step 1 (from the f
 decision), the two parts of step 3 and step 2 (they overlap: rootfs and sources run
 during runtime), step 4, and all of it.
 
-This module imports only ``os`` and ``sys`` at load time: ``start``, ``state``, ``delete``
+This module imports only ``os``, ``sys`` and its package (gpunode.runtime, nothing but
+constants) at load time: ``start``, ``state``, ``delete``
 and the rest go straight to execve.
 
 Its public surface for `gpunode runtime install-links`, which generates the POSIX sh first
-stage from it (gpunode.cli.install): ``VALUE_OPTS``, ``REQUEST_MARKERS`` and
-``DEFAULT_RUNTIMES``.
+stage from it (gpunode.runtime.firststage): ``VALUE_OPTS``, ``DEFAULT_RUNTIMES`` and
+gpunode.runtime.REQUEST_MARKERS (imported here from the package).
 """
 
 import os
 import sys
+
+from . import REQUEST_MARKERS
 
 PROG = "gpunode-container-runtime"
 DEFAULT_RUNTIMES = ("runc", "crun")
@@ -503,17 +506,6 @@ def _delete(runtime, global_opts, container_id):
         _wait(pid)
     except OSError:
         pass
-
-
-# Byte strings whose absence proves a spec makes no GPU request (see surely_not_gpu).
-REQUEST_MARKERS = (
-    b"NVIDIA_VISIBLE_DEVICES",
-    b"CUDA_VERSION",
-    b"nvidia-container-devices",
-    b"nvidia-container-runtime-hook",
-    b"nvidia-container-toolkit",
-    b"cdi.k8s.io/",
-)
 
 
 def surely_not_gpu(raw, config_exists):

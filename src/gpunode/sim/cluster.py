@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from ..nvidia.devices import NVIDIA_MAJOR
+from ..util.command import OperationError
 from . import images, mocknvml, procdriver
 from .docker import docker, exec_
 from .procfs import CAPS_MAJOR, UVM_MAJOR
@@ -47,9 +48,12 @@ NODE_CAPS = [
 VENV = "/opt/gpunode"
 WHEELS_IN_NODE = "/opt/gpunode-wheels"
 MOCK_IN_NODE = "/usr/lib/gpunode-sim/libnvidia-ml.mock.so"
+# The simulator's own copy of gpunode (this tree, gpunode.sim included) in a node, where
+# `sim apply-local` runs from: the wheel nodes get (VENV) leaves the simulator out.
+SIM_IN_NODE = "/opt/gpunode-sim"
 
 
-class SimError(RuntimeError):
+class SimError(OperationError, RuntimeError):
     pass
 
 
@@ -365,10 +369,13 @@ def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
 
 
 def copy_mock(name: str, art: Artifacts) -> None:
-    """Copy the mock NVML and procdriver into the node, where `sim apply-local` finds them."""
+    """Copy the mock NVML and procdriver into the node, where `sim apply-local` finds them,
+    and the simulator itself (this gpunode tree) into SIM_IN_NODE."""
     exec_(name, ["mkdir", "-p", str(Path(MOCK_IN_NODE).parent)])
     docker(["cp", str(art.mock), f"{name}:{MOCK_IN_NODE}"])
     docker(["cp", str(art.procdriver), f"{name}:{procdriver.IN_NODE}"])
+    exec_(name, ["sh", "-c", f"rm -rf {SIM_IN_NODE} && mkdir -p {SIM_IN_NODE}"])
+    docker(["cp", str(Path(__file__).resolve().parents[1]), f"{name}:{SIM_IN_NODE}/gpunode"])
 
 
 def apply(name: str, profile: str, log=print) -> dict:
@@ -378,7 +385,9 @@ def apply(name: str, profile: str, log=print) -> dict:
         ref = f"/var/lib/gpunode-sim/{Path(profile).name}"
         exec_(name, ["mkdir", "-p", "/var/lib/gpunode-sim"])
         docker(["cp", profile, f"{name}:{ref}"])
-    proc = exec_(name, ["gpunode", "sim", "apply-local", ref, "--json"], check=False)
+    # the node's python3 (python3-yaml) with the simulator's copy: not the node's gpunode
+    sim = ["env", f"PYTHONPATH={SIM_IN_NODE}", "python3", "-m", "gpunode", "sim"]
+    proc = exec_(name, [*sim, "apply-local", ref, "--json"], check=False)
     if proc.returncode != 0:
         raise SimError(f"{name}: applying {profile} failed: {proc.stderr.decode().strip()}")
     result = json.loads(proc.stdout)

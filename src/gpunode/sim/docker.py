@@ -5,8 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from ..util.command import OperationError
 
-class DockerError(RuntimeError):
+
+class DockerError(OperationError, RuntimeError):
     pass
 
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.command import OperationError
 from .docker import docker, image_exists
 
 RECIPE_VERSION = "3"
@@ -93,7 +94,7 @@ rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/*
 """
 
 
-class ImageError(RuntimeError):
+class ImageError(OperationError, RuntimeError):
     pass
 
 

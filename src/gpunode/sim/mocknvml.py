@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..util.command import OperationError
 from ..util.files import write_atomic
 
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
@@ -72,7 +73,7 @@ _COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _NAME_RE = re.compile(r"nvml[A-Za-z0-9_]+")
 
 
-class MockBuildError(RuntimeError):
+class MockBuildError(OperationError, RuntimeError):
     """The mock NVML library could not be built or patched."""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from ..nvidia.devices import NVIDIA_MAJOR
+from ..util.command import OperationError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ RENAMED_IN_BRANCH = 545
 _DEVICES_LINE = re.compile(r" *(\d+) (\S.*)")
 
 
-class DevicesError(RuntimeError):
+class DevicesError(OperationError, RuntimeError):
     """The kernel's /proc/devices cannot take the simulated driver's lines."""
 
 

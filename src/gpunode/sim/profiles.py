@@ -42,6 +42,7 @@ import yaml
 
 from ..nvidia.busid import BusId
 from ..nvidia.nvml import BRANDS
+from ..util.command import InputError
 
 FAULTS = {
     "fallen_off_bus": "the GPU fell off the bus: NVML reports GPU_IS_LOST",
@@ -145,7 +146,7 @@ TOP_KEYS = {"name", "description", "driver", "defaults", "gpus"}
 DRIVER_KEYS = {"version", "cuda_version", "kernel_module"}
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError, ValueError):
     """A profile is invalid. The message is one line naming the value and what is accepted."""
 
 

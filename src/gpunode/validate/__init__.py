@@ -12,6 +12,6 @@ Modules:
   output     JSON, the human table, the Prometheus textfile
   command    the CLI subcommand
 
-It sits above gpunode.cli (it reuses the inventory and the engines' daemon.json rules) and
+It uses gpunode.nvidia (the inventory) and gpunode.engines (daemon.json read as configure reads it) and
 is loaded only by `gpunode validate`, never on the container start path.
 """

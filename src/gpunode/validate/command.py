@@ -10,7 +10,7 @@ import sys
 import time
 
 from .. import __version__
-from ..cli.base import print_json
+from ..util.command import print_json
 from . import output
 from .expect import ENGINES, BadInput, Expectations, build
 from .model import EXIT_BAD_INPUT, SCHEMA, Result

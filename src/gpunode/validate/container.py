@@ -244,7 +244,7 @@ def evaluate(
 
     runtime = expect.runtime_name
     if expect.engine == "podman":
-        from ..cli.engines.common import RUNTIME_PATH
+        from ..engines.common import RUNTIME_PATH
 
         runtime = RUNTIME_PATH
     requests = {usable[0].uuid: [usable[0]], "all": usable}

@@ -3,7 +3,7 @@ configuration is valid, and gpunode's runtime is registered with the running eng
 its default when that is expected).
 
 daemon.json is read with the rules `gpunode runtime configure docker` writes it by
-(gpunode.cli.engines); the running engine's view comes from ``docker info``, so a
+(gpunode.engines); the running engine's view comes from ``docker info``, so a
 daemon.json changed without a restart shows as not registered. With ``--engine none`` every
 engine and container check is skipped; an engine that is not installed fails engine.active
 with one line and the checks that need it are skipped.
@@ -17,8 +17,8 @@ import shutil
 import subprocess
 from typing import Any
 
-from ..cli.engines.common import RUNTIME_PATH, EngineConfigError, decode, read
-from ..cli.engines.docker import DAEMON_JSON, _load_daemon_json
+from ..engines.common import RUNTIME_PATH, EngineConfigError, decode, read
+from ..engines.docker import DAEMON_JSON, load_daemon_json
 from .expect import Expectations
 from .model import FAIL, PASS, SKIP, Check, titled
 
@@ -90,7 +90,7 @@ def evaluate(
 
     try:
         raw, _ = read(daemon_json)
-        config = _load_daemon_json(daemon_json, decode(daemon_json, raw))
+        config = load_daemon_json(daemon_json, decode(daemon_json, raw))
     except EngineConfigError as exc:
         add("engine.daemon_json", FAIL, str(exc).replace("; left unchanged", ""))
         add("engine.runtime_registered", SKIP, f"{daemon_json} cannot be read")

@@ -6,7 +6,7 @@ import json
 
 from gpunode.cli import main as cli
 
-from .conftest import GPU
+from ..conftest import GPU
 
 
 def test_explain_gpu_request(fake_node, capsys):

@@ -36,7 +36,7 @@ def test_runtime_configure_bad_json_is_one_line(tmp_path, capsys):
 def test_runtime_configure_missing_containerd_is_a_failure_not_bad_input(
     tmp_path, capsys, monkeypatch
 ):
-    from gpunode.cli.engines import containerd
+    from gpunode.engines import containerd
 
     monkeypatch.setattr(containerd, "CONTAINERD", "no-such-containerd")
     (tmp_path / "conf.d").mkdir()

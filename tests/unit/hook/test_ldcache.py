@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.cli import install
 from gpunode.hook import ldcache
 from gpunode.hook.errors import HookError
-from gpunode.runtime import edits, oci
+from gpunode.runtime import edits, firststage, oci
 from gpunode.util import ldsocache
 
 from ..helpers import cc, snapshot
@@ -238,8 +237,8 @@ def test_hook_leaves_the_container_root_at_once(ld_rootfs, tmp_path):
     open so that the hook waits there; look at its cwd then."""
     launcher = tmp_path / "gpunode-hook"
     launcher.write_text(
-        install.LAUNCHER.format(
-            python=sys.executable, paths=repr(str(SRC)), module=install.LAUNCHERS["gpunode-hook"]
+        firststage.LAUNCHER.format(
+            python=sys.executable, paths=repr(str(SRC)), module=firststage.LAUNCHERS["gpunode-hook"]
         )
     )
     launcher.chmod(0o755)

@@ -239,3 +239,35 @@ def test_report_run_limit(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout == f"report: {out}/index.html\n"
     assert [n["node"] for n in json.loads((out / "report.json").read_text())["nodes"]] == ["n-a100"]
+
+
+def test_report_run_installed_from_the_wheel_needs_the_project(tmp_path):
+    """gpunode as the node wheel installs it (no playbooks beside it): --run says to pass
+    --project (or GPUNODE_PROJECT) and, given it, runs that project's playbook."""
+    import zipfile
+
+    from ..helpers import build_node_wheel
+
+    site = tmp_path / "site-packages"
+    zipfile.ZipFile(build_node_wheel(ROOT, tmp_path / "wheels")).extractall(site)
+    inv, out = str(inventory(tmp_path)), tmp_path / "reports"
+    argv = [sys.executable, "-m", "gpunode", "report", "--run", "-i", inv, "-o", str(out), "-q"]
+    installed = {k: v for k, v in env(tmp_path).items() if k != "GPUNODE_PROJECT"}
+    installed["PYTHONPATH"] = str(site)  # before the editable install's src on sys.path
+
+    def gpunode(*extra: str, **more: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*argv, *extra], cwd=tmp_path, env=installed | more, capture_output=True, text=True,
+            timeout=300, check=False,
+        )  # fmt: skip
+
+    where = gpunode("--help")
+    assert where.returncode == 0 and "--project" in where.stdout
+    proc = gpunode("--limit", "n-a100")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "pass --project DIR or set GPUNODE_PROJECT" in proc.stderr
+    assert not out.exists()
+    proc = gpunode("--limit", "n-a100", "--project", str(ROOT))
+    assert (proc.returncode, proc.stdout) == (0, f"report: {out}/index.html\n"), proc.stderr
+    proc = gpunode("--limit", "n-a100", GPUNODE_PROJECT=str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and f"project {tmp_path}/nowhere is not a directory" in proc.stderr

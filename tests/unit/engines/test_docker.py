@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpunode.cli.engines import docker
-from gpunode.cli.engines.common import EngineConfigError
-from gpunode.cli.engines.docker import configure_docker
+from gpunode.engines import docker
+from gpunode.engines.common import EngineConfigError
+from gpunode.engines.docker import configure_docker
 
 from .fakes import RT, read_json
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.cli.engines import containerd
-from gpunode.cli.engines.common import EngineConfigError
-from gpunode.cli.engines.containerd import configure_containerd
+from gpunode.engines import containerd
+from gpunode.engines.common import EngineConfigError
+from gpunode.engines.containerd import configure_containerd
 
 from .fakes import RT, V2, ctd, fake_containerd, load, runtime
 

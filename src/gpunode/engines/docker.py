@@ -1,7 +1,7 @@
 """`gpunode runtime configure docker`: register gpunode's OCI runtime in daemon.json.
 
 Behaves like `nvidia-ctk runtime configure` (container-toolkit.md section 5), with the file
-rules of gpunode.cli.engines.common; daemon.json is checked with ``dockerd --validate``
+rules of gpunode.engines.common; daemon.json is checked with ``dockerd --validate``
 (Docker >= 23) before it is replaced.
 """
 
@@ -33,7 +33,10 @@ DOCKERD_VALIDATE_MIN_MAJOR = 23  # `dockerd --validate` appeared in Docker 23.0
 DAEMON_JSON = "/etc/docker/daemon.json"
 
 
-def _load_daemon_json(path: str, text: str) -> dict:
+def load_daemon_json(path: str, text: str) -> dict:
+    """daemon.json's content as a dict (empty text: {}); anything else is an
+    EngineConfigError naming ``path``. The one reading of the file: configure and
+    gpunode.validate.engine both use it."""
     if not text.strip():
         return {}
     try:
@@ -131,7 +134,7 @@ def _configure_docker(
 ) -> ConfigureResult:
     old, old_stat = read(real)
     text = decode(path, old)
-    config = _load_daemon_json(path, text)
+    config = load_daemon_json(path, text)
     new = _merge_docker(path, config, reg)
     changed = old is None or _canonical(new) != _canonical(config)
     if not changed:

@@ -10,23 +10,22 @@ import time
 
 import pytest
 
-from gpunode.cli import install
-from gpunode.runtime import config, shim
+from gpunode.runtime import config, firststage, shim
 
 
 def test_install_links_respects_nvidia_toolkit(tmp_path, monkeypatch):
     bindir = tmp_path / "venv-bin"
     bindir.mkdir()
     prefix = tmp_path / "bin"
-    monkeypatch.setattr(install.shutil, "which", lambda *a, **k: None)
-    res = install.install_links(prefix, bindir)
+    monkeypatch.setattr(firststage.shutil, "which", lambda *a, **k: None)
+    res = firststage.install_links(prefix, bindir)
     assert res["changed"] and (prefix / "nvidia-container-runtime-hook").is_symlink()
-    assert install.install_links(prefix, bindir)["changed"] is False
+    assert firststage.install_links(prefix, bindir)["changed"] is False
     other = tmp_path / "nvidia"
     other.write_text("")
     prefix2 = tmp_path / "bin2"
-    monkeypatch.setattr(install.shutil, "which", lambda *a, **k: str(other))
-    res = install.install_links(prefix2, bindir)
+    monkeypatch.setattr(firststage.shutil, "which", lambda *a, **k: str(other))
+    res = firststage.install_links(prefix2, bindir)
     assert not (prefix2 / "nvidia-container-runtime-hook").exists()
     assert res["nvidia_toolkit_hook"] == str(other)
 
@@ -40,7 +39,7 @@ def _dispatch(tmp_path, argv, spec_text=None, config=False):
         f.write_text(f'#!/bin/sh\necho {name} "$@"\n')
         f.chmod(0o755)
     script = tmp_path / "gpunode-container-runtime"
-    script.write_text(install.dispatcher(str(fake / "python-runtime")))
+    script.write_text(firststage.dispatcher(str(fake / "python-runtime")))
     bundle = tmp_path / "bundle"
     bundle.mkdir(exist_ok=True)
     if spec_text is not None:
@@ -137,7 +136,7 @@ class Node:
         self.conf = self.etc / "runtime.toml"
         self.side = tmp_path / "run" / "first-stage"
         self.script = tmp_path / "gpunode-container-runtime"
-        self.script.write_text(install.dispatcher(str(self.bin / "python-runtime")))
+        self.script.write_text(firststage.dispatcher(str(self.bin / "python-runtime")))
         self.bundle = tmp_path / "bundle"
         self.bundle.mkdir()
         self.env = {
@@ -415,7 +414,7 @@ def test_a_runtime_path_with_blanks_is_quoted(tmp_path):
     runtime.write_text('#!/bin/sh\necho "python-runtime $0"\n')
     runtime.chmod(0o755)
     script = tmp_path / "stage"
-    script.write_text(install.dispatcher(str(runtime)))
+    script.write_text(firststage.dispatcher(str(runtime)))
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "config.json").write_text(GPU_SPEC)
@@ -440,7 +439,7 @@ def test_a_runtime_path_with_blanks_is_quoted(tmp_path):
 @pytest.mark.parametrize("bad", ["/opt/a\nb/rt.py", "/opt/a\rb/rt.py"])
 def test_a_runtime_path_with_a_line_break_is_refused(bad):
     with pytest.raises(ValueError, match="newline"):
-        install.dispatcher(bad)
+        firststage.dispatcher(bad)
 
 
 def test_install_links_refuses_what_a_launcher_cannot_hold(tmp_path, monkeypatch, capsys):

@@ -32,7 +32,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from ...util import files
+from ..util import files
 
 VALIDATE_TIMEOUT = 60
 BACKUP_SUFFIX = ".gpunode-backup"

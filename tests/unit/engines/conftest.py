@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpunode.cli.engines import containerd, docker
+from gpunode.engines import containerd, docker
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from gpunode.cli.engines import containerd
+from gpunode.engines import containerd
 
 RT = "/usr/local/bin/gpunode-container-runtime"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.cli.engines.common import EngineConfigError
-from gpunode.cli.engines.containerd import configure_containerd
-from gpunode.cli.engines.docker import configure_docker
+from gpunode.engines.common import EngineConfigError
+from gpunode.engines.containerd import configure_containerd
+from gpunode.engines.docker import configure_docker
 
 from .fakes import BARRIER, DUMP, ctd, dangling, fake_containerd, load, read_json
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpunode.cli import main as cli
-from gpunode.cli import runtime_setup
-from gpunode.cli.engines import containerd, docker
+from gpunode.engines import containerd, docker, runtime_setup
 from gpunode.runtime import discovery
 
 RT = "/usr/local/bin/gpunode-container-runtime"
@@ -88,7 +87,7 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path, monkeypatch, fake_node):
-    """fake_node (tests/unit/cli/conftest.py): device nodes under tmp_path, discovery one T4."""
+    """fake_node (tests/unit/conftest.py): device nodes under tmp_path, discovery one T4."""
     n = Node(tmp_path / "node")
     n.dev_root = str(tmp_path)
     exe = tmp_path / "bin" / "systemctl"

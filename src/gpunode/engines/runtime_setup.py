@@ -8,8 +8,8 @@ module execution for the gpu_container_runtime role):
 3. systemd units from the given content; ``daemon-reload`` only when one changed (or
    systemd still has an older one loaded), ``enable`` and ``start`` only for a unit that is
    not enabled or active yet;
-4. containerd: the drop-in and ``imports`` (gpunode.cli.engines.containerd);
-5. Docker: the runtime merged into daemon.json (gpunode.cli.engines.docker: other keys
+4. containerd: the drop-in and ``imports`` (gpunode.engines.containerd);
+5. Docker: the runtime merged into daemon.json (gpunode.engines.docker: other keys
    kept, backup, lock, ``dockerd --validate``).
 
 Every file is replaced atomically; the result says which changed and which engines need a
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 from ..runtime import config as runtime_config
 from ..util import files
-from .base import UsageError
-from .engines.common import EngineRunError, makedirs, read, run_tool
+from ..util.command import UsageError
+from .common import EngineRunError, makedirs, read, run_tool
 
 UNIT_DIR = "/etc/systemd/system"
 # The systemctl executable; tests point this at a fake.
@@ -235,7 +235,7 @@ def _engine_file(kind: str, path: str, after: str, before: bytes | None) -> File
 
 
 def _docker(d: Docker, dry_run: bool, result: Result) -> None:
-    from .engines import docker
+    from . import docker
 
     before, _ = read(d.config)
     res = docker.configure_docker(
@@ -255,7 +255,7 @@ def _docker(d: Docker, dry_run: bool, result: Result) -> None:
 
 
 def _containerd(c: Containerd, dry_run: bool, result: Result) -> None:
-    from .engines import containerd
+    from . import containerd
 
     drop_in = os.path.join(c.drop_in_dir, containerd.DROP_IN_NAME)
     before, _ = read(c.config)

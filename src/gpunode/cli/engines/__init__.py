@@ -1,2 +1,0 @@
-"""Registering gpunode's runtime with container engines: docker (daemon.json), containerd
-(a drop-in and ``imports``), and the file rules both follow (common)."""

@@ -23,6 +23,8 @@ MAY_USE = {
     # validate sits above cli: it reuses the inventory and the engines' daemon.json rules;
     # cli/main.py names it only as a string in the lazy table.
     "validate": {"util", "nvidia", "provision", "cli", "validate", ""},
+    # the CRI client stands beside the engines, talking to them as kubelet does
+    "cri": {"util", "cri"},
 }
 
 

@@ -1,5 +1,6 @@
-"""The proof through the real consumer: pods through containerd's CRI on a simulated Debian 13
-node (containerd 1.7), as kubelet runs them for each NVIDIA device-plugin strategy.
+"""The proof through the real consumer: pods through containerd's CRI on simulated Debian 13
+(containerd 1.7) and Debian 12 (containerd 1.6) nodes, as kubelet runs them for each NVIDIA
+device-plugin strategy.
 
 gpunode's own CRI client (gpunode.cri) speaks runtime.v1 to the node's containerd socket —
 RunPodSandbox with a pause image built here, CreateContainer, StartContainer, the container's
@@ -11,6 +12,11 @@ probe, run by the image's python3) and /proc/driver/nvidia/gpus. Strategies:
                     and through gpunode as containerd's default runtime
   cdi-annotations   cdi.k8s.io/* container annotations, injected by containerd (runc handler)
   cdi-cri           ContainerConfig.CDI_devices (field 17), injected by containerd
+
+containerd 1.6 has no CDI: both CDI strategies give the pod no GPU, silently. There the
+annotations reach gpunode's runtime (which resolves them itself) only when its handler passes
+them on (``container_annotations``), which `gpunode runtime configure containerd` does not
+write: the site's config has to declare it, and configure keeps it.
 
 A pod without a request gets no GPU; a bad request fails with one clear line in the container's
 status (the runtime's refusal, reason StartError) or as CreateContainer's error (CDI).
@@ -54,17 +60,29 @@ DROP_IN = "/etc/containerd/conf.d/99-gpunode.toml"
 NVIDIA_DROP_IN_DIR = "/etc/containerd/nvidia.d"
 
 
-def main_config(sandbox_image: str) -> str:
-    """The site's own containerd config.toml (Debian's, plus the sandbox image)."""
-    return (
+RELEASES = ("bookworm", "trixie")
+CONTAINERD = {"bookworm": "1.6.", "trixie": "1.7."}
+
+
+def main_config(sandbox_image: str, runtimes: dict[str, list[str]] | None = None) -> str:
+    """The site's own containerd config.toml: Debian's, plus the sandbox image, plus
+    ``container_annotations`` for the handlers named in *runtimes*."""
+    text = (
         "version = 2\n\n"
         f"{CRI}\n"
         f'  sandbox_image = "{sandbox_image}"\n'
         "  restrict_oom_score_adj = true\n"
-        f'  [plugins."io.containerd.grpc.v1.cri".cni]\n'
+        f"  {CRI[:-1]}.cni]\n"
         '    bin_dir = "/usr/lib/cni"\n'
         '    conf_dir = "/etc/cni/net.d"\n'
     )
+    if runtimes:  # a runtimes table of one's own replaces containerd's default (runc) one
+        text += f"  {CRI[:-1]}.containerd.runtimes.runc]\n"
+        text += '    runtime_type = "io.containerd.runc.v2"\n'
+    for name, patterns in (runtimes or {}).items():
+        text += f"  {CRI[:-1]}.containerd.runtimes.{name}]\n"
+        text += f"    container_annotations = {json.dumps(patterns)}\n"
+    return text
 
 
 class CriNode:
@@ -73,10 +91,10 @@ class CriNode:
         pid = docker(["inspect", "-f", "{{.State.Pid}}", node.name]).stdout.decode().strip()
         self.root = f"/proc/{pid}/root"
 
-    def configure(self, *configure_args: list[str]) -> None:
+    def configure(self, *configure_args: list[str], runtimes: dict | None = None) -> None:
         """A fresh main config, then each `gpunode runtime configure containerd` run given,
         then containerd restarted and answering the CRI."""
-        content = main_config(self.sandbox_image)
+        content = main_config(self.sandbox_image, runtimes)
         self.node.sh(
             f"rm -rf /etc/containerd/conf.d {NVIDIA_DROP_IN_DIR} && "
             f"printf %s {shlex.quote(content)} > /etc/containerd/config.toml"
@@ -91,7 +109,24 @@ class CriNode:
                     break
                 except CRIError:
                     subprocess.run(["sleep", "0.1"], check=True)
-            assert c.version().runtime_version.startswith("1.7."), c.version()
+            version = c.version().runtime_version
+        assert version.startswith(CONTAINERD[self.node.release]), (self.node.name, version)
+
+    def configure_handlers(self, runtimes: dict | None = None) -> None:
+        """gpunode registered as the handlers `gpunode` and `nvidia`, CDI on, runc the default.
+
+        One configure run registers one name (its drop-in holds one runtime and is regenerated
+        from the configuration without itself), so the second name needs a second drop-in
+        directory imported after the first: its copy of the CRI section then carries both."""
+        self.configure(
+            ["--name", "gpunode", "--cdi"],
+            ["--name", "nvidia", "--cdi", "--drop-in-dir", NVIDIA_DROP_IN_DIR],
+            runtimes=runtimes,
+        )
+        dump = self.node.sh("containerd config dump").stdout
+        for name in ("gpunode", "nvidia"):
+            assert f"{CRI[:-1]}.containerd.runtimes.{name}.options]" in dump, name
+        assert 'default_runtime_name = "runc"' in dump
 
     def client(self) -> Client:
         return Client(root=self.root, timeout=90)
@@ -102,7 +137,10 @@ class CriNode:
 
     def probe(self, name: str, **kwargs) -> dict:
         res = self.run(name, **kwargs)
-        assert (res.state, res.exit_code, res.reason) == ("CONTAINER_EXITED", 0, "Completed"), res
+        assert (res.state, res.exit_code, res.reason) == ("CONTAINER_EXITED", 0, "Completed"), (
+            self.node.release,
+            res,
+        )
         return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -119,47 +157,48 @@ def import_image(node: Node, archive_cmd: list[str]) -> None:
     assert save.returncode == 0 and imp.returncode == 0, imp.stderr.decode()
 
 
+def prepare(node: Node) -> CriNode:
+    node.sh(
+        "systemctl stop docker docker.socket containerd && "
+        "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
+        "systemctl start containerd docker"
+    )
+    node.sh("gpunode cdi generate --install")
+    archive, sandbox_image = pause.build(ROOT / "build" / "cri")
+    import_image(node, ["cat", str(archive)])
+    import_image(node, ["docker", "save", node.workload])
+    image = f"docker.io/{node.workload}"
+    listed = node.sh("ctr -n k8s.io images ls -q").stdout.split()
+    assert sandbox_image in listed and image in listed, listed
+    return CriNode(node, sandbox_image, image)
+
+
 @pytest.fixture(scope="module")
-def cri_node(artifacts, image_tags):
+def cri_nodes(artifacts, image_tags):
     prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
-    spec = cluster.NodeSpec(f"{prefix}-cri-trixie", "trixie", "a100x4")
-    start_nodes([spec], artifacts, image_tags)
-    node = Node(spec.name, spec.release, image_tags["workload-bookworm"])
+    specs = [cluster.NodeSpec(f"{prefix}-cri-{r}", r, "a100x4") for r in RELEASES]
     try:
-        node.sh(
-            "systemctl stop docker docker.socket containerd && "
-            "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
-            "systemctl start containerd docker"
-        )
-        node.sh("gpunode cdi generate --install")
-        archive, sandbox_image = pause.build(ROOT / "build" / "cri")
-        import_image(node, ["cat", str(archive)])
-        import_image(node, ["docker", "save", node.workload])
-        image = f"docker.io/{node.workload}"
-        listed = node.sh("ctr -n k8s.io images ls -q").stdout.split()
-        assert sandbox_image in listed and image in listed, listed
-        yield CriNode(node, sandbox_image, image)
+        start_nodes(specs, artifacts, image_tags)
+        yield {
+            s.release: prepare(Node(s.name, s.release, image_tags["workload-bookworm"]))
+            for s in specs
+        }
     finally:
         if not os.environ.get("GPUNODE_KEEP_NODES"):
-            cluster.down_names([spec.name], log=lambda *_: None)
+            cluster.down_names([s.name for s in specs], log=lambda *_: None)
 
 
 @pytest.fixture(scope="module")
-def handlers(cri_node):
-    """gpunode registered as the handlers `gpunode` and `nvidia`, CDI on, runc the default.
+def handlers(cri_nodes):
+    for n in cri_nodes.values():
+        n.configure_handlers()
+    assert "enable_cdi = true" in cri_nodes["trixie"].node.sh("containerd config dump").stdout
+    return cri_nodes
 
-    One configure run registers one name (its drop-in holds one runtime and is regenerated
-    from the configuration without itself), so the second name needs a second drop-in
-    directory imported after the first: its copy of the CRI section then carries both."""
-    cri_node.configure(
-        ["--name", "gpunode", "--cdi"],
-        ["--name", "nvidia", "--cdi", "--drop-in-dir", NVIDIA_DROP_IN_DIR],
-    )
-    dump = cri_node.node.sh("containerd config dump").stdout
-    for name in ("gpunode", "nvidia"):
-        assert f"{CRI[:-1]}.containerd.runtimes.{name}.options]" in dump, name
-    assert 'default_runtime_name = "runc"' in dump and "enable_cdi = true" in dump
-    return cri_node
+
+@pytest.fixture(params=RELEASES)
+def release(request):
+    return request.param
 
 
 def assert_gpus(out: dict, want: list[int]) -> None:
@@ -186,15 +225,28 @@ ENVVAR = {  # name: (handler, NVIDIA_VISIBLE_DEVICES, GPUs)
 
 
 @pytest.mark.parametrize("case", sorted(ENVVAR))
-def test_envvar_through_the_runtimeclass_handler(handlers, case):
+def test_envvar_through_the_runtimeclass_handler(handlers, release, case):
     handler, value, want = ENVVAR[case]
-    out = handlers.probe(case, handler=handler, env={"NVIDIA_VISIBLE_DEVICES": value})
+    out = handlers[release].probe(case, handler=handler, env={"NVIDIA_VISIBLE_DEVICES": value})
     assert_gpus(out, want)
 
 
-def test_envvar_needs_gpunode_behind_the_handler(handlers):
+def test_envvar_needs_gpunode_behind_the_handler(handlers, release):
     """Under runc (the default here) the variable is only a variable: no GPU."""
-    assert_no_gpu(handlers.probe("envvar-runc", env={"NVIDIA_VISIBLE_DEVICES": "1"}))
+    assert_no_gpu(handlers[release].probe("envvar-runc", env={"NVIDIA_VISIBLE_DEVICES": "1"}))
+
+
+@pytest.mark.parametrize("handler", ["", "nvidia", "gpunode"])
+def test_pod_without_request_gets_no_gpu(handlers, release, handler):
+    assert_no_gpu(handlers[release].probe(f"no-request-{handler or 'default'}", handler=handler))
+
+
+def test_bad_envvar_request_is_one_line_in_the_container_status(handlers, release):
+    res = handlers[release].run("bad-envvar", handler="nvidia", env={"NVIDIA_VISIBLE_DEVICES": "7"})
+    assert (res.state, res.reason, res.stdout) == ("CONTAINER_EXITED", "StartError", ""), res
+    assert "\n" not in res.message
+    assert "unknown device '7' requested; this node has: 0 (" in res.message, res.message
+    assert all(u in res.message for u in UUID), res.message
 
 
 CDI = {  # name: (annotations, CDI_devices, GPUs)
@@ -210,23 +262,10 @@ CDI = {  # name: (annotations, CDI_devices, GPUs)
 
 
 @pytest.mark.parametrize("case", sorted(CDI))
-def test_cdi_through_containerd(handlers, case):
+def test_cdi_through_containerd_17(handlers, case):
     annotations, devices, want = CDI[case]
-    out = handlers.probe(case, annotations=annotations, cdi_devices=devices)
+    out = handlers["trixie"].probe(case, annotations=annotations, cdi_devices=devices)
     assert_gpus(out, want)
-
-
-@pytest.mark.parametrize("handler", ["", "nvidia", "gpunode"])
-def test_pod_without_request_gets_no_gpu(handlers, handler):
-    assert_no_gpu(handlers.probe(f"no-request-{handler or 'default'}", handler=handler))
-
-
-def test_bad_envvar_request_is_one_line_in_the_container_status(handlers):
-    res = handlers.run("bad-envvar", handler="nvidia", env={"NVIDIA_VISIBLE_DEVICES": "7"})
-    assert (res.state, res.reason, res.stdout) == ("CONTAINER_EXITED", "StartError", ""), res
-    assert "\n" not in res.message
-    assert "unknown device '7' requested; this node has: 0 (" in res.message, res.message
-    assert all(u in res.message for u in UUID), res.message
 
 
 @pytest.mark.parametrize(
@@ -239,38 +278,79 @@ def test_bad_envvar_request_is_one_line_in_the_container_status(handlers):
 )
 def test_bad_cdi_request_is_create_containers_error(handlers, kwargs):
     with pytest.raises(CRIError) as err:
-        handlers.run("bad-cdi", **kwargs)
+        handlers["trixie"].run("bad-cdi", **kwargs)
     text = str(err.value)
     assert text.startswith("CreateContainer: unknown: ") and "\n" not in text, text
     assert "unresolvable CDI devices nvidia.com/gpu=7" in text, text
 
 
+@pytest.mark.parametrize("handler", ["", "nvidia"])
+@pytest.mark.parametrize("case", [*sorted(CDI), "cdi-cri-bad"])
+def test_containerd_16_gives_cdi_requests_no_gpu(handlers, handler, case):
+    """containerd 1.6 knows neither CDI_devices nor enable_cdi, and passes no annotation to a
+    runtime unless its handler lists it: every CDI request, even a bad one, runs GPU-less."""
+    annotations, devices, _ = CDI.get(case, ({}, ["nvidia.com/gpu=7"], None))
+    out = handlers["bookworm"].probe(
+        case, handler=handler, annotations=annotations, cdi_devices=devices
+    )
+    assert_no_gpu(out)
+
+
 @pytest.fixture(scope="module")
-def default_runtime(handlers):
-    """gpunode as containerd's default runtime (after the handler tests: one node, in turn)."""
-    handlers.configure(["--name", "gpunode", "--set-as-default", "--cdi"])
-    dump = handlers.node.sh("containerd config dump").stdout
-    assert 'default_runtime_name = "gpunode"' in dump
+def passing_annotations(handlers):
+    """containerd 1.6 with the site's config passing cdi.k8s.io/* to the nvidia handler."""
+    node = handlers["bookworm"]
+    node.configure_handlers(runtimes={"nvidia": ["cdi.k8s.io/*"]})
+    dump = node.node.sh("containerd config dump").stdout
+    assert 'container_annotations = ["cdi.k8s.io/*"]' in dump
+    return node
+
+
+@pytest.mark.parametrize("case", ["cdi-annotations-one", "cdi-annotations-two"])
+def test_containerd_16_cdi_annotations_through_gpunode(passing_annotations, case):
+    annotations, _, want = CDI[case]
+    out = passing_annotations.probe(case, handler="nvidia", annotations=annotations)
+    assert_gpus(out, want)
+
+
+def test_containerd_16_bad_cdi_annotation_is_the_runtimes_error(passing_annotations):
+    res = passing_annotations.run(
+        "bad-annotation", handler="nvidia", annotations={"cdi.k8s.io/x": "nvidia.com/gpu=7"}
+    )
+    assert res.reason == "StartError" and "\n" not in res.message, res
+    assert "unknown device 'nvidia.com/gpu=7' requested; this node has: 0 (" in res.message, res
+
+
+@pytest.fixture(scope="module")
+def default_runtime(handlers, passing_annotations):
+    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn)."""
+    for n in handlers.values():
+        n.configure(["--name", "gpunode", "--set-as-default", "--cdi"])
+        assert 'default_runtime_name = "gpunode"' in n.node.sh("containerd config dump").stdout
     return handlers
 
 
-def test_envvar_through_the_default_runtime(default_runtime):
-    out = default_runtime.probe("default-envvar", env={"NVIDIA_VISIBLE_DEVICES": "2"})
-    assert_gpus(out, [2])
-    assert_no_gpu(default_runtime.probe("default-no-request"))
-    # CDI still works with gpunode behind the default handler
-    assert_gpus(default_runtime.probe("default-cdi", cdi_devices=["nvidia.com/gpu=0"]), [0])
+def test_envvar_through_the_default_runtime(default_runtime, release):
+    node = default_runtime[release]
+    assert_gpus(node.probe("default-envvar", env={"NVIDIA_VISIBLE_DEVICES": "2"}), [2])
+    assert_no_gpu(node.probe("default-no-request"))
 
 
-def test_bad_request_through_the_default_runtime(default_runtime):
-    res = default_runtime.run("default-bad", env={"NVIDIA_VISIBLE_DEVICES": "7"})
+def test_cdi_with_gpunode_as_the_default_runtime(default_runtime):
+    assert_gpus(
+        default_runtime["trixie"].probe("default-cdi", cdi_devices=["nvidia.com/gpu=0"]), [0]
+    )
+
+
+def test_bad_request_through_the_default_runtime(default_runtime, release):
+    res = default_runtime[release].run("default-bad", env={"NVIDIA_VISIBLE_DEVICES": "7"})
     assert res.reason == "StartError" and "unknown device '7' requested" in res.message, res
 
 
-def test_unknown_handler_is_run_pod_sandboxs_error(default_runtime):
+def test_unknown_handler_is_run_pod_sandboxs_error(default_runtime, release):
     """With one configure run only its --name exists: `nvidia` is gone again."""
     with pytest.raises(CRIError) as err:
-        default_runtime.run("no-handler", handler="nvidia")
+        default_runtime[release].run("no-handler", handler="nvidia")
     text = str(err.value)
     assert text.startswith("RunPodSandbox: ") and "\n" not in text, text
     assert 'no runtime for "nvidia" is configured' in text, text

@@ -36,6 +36,7 @@ import json
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,7 @@ class CriNode:
                     c.version()
                     break
                 except CRIError:
-                    subprocess.run(["sleep", "0.1"], check=True)
+                    time.sleep(0.1)
             version = c.version().runtime_version
         assert version.startswith(CONTAINERD[self.node.release]), (self.node.name, version)
 
@@ -221,6 +222,7 @@ ENVVAR = {  # name: (handler, NVIDIA_VISIBLE_DEVICES, GPUs)
     "envvar-nvidia-uuid": ("nvidia", UUID[3], [3]),  # --device-id-strategy uuid
     "envvar-gpunode-list": ("gpunode", "0,2", [0, 2]),
     "envvar-nvidia-all": ("nvidia", "all", [0, 1, 2, 3]),
+    "envvar-nvidia-none": ("nvidia", "none", []),  # the driver, no GPU: NVML counts 0
 }
 
 

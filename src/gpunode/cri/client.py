@@ -105,6 +105,28 @@ class PodResult:
     annotations: dict = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def _cleanup(*steps):
+    """Run *steps* in order on leaving. When the body failed, its error is the one raised and a
+    failing step does not hide it; otherwise a failing step's CRIError is raised (after the
+    other steps ran)."""
+    try:
+        yield
+    except BaseException:
+        for step in steps:
+            with contextlib.suppress(CRIError):
+                step()
+        raise
+    first: CRIError | None = None
+    for step in steps:
+        try:
+            step()
+        except CRIError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
 class Client:
     """A connection to a CRI runtime service on a unix socket."""
 
@@ -221,11 +243,11 @@ class Client:
         """A running pod sandbox (id, config), stopped and removed on leaving."""
         config = self.pod_config(name, annotations)
         pod_id = self.call("RunPodSandbox", config=config, runtime_handler=handler).pod_sandbox_id
-        try:
+        with _cleanup(
+            lambda: self.call("StopPodSandbox", pod_sandbox_id=pod_id),
+            lambda: self.call("RemovePodSandbox", pod_sandbox_id=pod_id),
+        ):
             yield pod_id, config
-        finally:
-            self.call("StopPodSandbox", pod_sandbox_id=pod_id)
-            self.call("RemovePodSandbox", pod_sandbox_id=pod_id)
 
     def run_pod(
         self,
@@ -248,7 +270,7 @@ class Client:
             cid = self.call(
                 "CreateContainer", pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config
             ).container_id
-            try:
+            with _cleanup(lambda: self.call("RemoveContainer", container_id=cid)):
                 with contextlib.suppress(CRIError):  # the status says why
                     self.call("StartContainer", container_id=cid)
                 status = self.wait_exited(cid)
@@ -264,5 +286,3 @@ class Client:
                     log.stderr,
                     dict(config.annotations),
                 )
-            finally:
-                self.call("RemoveContainer", container_id=cid)

@@ -206,3 +206,35 @@ def test_refused_create_raises_and_removes_the_pod(fake):
         "StopPodSandbox",
         "RemovePodSandbox",
     ]
+
+
+def test_cleanup_failure_does_not_hide_the_first_error(fake):
+    runtime, client = fake()
+
+    def refuse(req, ctx):
+        ctx.abort(grpc.StatusCode.UNKNOWN, "refused")
+
+    def stop_fails(req, ctx):
+        ctx.abort(grpc.StatusCode.UNAVAILABLE, "containerd went away")
+
+    runtime.CreateContainer = refuse
+    runtime.StopPodSandbox = stop_fails
+    with pytest.raises(cri.CRIError, match=r"^CreateContainer: unknown: refused$"):
+        client.run_pod("p", "img", ["true"])
+    assert [m for m, _ in runtime.calls][-2:] == ["StopPodSandbox", "RemovePodSandbox"]
+
+
+def test_cleanup_failure_after_success_is_raised_after_every_step(fake):
+    runtime, client = fake()
+
+    def stop_fails(req, ctx):
+        ctx.abort(grpc.StatusCode.UNAVAILABLE, "containerd went away")
+
+    runtime.StopPodSandbox = stop_fails
+    with pytest.raises(cri.CRIError, match=r"^StopPodSandbox: unavailable: containerd went away$"):
+        client.run_pod("p", "img", ["true"])
+    assert [m for m, _ in runtime.calls][-3:] == [
+        "RemoveContainer",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+    ]

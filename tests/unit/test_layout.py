@@ -29,6 +29,8 @@ MAY_USE = {
     "validate": {"util", "nvidia", "provision", "engines", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "engines", "cli", ""},
+    # the CRI client stands beside the engines, talking to them as kubelet does
+    "cri": {"util", "cri"},
 }
 
 

@@ -75,6 +75,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument("--containerd-default", action="store_true")
     setup.add_argument("--containerd-drop-in-dir", help=f"default {DROP_IN_DIR}")
     setup.add_argument(
+        "--containerd-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a handler name (repeat: gpunode and nvidia; default gpunode; the first is the "
+        "default with --containerd-default)",
+    )
+    setup.add_argument(
+        "--containerd-cdi",
+        action="store_true",
+        help="enable_cdi and the CDI spec's directory in cdi_spec_dirs (containerd >= 1.7)",
+    )
+    setup.add_argument(
+        "--containerd-pass-annotations",
+        action="store_true",
+        help="container_annotations on the handlers covering runtime.toml's annotation-prefixes",
+    )
+    setup.add_argument(
+        "--containerd-runtime-class",
+        metavar="FILE",
+        help="write a RuntimeClass manifest per handler there, for the operator to apply",
+    )
+    setup.add_argument(
         "--cdi-spec", action="store_true", help="write the CDI spec (as cdi generate --install)"
     )
     setup.add_argument("--unit-dir", default=None, help="where units go (/etc/systemd/system)")
@@ -142,6 +165,10 @@ def setup(args: argparse.Namespace) -> int:
             args.containerd_config or containerd.CONFIG_TOML,
             args.containerd_drop_in_dir or containerd.DROP_IN_DIR,
             args.containerd_default,
+            tuple(args.containerd_name) or ("gpunode",),
+            args.containerd_cdi,
+            args.containerd_pass_annotations,
+            args.containerd_runtime_class,
         )
         if args.containerd
         else None,

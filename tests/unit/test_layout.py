@@ -24,9 +24,9 @@ MAY_USE = {
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
     "engines": {"util", "runtime", "engines"},
-    # validate reuses the inventory and the engines' daemon.json rules; cli/main.py names
-    # it only as a string in the lazy table.
-    "validate": {"util", "nvidia", "provision", "engines", "validate", ""},
+    # validate reuses the inventory and the engines' daemon.json rules, and the CRI client
+    # for --engine cri; cli/main.py names it only as a string in the lazy table.
+    "validate": {"util", "nvidia", "provision", "engines", "cri", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "engines", "cli", ""},
     # the CRI client stands beside the engines, talking to them as kubelet does

@@ -2,9 +2,10 @@
 as kubelet runs pods (gpunode.cri.client).
 
 * engine.active: the CRI socket answers ``Version``. No socket there, or no CRI client
-  libraries on this node (grpcio, protobuf and grpcio-tools: ``pip install 'gpunode[cri]'``;
-  the wheel provisioning installs does not carry them), skips every engine and container
-  check with that reason.
+  libraries on this node (grpcio, grpcio-tools, protobuf: not dependencies of the wheel
+  provisioning installs; Debian's python3-grpcio, python3-grpc-tools and python3-protobuf
+  serve, as gpunode's virtualenv sees the system's packages), skips every engine and
+  container check with that reason.
 * engine.daemon_json: skipped (containerd has none).
 * engine.runtime_registered: ``containerd config dump`` has the handler (``--runtime-name``,
   default gpunode) in the CRI plugin's runtimes (config version 2 or 3) as a runc-v2 runtime
@@ -60,8 +61,9 @@ def connect() -> tuple[Any | None, str, str]:
             None,
             "",
             (
-                f"skip:the CRI client needs {exc.name} (grpcio, grpcio-tools, protobuf: "
-                "pip install 'gpunode[cri]'), not installed with gpunode on this node"
+                f"skip:the CRI client needs {exc.name}, not on this node (Debian: apt "
+                "install python3-grpcio python3-grpc-tools python3-protobuf; gpunode's "
+                "virtualenv sees the system's packages)"
             ),
         )
     from ..cri.client import CRIError

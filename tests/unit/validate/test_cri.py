@@ -86,7 +86,9 @@ def test_missing_client_libraries_skip_with_the_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "__import__", no_grpc)
     c = by_id(engine.evaluate(Expectations(engine="cri"))[1])
     assert c["engine.active"].status == "skip"
-    assert c["engine.active"].detail.startswith("the CRI client needs grpc (grpcio, grpcio-tools")
+    detail = c["engine.active"].detail
+    assert detail.startswith("the CRI client needs grpc, not on this node"), detail
+    assert "apt install python3-grpcio python3-grpc-tools python3-protobuf" in detail
 
 
 class FakeClient:

@@ -366,3 +366,37 @@ def test_unknown_handler_is_run_pod_sandboxs_error(default_runtime, release):
     text = str(err.value)
     assert text.startswith("RunPodSandbox: ") and "\n" not in text, text
     assert 'no runtime for "nvidia" is configured' in text, text
+
+
+def validate_cri(node: Node) -> dict:
+    res = node.sh("gpunode validate --engine cri --runtime-name gpunode --json", check=False)
+    assert res.returncode in (0, 1), res
+    return {c["id"]: c for c in json.loads(res.stdout)["checks"]}
+
+
+CRI_CHECKS = ("engine.active", "engine.runtime_registered", "container.image")
+
+
+def test_validate_through_the_cri(default_runtime):
+    """`gpunode validate --engine cri` on the Debian 13 node: first without the CRI client's
+    libraries (skipped, saying why), then with Debian's (gpunode's venv sees system site
+    packages): the probe pods through the gpunode handler see exactly their GPUs."""
+    node = default_runtime["trixie"].node
+    have = node.sh("python3 -c 'import grpc_tools, grpc'", check=False).returncode == 0
+    if not have:
+        checks = validate_cri(node)
+        assert checks["engine.active"]["status"] == "skip", checks["engine.active"]
+        assert "the CRI client needs grpc" in checks["engine.active"]["detail"]
+        assert checks["container.isolation"]["status"] == "skip"
+        node.sh(
+            "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+            "python3-grpcio python3-grpc-tools python3-protobuf >/dev/null",
+            timeout=600,
+        )
+    checks = validate_cri(node)
+    for cid in CRI_CHECKS:
+        assert checks[cid]["status"] == "pass", checks[cid]
+    assert checks["engine.runtime_registered"]["detail"].endswith("the default runtime")
+    iso = checks["container.isolation"]
+    assert iso["status"] == "pass" and "and all 4: exactly those" in iso["detail"], iso
+    assert validate_cri(node)["container.image"]["detail"].endswith("(cached)")

@@ -52,6 +52,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..util import tool
 from ..util.tool import one_line
 from .common import (
     ConfigureResult,
@@ -81,7 +82,6 @@ DROP_IN_DIR = "/etc/containerd/conf.d"
 # ContainerConfig.CDI_devices from the CRI API is honoured from 1.7.2.
 CDI_MIN_VERSION = (1, 7, 0)
 CDI_DEVICES_MIN_VERSION = (1, 7, 2)
-_VERSION = re.compile(r"(?:^|\s)v?(\d+)\.(\d+)\.(\d+)")
 
 
 # --------------------------------------------------------------------------- TOML writing
@@ -207,13 +207,7 @@ def installed_version() -> tuple[tuple[int, int, int] | None, str]:
     exe = shutil.which(CONTAINERD)
     if exe is None:
         return None, f"{CONTAINERD} not found on PATH"
-    ran = run_tool(None, f"`{exe} --version`", [exe, "--version"])
-    line = one_line(ran.stdout.strip() or ran.stderr.strip())
-    m = _VERSION.search(ran.stdout)
-    if ran.returncode != 0 or m is None:
-        return None, f"`{exe} --version` printed no version ({line or 'nothing'})"
-    major, minor, patch = (int(x) for x in m.groups())
-    return (major, minor, patch), line
+    return tool.version([exe, "--version"])
 
 
 def check_cdi(path: str) -> tuple[int, int, int] | None:

@@ -361,7 +361,7 @@ def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
         why = why or (proc.stderr.decode().strip().splitlines() or ["no output"])[-1]
         raise SimError(f"{name}: installing gpunode failed: {why}")
     if result["changed"]:
-        log(f"{name}: gpunode installed as gpunode_install does ({result['message']})")
+        log(f"{name}: installed gpunode into {ins.venv} as gpunode_install does")
     return bool(result["changed"])
 
 

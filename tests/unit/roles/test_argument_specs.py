@@ -79,3 +79,29 @@ def test_a_stray_or_missing_default_is_named(tmp_path):
     ]
     (role / "meta" / "argument_specs.yml").unlink()
     assert problems(role) == ["demo: defaults/main.yml without meta/argument_specs.yml"]
+
+
+def cli_options() -> dict[str, dict]:
+    """Every role's `*_cli` option (how the role runs gpunode), by role:name."""
+    out = {}
+    for role in sorted(p for p in ROLES.iterdir() if p.is_dir()):
+        specs = _yaml(role / "meta" / "argument_specs.yml").get("argument_specs") or {}
+        for entry in specs.values():
+            for key, spec in ((entry or {}).get("options") or {}).items():
+                if key.endswith("_cli"):
+                    out[f"{role.name}:{key}"] = spec or {}
+    return out
+
+
+def test_every_cli_option_is_an_argv_list():
+    """One type for all of them: an argv list, since gpu_preflight's launcher (python3 -c
+    SCRIPT WHEEL_DIR), which nvidia_driver and cuda_toolkit run by default, is not one path."""
+    options = cli_options()
+    assert len(options) >= 5, options
+    wrong = {k: (s.get("type"), s.get("elements")) for k, s in options.items()
+             if (s.get("type"), s.get("elements")) != ("list", "str")}  # fmt: skip
+    assert wrong == {}
+    for name in options:
+        role, key = name.split(":")
+        default = _yaml(ROLES / role / "defaults" / "main.yml")[key]
+        assert isinstance(default, list) or str(default).startswith("{{"), (name, default)

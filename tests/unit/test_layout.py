@@ -24,11 +24,15 @@ MAY_USE = {
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
     "engines": {"util", "runtime", "engines"},
-    # validate reuses the inventory and the engines' daemon.json rules; cli/main.py names
-    # it only as a string in the lazy table.
+    # validate reuses the inventory and the engines' daemon.json rules
     "validate": {"util", "nvidia", "provision", "engines", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
-    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "engines", "cli", ""},
+    "cli": {
+        "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",
+        "",
+    },
+    # the CRI client stands beside the engines, talking to them as kubelet does
+    "cri": {"util", "cri"},
 }
 
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from ..util import files
+from ..util import files, tool
 
 VALIDATE_TIMEOUT = 60
 BACKUP_SUFFIX = ".gpunode-backup"
@@ -83,10 +82,6 @@ def prepare(path: str, reg: Registration) -> str:
     if not reg.runtime_name or not reg.runtime_path:
         raise EngineConfigError(f"{path}: runtime name and path must not be empty")
     return real_path(path)
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _dangling(link: str) -> EngineConfigError:
@@ -192,11 +187,12 @@ def write(
 
 def run_tool(
     path: str | None, what: str, argv: list[str], timeout: float = VALIDATE_TIMEOUT
-) -> subprocess.CompletedProcess:
-    """Run a tool (an engine's, systemctl); it not running is an EngineRunError naming
-    ``what`` — and, when it runs for the change of ``path``, that path, left unchanged."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError) as exc:
-        message = f"{what} could not run ({one_line(str(exc))})"
-        raise EngineRunError(f"{path}: {message}; left unchanged" if path else message) from exc
+) -> tool.Ran:
+    """Run a tool (an engine's, systemctl) through gpunode.util.tool; it not running or not
+    finishing is an EngineRunError naming ``what`` — and, when it runs for the change of
+    ``path``, that path, left unchanged."""
+    ran = tool.run(argv, timeout=timeout)
+    if ran.failed:
+        message = f"{what} could not run ({ran.failed})"
+        raise EngineRunError(f"{path}: {message}; left unchanged" if path else message)
+    return ran

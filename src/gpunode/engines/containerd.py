@@ -39,6 +39,7 @@ import shutil
 import tempfile
 import tomllib
 
+from ..util.tool import one_line
 from .common import (
     ConfigureResult,
     EngineConfigError,
@@ -47,7 +48,6 @@ from .common import (
     decode,
     locked,
     makedirs,
-    one_line,
     prepare,
     read,
     real_path,

@@ -11,9 +11,9 @@ import copy
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 
+from ..util import tool
 from .common import (
     VALIDATE_TIMEOUT,
     ConfigureResult,
@@ -86,11 +86,8 @@ def _canonical(obj: object) -> str:
 
 
 def _dockerd_major(exe: str) -> int | None:
-    try:
-        proc = subprocess.run(
-            [exe, "--version"], capture_output=True, text=True, timeout=VALIDATE_TIMEOUT
-        )
-    except (OSError, subprocess.SubprocessError):
+    proc = tool.run([exe, "--version"], timeout=VALIDATE_TIMEOUT)
+    if proc.failed:
         return None
     m = re.search(r"version\s+v?(\d+)\.\d+", proc.stdout + proc.stderr)
     return int(m.group(1)) if proc.returncode == 0 and m else None

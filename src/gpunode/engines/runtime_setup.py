@@ -32,12 +32,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from ..runtime import config as runtime_config
-from ..util import files
+from ..util import files, tool
 from ..util.command import UsageError
 from .common import EngineRunError, makedirs, read, run_tool
 
@@ -296,7 +295,7 @@ def _cdi_spec(
 # --------------------------------------------------------------------------- systemd
 
 
-def _systemctl(*args: str) -> subprocess.CompletedProcess:
+def _systemctl(*args: str) -> tool.Ran:
     return run_tool(
         None, f"`systemctl {' '.join(args)}`", [SYSTEMCTL, *args], timeout=SYSTEMCTL_TIMEOUT
     )
@@ -305,8 +304,7 @@ def _systemctl(*args: str) -> subprocess.CompletedProcess:
 def _systemctl_must(*args: str) -> None:
     proc = _systemctl(*args)
     if proc.returncode != 0:
-        lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
-        first = next((ln for ln in lines if ln), f"exit status {proc.returncode}")
+        first = tool.first_line(proc.stderr + "\n" + proc.stdout) or f"exit status {proc.returncode}"
         raise EngineRunError(f"`systemctl {' '.join(args)}` failed: {first}")
 
 

@@ -7,10 +7,10 @@ dnf: ``dnf repoquery`` and ``rpm -q``.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..util import tool
 from . import CheckFailed, ProvisionError
 from .versions import cuda_of_package, driver_of_package, key, matches_pin, upstream
 
@@ -18,11 +18,10 @@ Runner = Callable[[Sequence[str]], tuple[int, str, str]]
 
 
 def run(argv: Sequence[str]) -> tuple[int, str, str]:
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=300)
-    except FileNotFoundError:
-        return 127, "", f"{argv[0]}: not found"
-    return proc.returncode, proc.stdout, proc.stderr
+    """The package manager's (rc, stdout, stderr), through gpunode.util.tool (127 when it
+    cannot be run, 124 when it does not finish in 300 s: ``failed`` is then stderr)."""
+    proc = tool.run(argv, timeout=300)
+    return proc.returncode, proc.stdout, proc.failed or proc.stderr
 
 
 def available(family: str, package: str, runner: Runner = run) -> list[str]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..util import tool
 from . import ProvisionError
 from .sources import SUPPORTED, platform
 
@@ -108,9 +108,7 @@ def driver_gpus(root: Path) -> list[str]:
 
 def secure_boot(root: Path, mokutil: str | None) -> str:
     if mokutil:
-        proc = subprocess.run(
-            [mokutil, "--sb-state"], capture_output=True, text=True, check=False, timeout=30
-        )
+        proc = tool.run([mokutil, "--sb-state"], timeout=30)
         text = (proc.stdout + proc.stderr).lower()
         if "secureboot enabled" in text:
             return "enabled"

@@ -13,11 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from ..util import files
+from ..util import files, tool
 from . import CheckFailed
 
 STAMP = ".gpunode-wheels.sha256"
@@ -35,9 +34,9 @@ def wheels_digest(wheel_dir: Path) -> tuple[list[Path], str]:
 
 def _run(argv: list[str], what: str, hint: str = "") -> str:
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
-    if proc.returncode != 0:
-        last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+    proc = tool.run(argv, env=env)
+    if not proc.ok:
+        last = proc.failed or tool.last_line(proc.stderr or proc.stdout) or "no output"
         raise CheckFailed(f"{what} failed (rc {proc.returncode}): {last}{hint}")
     return proc.stdout
 

@@ -118,15 +118,9 @@ def ldcache_libraries(driver_root: str = "/") -> list[str]:
     ldconfig = next(
         (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), "ldconfig"
     )
-    import subprocess  # only for a fresh discovery, never on the cached path
+    from ..util import tool  # only for a fresh discovery, never on the cached path
 
-    proc = subprocess.run(
-        [ldconfig, "-p", "-C", cache],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-    )
+    proc = tool.run([ldconfig, "-p", "-C", cache], env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     out = []
     for line in proc.stdout.splitlines()[1:]:
         if "=>" not in line or ("x86-64" not in line and "64bit" not in line):

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from ..nvidia import inventory
 from ..nvidia.busid import BusId
+from ..util import tool
 from . import probe
 from .expect import Expectations
 from .model import FAIL, PASS, SKIP, Check, titled
@@ -70,17 +70,17 @@ def _python() -> str:
 def _ldd(paths: list[str]) -> set[str]:
     if not paths:
         return set()
-    proc = subprocess.run(["ldd", *paths], capture_output=True, text=True, check=False)
+    proc = tool.run(["ldd", *paths])
     return set(_LDD.findall(proc.stdout))
 
 
 def image_files(python: str | None = None) -> dict[str, str]:
     """{path in the image: path on the node} for python3, its modules and libraries."""
     python = python or _python()
-    proc = subprocess.run([python, "-I", "-S", "-c", _MODULES], capture_output=True, text=True,
-                          check=False, timeout=60)  # fmt: skip
-    if proc.returncode != 0:
-        raise ImageError(f"{python} cannot import ctypes/json: {proc.stderr.strip()[-200:]}")
+    proc = tool.run([python, "-I", "-S", "-c", _MODULES], timeout=60)
+    if not proc.ok:
+        why = proc.failed or proc.stderr.strip()[-200:]
+        raise ImageError(f"{python} cannot import ctypes/json: {why}")
     modules = json.loads(proc.stdout)
     files = {python: python}
     stdlib = next((os.path.dirname(m) for m in modules if m.endswith("/os.py")), None)
@@ -144,13 +144,13 @@ def ensure_image(engine: str) -> tuple[str, bool]:
     files = image_files()
     data = build_tar(files)
     tag = f"{REPOSITORY}:{hashlib.sha256(data).hexdigest()[:16]}"
-    have = subprocess.run([engine, "image", "inspect", tag], capture_output=True, check=False)
-    if have.returncode == 0:
+    have = tool.run([engine, "image", "inspect", tag], timeout=RUN_TIMEOUT)
+    if have.ok:
         return tag, False
-    proc = subprocess.run([engine, "import", "-", tag], input=data, capture_output=True,
-                          check=False, timeout=RUN_TIMEOUT)  # fmt: skip
-    if proc.returncode != 0:
-        raise ImageError(f"`{engine} import` failed: {proc.stderr.decode().strip()[-200:]}")
+    proc = tool.run([engine, "import", "-", tag], input=data, timeout=RUN_TIMEOUT)
+    if not proc.ok:
+        why = proc.failed or proc.stderr.decode(errors="replace").strip()[-200:]
+        raise ImageError(f"`{engine} import` failed: {why}")
     return tag, True
 
 
@@ -160,15 +160,12 @@ def run_probe(engine: str, runtime: str, image: str, request: str) -> dict[str, 
             "--runtime", runtime, "-e", f"NVIDIA_VISIBLE_DEVICES={request}",
             "-e", "NVIDIA_DRIVER_CAPABILITIES=utility,compute",
             image, os.path.realpath(_python()), "-I", "-S", PROBE_PATH]  # fmt: skip
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                              check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
+    proc = tool.run(argv, timeout=RUN_TIMEOUT)
+    if proc.returncode == 124 and proc.failed:
         return {"error": f"the container did not finish in {RUN_TIMEOUT}s"}
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        return {"error": f"`{engine} run` exited {proc.returncode}: "
-                         f"{lines[-1] if lines else 'no message'}"}  # fmt: skip
+    if not proc.ok:
+        why = proc.failed or tool.last_line(proc.stderr) or "no message"
+        return {"error": f"`{engine} run` exited {proc.returncode}: {why}"}
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -205,7 +202,7 @@ def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
 
 def node_libcuda() -> str | None:
     """The node's libcuda.so.1 (from the linker cache), or None."""
-    proc = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False)
+    proc = tool.run(["ldconfig", "-p"])
     m = re.search(r"^\s*libcuda\.so\.1 \(.*=>\s*(/\S+)$", proc.stdout, re.M)
     return m[1] if m else None
 
@@ -235,7 +232,7 @@ def evaluate(
         return checks
     try:
         tag, built = ensure_image(expect.engine)
-    except (ImageError, OSError, subprocess.SubprocessError) as exc:
+    except (ImageError, OSError) as exc:
         add("container.image", FAIL, str(exc))
         for cid in ("container.isolation", "container.cuda"):
             add(cid, SKIP, "no probe image")

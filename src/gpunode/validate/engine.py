@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from typing import Any
 
 from ..engines.common import RUNTIME_PATH, EngineConfigError, decode, read
 from ..engines.docker import DAEMON_JSON, load_daemon_json
-from ..util import enginecheck
+from ..util import enginecheck, tool
+from ..util.tool import first_line
 from .expect import Expectations
 from .model import FAIL, PASS, SKIP, Check, titled
 
@@ -31,11 +31,6 @@ TITLES = {
 INFO_TIMEOUT = 30
 
 
-def one_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0] if lines else ""
-
-
 def engine_info(engine: str) -> tuple[dict[str, Any] | None, str]:
     """(``<engine> info`` as JSON, "") or (None, why it is not available: one line)."""
     exe = shutil.which(engine)
@@ -44,22 +39,20 @@ def engine_info(engine: str) -> tuple[dict[str, Any] | None, str]:
             f"{engine}: command not found: no {engine} engine on this node "
             "(--engine none skips the engine and container checks)"
         )
-    try:
-        proc = subprocess.run([exe, "info", "--format", "{{json .}}"], capture_output=True,
-                              text=True, timeout=INFO_TIMEOUT, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
+    proc = tool.run([exe, "info", "--format", "{{json .}}"], timeout=INFO_TIMEOUT)
+    if proc.returncode == 124 and proc.failed:
         return None, f"`{engine} info` did not answer in {INFO_TIMEOUT}s"
-    if proc.returncode != 0:
-        why = one_line(proc.stderr) or f"exit status {proc.returncode}"
+    if not proc.ok:
+        why = proc.failed or first_line(proc.stderr) or f"exit status {proc.returncode}"
         return None, f"`{engine} info` failed: {why}"
     try:
         data = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        return None, f"`{engine} info` printed no JSON: {one_line(proc.stdout)[:120]}"
+        return None, f"`{engine} info` printed no JSON: {first_line(proc.stdout)[:120]}"
     # Docker's CLI exits 0 when the daemon does not answer and says so in ServerErrors.
     errors = data.get("ServerErrors") if isinstance(data, dict) else None
     if errors:
-        return None, f"`{engine} info` failed: {one_line(str(errors[0]))}"
+        return None, f"`{engine} info` failed: {first_line(str(errors[0]))}"
     return data, ""
 
 

@@ -1,0 +1,358 @@
+"""The proof through the real consumer: pods through containerd's CRI on simulated Debian 13
+(containerd 1.7) and Debian 12 (containerd 1.6) nodes, as kubelet runs them for each NVIDIA
+device-plugin strategy.
+
+gpunode's own CRI client (gpunode.cri) speaks runtime.v1 to the node's containerd socket —
+RunPodSandbox with a pause image built here, CreateContainer, StartContainer, the container's
+status and its CRI log — and every pod must see exactly the GPUs it asked for: device nodes
+/dev/nvidia<minor>, NVML UUIDs (ctypes on the injected libnvidia-ml.so.1: gpunode validate's
+probe, run by the image's python3) and /proc/driver/nvidia/gpus. Strategies:
+
+  envvar            NVIDIA_VISIBLE_DEVICES, through the RuntimeClass handler (nvidia, gpunode)
+                    and through gpunode as containerd's default runtime
+  cdi-annotations   cdi.k8s.io/* container annotations, injected by containerd (runc handler)
+  cdi-cri           ContainerConfig.CDI_devices (field 17), injected by containerd
+
+containerd 1.6 has no CDI: both CDI strategies give the pod no GPU, silently. There the
+annotations reach gpunode's runtime (which resolves them itself) only when its handler passes
+them on (``container_annotations``), which `gpunode runtime configure containerd` does not
+write: the site's config has to declare it, and configure keeps it.
+
+A pod without a request gets no GPU; a bad request fails with one clear line in the container's
+status (the runtime's refusal, reason StartError) or as CreateContainer's error (CDI).
+
+Node set-up, as a site would have it: containerd's main config names the sandbox image; gpunode
+writes its registration (`gpunode runtime configure containerd`) and the CDI spec (`gpunode cdi
+generate --install`); images are imported into the k8s.io namespace with ctr (no registry).
+Two things only the simulated node needs, both outside gpunode: /var/lib/containerd on a tmpfs
+(the node's root is overlayfs, on which containerd's overlayfs snapshotter cannot mount), and
+`restrict_oom_score_adj` (a node container has no CAP_SYS_RESOURCE, so runc cannot lower the
+sandbox's oom_score_adj to containerd's -998; the option keeps it at containerd's own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpunode.cri import pause
+from gpunode.cri.client import Client, CRIError
+from gpunode.sim import cluster
+from gpunode.sim.docker import docker
+from gpunode.sim.profiles import load_profile
+from gpunode.validate import probe
+
+from .conftest import ROOT, Node, start_nodes
+
+pytestmark = pytest.mark.integration
+
+PROFILE = load_profile("a100x4")
+UUID = [g.uuid for g in PROFILE.gpus]
+BUS = [g.bus_id.procfs for g in PROFILE.gpus]
+PROBE = ["python3", "-I", "-S", "-c", Path(probe.__file__).read_text()]
+CRI = '[plugins."io.containerd.grpc.v1.cri"]'
+DROP_IN = "/etc/containerd/conf.d/99-gpunode.toml"
+NVIDIA_DROP_IN_DIR = "/etc/containerd/nvidia.d"
+
+
+RELEASES = ("bookworm", "trixie")
+CONTAINERD = {"bookworm": "1.6.", "trixie": "1.7."}
+
+
+def main_config(sandbox_image: str, runtimes: dict[str, list[str]] | None = None) -> str:
+    """The site's own containerd config.toml: Debian's, plus the sandbox image, plus
+    ``container_annotations`` for the handlers named in *runtimes*."""
+    text = (
+        "version = 2\n\n"
+        f"{CRI}\n"
+        f'  sandbox_image = "{sandbox_image}"\n'
+        "  restrict_oom_score_adj = true\n"
+        f"  {CRI[:-1]}.cni]\n"
+        '    bin_dir = "/usr/lib/cni"\n'
+        '    conf_dir = "/etc/cni/net.d"\n'
+    )
+    if runtimes:  # a runtimes table of one's own replaces containerd's default (runc) one
+        text += f"  {CRI[:-1]}.containerd.runtimes.runc]\n"
+        text += '    runtime_type = "io.containerd.runc.v2"\n'
+    for name, patterns in (runtimes or {}).items():
+        text += f"  {CRI[:-1]}.containerd.runtimes.{name}]\n"
+        text += f"    container_annotations = {json.dumps(patterns)}\n"
+    return text
+
+
+class CriNode:
+    def __init__(self, node: Node, sandbox_image: str, image: str):
+        self.node, self.sandbox_image, self.image = node, sandbox_image, image
+        pid = docker(["inspect", "-f", "{{.State.Pid}}", node.name]).stdout.decode().strip()
+        self.root = f"/proc/{pid}/root"
+
+    def configure(self, *configure_args: list[str], runtimes: dict | None = None) -> None:
+        """A fresh main config, then each `gpunode runtime configure containerd` run given,
+        then containerd restarted and answering the CRI."""
+        content = main_config(self.sandbox_image, runtimes)
+        self.node.sh(
+            f"rm -rf /etc/containerd/conf.d {NVIDIA_DROP_IN_DIR} && "
+            f"printf %s {shlex.quote(content)} > /etc/containerd/config.toml"
+        )
+        for args in configure_args:
+            self.node.sh(f"gpunode runtime configure containerd {' '.join(args)} --json")
+        self.node.sh("systemctl restart containerd")
+        with self.client() as c:
+            for _ in range(100):
+                try:
+                    c.version()
+                    break
+                except CRIError:
+                    time.sleep(0.1)
+            version = c.version().runtime_version
+        assert version.startswith(CONTAINERD[self.node.release]), (self.node.name, version)
+
+    def configure_handlers(self, runtimes: dict | None = None) -> None:
+        """gpunode registered as the handlers `gpunode` and `nvidia`, CDI on, runc the default.
+
+        One configure run registers one name (its drop-in holds one runtime and is regenerated
+        from the configuration without itself), so the second name needs a second drop-in
+        directory imported after the first: its copy of the CRI section then carries both."""
+        self.configure(
+            ["--name", "gpunode", "--cdi"],
+            ["--name", "nvidia", "--cdi", "--drop-in-dir", NVIDIA_DROP_IN_DIR],
+            runtimes=runtimes,
+        )
+        dump = self.node.sh("containerd config dump").stdout
+        for name in ("gpunode", "nvidia"):
+            assert f"{CRI[:-1]}.containerd.runtimes.{name}.options]" in dump, name
+        assert 'default_runtime_name = "runc"' in dump
+
+    def client(self) -> Client:
+        return Client(root=self.root, timeout=90)
+
+    def run(self, name: str, **kwargs):
+        with self.client() as c:
+            return c.run_pod(name, self.image, PROBE, **kwargs)
+
+    def probe(self, name: str, **kwargs) -> dict:
+        res = self.run(name, **kwargs)
+        assert (res.state, res.exit_code, res.reason) == ("CONTAINER_EXITED", 0, "Completed"), (
+            self.node.release,
+            res,
+        )
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def import_image(node: Node, archive_cmd: list[str]) -> None:
+    """`archive_cmd`'s output (an image archive) into containerd's k8s.io namespace."""
+    save = subprocess.Popen(archive_cmd, stdout=subprocess.PIPE)
+    imp = subprocess.run(
+        ["docker", "exec", "-i", node.name, *pause.IMPORT_COMMAND],
+        stdin=save.stdout,
+        capture_output=True,
+        check=False,
+    )
+    save.wait()
+    assert save.returncode == 0 and imp.returncode == 0, imp.stderr.decode()
+
+
+def prepare(node: Node) -> CriNode:
+    node.sh(
+        "systemctl stop docker docker.socket containerd && "
+        "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
+        "systemctl start containerd docker"
+    )
+    node.sh("gpunode cdi generate --install")
+    archive, sandbox_image = pause.build(ROOT / "build" / "cri")
+    import_image(node, ["cat", str(archive)])
+    import_image(node, ["docker", "save", node.workload])
+    image = f"docker.io/{node.workload}"
+    listed = node.sh("ctr -n k8s.io images ls -q").stdout.split()
+    assert sandbox_image in listed and image in listed, listed
+    return CriNode(node, sandbox_image, image)
+
+
+@pytest.fixture(scope="module")
+def cri_nodes(artifacts, image_tags):
+    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
+    specs = [cluster.NodeSpec(f"{prefix}-cri-{r}", r, "a100x4") for r in RELEASES]
+    try:
+        start_nodes(specs, artifacts, image_tags)
+        yield {
+            s.release: prepare(Node(s.name, s.release, image_tags["workload-bookworm"]))
+            for s in specs
+        }
+    finally:
+        if not os.environ.get("GPUNODE_KEEP_NODES"):
+            cluster.down_names([s.name for s in specs], log=lambda *_: None)
+
+
+@pytest.fixture(scope="module")
+def handlers(cri_nodes):
+    for n in cri_nodes.values():
+        n.configure_handlers()
+    assert "enable_cdi = true" in cri_nodes["trixie"].node.sh("containerd config dump").stdout
+    return cri_nodes
+
+
+@pytest.fixture(params=RELEASES)
+def release(request):
+    return request.param
+
+
+def assert_gpus(out: dict, want: list[int]) -> None:
+    assert out["dev"] == sorted(want), out
+    assert "error" not in out["nvml"], out
+    assert sorted(g["uuid"] for g in out["nvml"]["gpus"]) == sorted(UUID[i] for i in want), out
+    assert out["proc"] == sorted(BUS[i] for i in want), out
+
+
+def assert_no_gpu(out: dict) -> None:
+    """Not a GPU container: no device node, no NVML. /proc/driver/nvidia is the kernel's, as
+    on a server: every GPU is listed there for a container nothing was injected into."""
+    assert out["dev"] == [], out
+    assert out["nvml"]["error"].startswith("cannot load libnvidia-ml.so.1"), out
+    assert out["proc"] == sorted(BUS), out
+
+
+ENVVAR = {  # name: (handler, NVIDIA_VISIBLE_DEVICES, GPUs)
+    "envvar-nvidia-index": ("nvidia", "1", [1]),
+    "envvar-nvidia-uuid": ("nvidia", UUID[3], [3]),  # --device-id-strategy uuid
+    "envvar-gpunode-list": ("gpunode", "0,2", [0, 2]),
+    "envvar-nvidia-all": ("nvidia", "all", [0, 1, 2, 3]),
+    "envvar-nvidia-none": ("nvidia", "none", []),  # the driver, no GPU: NVML counts 0
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENVVAR))
+def test_envvar_through_the_runtimeclass_handler(handlers, release, case):
+    handler, value, want = ENVVAR[case]
+    out = handlers[release].probe(case, handler=handler, env={"NVIDIA_VISIBLE_DEVICES": value})
+    assert_gpus(out, want)
+
+
+def test_envvar_needs_gpunode_behind_the_handler(handlers, release):
+    """Under runc (the default here) the variable is only a variable: no GPU."""
+    assert_no_gpu(handlers[release].probe("envvar-runc", env={"NVIDIA_VISIBLE_DEVICES": "1"}))
+
+
+@pytest.mark.parametrize("handler", ["", "nvidia", "gpunode"])
+def test_pod_without_request_gets_no_gpu(handlers, release, handler):
+    assert_no_gpu(handlers[release].probe(f"no-request-{handler or 'default'}", handler=handler))
+
+
+def test_bad_envvar_request_is_one_line_in_the_container_status(handlers, release):
+    res = handlers[release].run("bad-envvar", handler="nvidia", env={"NVIDIA_VISIBLE_DEVICES": "7"})
+    assert (res.state, res.reason, res.stdout) == ("CONTAINER_EXITED", "StartError", ""), res
+    assert "\n" not in res.message
+    assert "unknown device '7' requested; this node has: 0 (" in res.message, res.message
+    assert all(u in res.message for u in UUID), res.message
+
+
+CDI = {  # name: (annotations, CDI_devices, GPUs)
+    "cdi-annotations-one": ({"cdi.k8s.io/nvidia-device-plugin_a": "nvidia.com/gpu=2"}, [], [2]),
+    "cdi-annotations-two": (
+        {"cdi.k8s.io/nvidia-device-plugin_b": f"nvidia.com/gpu=0,nvidia.com/gpu={UUID[3]}"},
+        [],
+        [0, 3],
+    ),
+    "cdi-cri-one": ({}, ["nvidia.com/gpu=3"], [3]),
+    "cdi-cri-two": ({}, ["nvidia.com/gpu=1", f"nvidia.com/gpu={UUID[2]}"], [1, 2]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CDI))
+def test_cdi_through_containerd_17(handlers, case):
+    annotations, devices, want = CDI[case]
+    out = handlers["trixie"].probe(case, annotations=annotations, cdi_devices=devices)
+    assert_gpus(out, want)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"cdi_devices": ["nvidia.com/gpu=7"]},
+        {"annotations": {"cdi.k8s.io/nvidia-device-plugin_c": "nvidia.com/gpu=7"}},
+    ],
+    ids=["cdi-cri", "cdi-annotations"],
+)
+def test_bad_cdi_request_is_create_containers_error(handlers, kwargs):
+    with pytest.raises(CRIError) as err:
+        handlers["trixie"].run("bad-cdi", **kwargs)
+    text = str(err.value)
+    assert text.startswith("CreateContainer: unknown: ") and "\n" not in text, text
+    assert "unresolvable CDI devices nvidia.com/gpu=7" in text, text
+
+
+@pytest.mark.parametrize("handler", ["", "nvidia"])
+@pytest.mark.parametrize("case", [*sorted(CDI), "cdi-cri-bad"])
+def test_containerd_16_gives_cdi_requests_no_gpu(handlers, handler, case):
+    """containerd 1.6 knows neither CDI_devices nor enable_cdi, and passes no annotation to a
+    runtime unless its handler lists it: every CDI request, even a bad one, runs GPU-less."""
+    annotations, devices, _ = CDI.get(case, ({}, ["nvidia.com/gpu=7"], None))
+    out = handlers["bookworm"].probe(
+        case, handler=handler, annotations=annotations, cdi_devices=devices
+    )
+    assert_no_gpu(out)
+
+
+@pytest.fixture(scope="module")
+def passing_annotations(handlers):
+    """containerd 1.6 with the site's config passing cdi.k8s.io/* to the nvidia handler."""
+    node = handlers["bookworm"]
+    node.configure_handlers(runtimes={"nvidia": ["cdi.k8s.io/*"]})
+    dump = node.node.sh("containerd config dump").stdout
+    assert 'container_annotations = ["cdi.k8s.io/*"]' in dump
+    return node
+
+
+@pytest.mark.parametrize("case", ["cdi-annotations-one", "cdi-annotations-two"])
+def test_containerd_16_cdi_annotations_through_gpunode(passing_annotations, case):
+    annotations, _, want = CDI[case]
+    out = passing_annotations.probe(case, handler="nvidia", annotations=annotations)
+    assert_gpus(out, want)
+
+
+def test_containerd_16_bad_cdi_annotation_is_the_runtimes_error(passing_annotations):
+    res = passing_annotations.run(
+        "bad-annotation", handler="nvidia", annotations={"cdi.k8s.io/x": "nvidia.com/gpu=7"}
+    )
+    assert res.reason == "StartError" and "\n" not in res.message, res
+    assert "unknown device 'nvidia.com/gpu=7' requested; this node has: 0 (" in res.message, res
+
+
+@pytest.fixture(scope="module")
+def default_runtime(handlers, passing_annotations):
+    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn)."""
+    for n in handlers.values():
+        n.configure(["--name", "gpunode", "--set-as-default", "--cdi"])
+        assert 'default_runtime_name = "gpunode"' in n.node.sh("containerd config dump").stdout
+    return handlers
+
+
+def test_envvar_through_the_default_runtime(default_runtime, release):
+    node = default_runtime[release]
+    assert_gpus(node.probe("default-envvar", env={"NVIDIA_VISIBLE_DEVICES": "2"}), [2])
+    assert_no_gpu(node.probe("default-no-request"))
+
+
+def test_cdi_with_gpunode_as_the_default_runtime(default_runtime):
+    assert_gpus(
+        default_runtime["trixie"].probe("default-cdi", cdi_devices=["nvidia.com/gpu=0"]), [0]
+    )
+
+
+def test_bad_request_through_the_default_runtime(default_runtime, release):
+    res = default_runtime[release].run("default-bad", env={"NVIDIA_VISIBLE_DEVICES": "7"})
+    assert res.reason == "StartError" and "unknown device '7' requested" in res.message, res
+
+
+def test_unknown_handler_is_run_pod_sandboxs_error(default_runtime, release):
+    """With one configure run only its --name exists: `nvidia` is gone again."""
+    with pytest.raises(CRIError) as err:
+        default_runtime[release].run("no-handler", handler="nvidia")
+    text = str(err.value)
+    assert text.startswith("RunPodSandbox: ") and "\n" not in text, text
+    assert 'no runtime for "nvidia" is configured' in text, text

@@ -3,8 +3,10 @@ validates it last (issue 10):
 
 * `--check --diff` on fresh nodes shows the daemon.json change it would make (the
   operator's key kept), changes nothing and validates nothing;
-* the first run provisions and validates (exit 0: every node passed); the second run and
-  `--check --diff` report zero changed;
+* the first run provisions and validates (exit 0: every node passed), gpunode_install
+  installing gpunode on the node that has none; run as ./scripts/demo runs it (`gpunode sim
+  up`, then site.yml through `gpunode sim playbook`), the second run and `--check --diff`
+  report zero changed, and a node that drifted fails the rerun naming host and task;
 * the node without GPU gets the engine but no driver, CUDA or gpunode runtime, and is a
   passing row of skips ("no NVIDIA GPU: engine only") with its engine check in the report;
 * with a faulty GPU injected, site.yml writes the report (that node red on that GPU, every
@@ -73,6 +75,28 @@ def run_site(inv: Path, *args: str, playbook: str = "site.yml") -> subprocess.Co
     )
 
 
+def run_demo_site(inv: Path, *args: str) -> subprocess.CompletedProcess:
+    """site.yml as ./scripts/demo runs it: through `gpunode sim playbook`, which fails a
+    rerun that changes what provisioning did (its verdict is the last line)."""
+    return subprocess.run(
+        [str(PLAYBOOK.parent / "gpunode"), "sim", "playbook", "-i", str(inv / "hosts.yml"),
+         "site.yml", "-e", f"gpunode_validate_report_dir={inv}/reports", *args],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+
+
+def changed_on(stdout: str, host: str) -> set[str]:
+    """The tasks that reported a change on host ("role : task")."""
+    out, task = set(), ""
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6 : line.index("]")]
+        elif line.startswith(f"changed: [{host}]"):
+            out.add(task)
+    return out
+
+
 def recap(stdout: str) -> dict[str, dict[str, int]]:
     out = {}
     for m in re.finditer(r"^(\S+)\s*:\s*((?:\w+=\d+\s*)+)$", stdout, re.M):
@@ -89,9 +113,13 @@ def daemon_json(name: str) -> dict:
     return json.loads(exec_(name, ["cat", "/etc/docker/daemon.json"]).stdout)
 
 
-def test_site_check_provision_idempotent(cluster_inventory):
+def test_site_check_provision_idempotent(cluster_inventory, artifacts):
     inv, names = cluster_inventory["dir"], cluster_inventory["names"]
     a100, h100, cpu = names
+    # a server without gpunode: the simulator installs it as gpunode_install does (so the
+    # role finds it current), so take it away here for the role's own install to be run
+    exec_(a100, ["sh", "-c", "rm -rf /opt/gpunode /opt/gpunode-wheels /usr/local/bin/gpunode* "
+                             "/usr/local/bin/nvidia-container-runtime-hook"])  # fmt: skip
 
     check = run_site(inv, "--check", "--diff")
     assert check.returncode == 0, check.stdout[-4000:] + check.stderr[-2000:]
@@ -108,10 +136,19 @@ def test_site_check_provision_idempotent(cluster_inventory):
     assert "TASK [Run gpunode validate]" not in check.stdout
     assert not (inv / "reports").exists()
 
-    first = run_site(inv)
+    first = run_demo_site(inv)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     counts = recap(first.stdout)
     assert counts[a100]["changed"] > 0 and counts[h100]["changed"] > 0
+    assert "gpunode_install : Install gpunode into its virtualenv and link it onto PATH" in (
+        changed_on(first.stdout, a100)
+    )
+    assert exec_(a100, ["gpunode", "--version"]).stdout.decode().startswith("gpunode ")
+    in_order = ", ".join(n.name for n in cluster.read_inventory(inv / "hosts.yml"))
+    assert first.stdout.splitlines()[-1] == (
+        f"provisioned {in_order} for the first time with these inputs; a second run must "
+        "change nothing there"
+    )
     # validated last, every node passed: the GPU nodes all green, the GPU-less one skips
     assert first.stdout.index("PLAY [Provision GPU nodes]") < first.stdout.index(
         "PLAY [Validate the GPU nodes]"
@@ -124,14 +161,32 @@ def test_site_check_provision_idempotent(cluster_inventory):
     engine = [c for c in nodes[cpu]["checks"] if c["id"] == "engine.active"]
     assert [c["status"] for c in engine] == ["pass"], engine
 
-    second = run_site(inv)
+    # the demo brings the cluster up before every run: the simulator's gpunode must be
+    # what the role installed, or the rerun reinstalls it (issue 17)
+    cluster.up(inv / "hosts.yml", artifacts, log=lambda *_: None)
+    second = run_demo_site(inv)
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in recap(second.stdout).values()), (
         second.stdout[-4000:]
     )
-    recheck = run_site(inv, "--check", "--diff")
+    assert second.stdout.splitlines()[-1] == (
+        f"provisioning changed nothing on {in_order} (provisioned before with the same inputs)"
+    )
+    recheck = run_demo_site(inv, "--check", "--diff")
     assert recheck.returncode == 0, recheck.stdout[-4000:]
     assert all(c["changed"] == 0 for c in recap(recheck.stdout).values()), recheck.stdout[-4000:]
+
+    # a provisioned node that drifted: the rerun puts it right and fails, naming it
+    exec_(h100, ["rm", "/etc/profile.d/gpunode-cuda.sh"])
+    drift = run_demo_site(inv)
+    assert drift.returncode == 1, drift.stdout[-4000:] + drift.stderr[-2000:]
+    assert drift.stdout.splitlines()[-1] == (
+        "not idempotent: provisioning changed 1 task(s) on nodes provisioned before with the "
+        f"same inputs: {h100}: cuda_toolkit : PATH and CUDA_HOME"
+    )
+    assert (
+        exec_(h100, ["test", "-f", "/etc/profile.d/gpunode-cuda.sh"], check=False).returncode == 0
+    )
 
     for name in (a100, h100):
         config = daemon_json(name)

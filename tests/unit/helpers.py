@@ -37,19 +37,20 @@ def cc(out: Path, source: str, *flags: str) -> Path:
 
 def build_node_wheel(project: Path, out: Path) -> Path:
     """gpunode's wheel built from ``project`` into ``out`` exactly as the gpunode_install role
-    builds it on the controller (tasks/build.yml, "Build gpunode": its argv and environment)."""
+    builds it on the controller (tasks/build.yml: its argv, files/build-wheels.py)."""
     import sys
 
     import yaml
 
     root = Path(__file__).resolve().parents[2]
-    tasks = yaml.safe_load((root / "roles/gpunode_install/tasks/build.yml").read_text())
-    block = next(t for t in tasks if t.get("name") == "Build the gpunode wheel on the controller")
-    task = next(t for t in block["block"] if t["name"] == "Build gpunode")
+    role = root / "roles/gpunode_install"
+    tasks = yaml.safe_load((role / "tasks/build.yml").read_text())
+    task = next(t for t in tasks if t.get("name") == "Build the gpunode wheel on the controller")
     values = {
         "{{ gpunode_install_project_dir }}": str(project),
         "{{ gpunode_install_controller_python }}": sys.executable,
         "{{ gpunode_install_build_dir }}": str(out),
+        "{{ role_path }}": str(role),
     }
     argv = []
     for arg in task["ansible.builtin.command"]["argv"]:
@@ -57,6 +58,7 @@ def build_node_wheel(project: Path, out: Path) -> Path:
             arg = arg.replace(placeholder, value)
         assert "{{" not in arg, arg
         argv.append(arg)
-    subprocess.run(argv, check=True, env={**os.environ, **task["environment"]}, cwd=out.parent)
+    subprocess.run(argv, check=True, env={**os.environ, **task.get("environment", {})},
+                   cwd=out.parent, stdout=subprocess.DEVNULL)  # fmt: skip
     (wheel,) = out.glob("gpunode-*.whl")
     return wheel

@@ -25,10 +25,13 @@ MAY_USE = {
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
     "engines": {"util", "runtime", "engines"},
     # validate reuses the inventory and the engines' daemon.json rules, and the CRI client
-    # for --engine cri; cli/main.py names it only as a string in the lazy table.
+    # for --engine cri
     "validate": {"util", "nvidia", "provision", "engines", "cri", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
-    "cli": {"util", "nvidia", "runtime", "sim", "provision", "report", "engines", "cli", ""},
+    "cli": {
+        "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",
+        "",
+    },
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},
 }

@@ -39,7 +39,7 @@ COMMANDS = {
     "explain": ("gpunode.cli.explain", "what a container with this request would get"),
     "sim": ("gpunode.cli.sim", "the simulated GPU cluster (development and tests)"),
     "validate": (
-        "gpunode.validate.command",
+        "gpunode.cli.validate",
         "prove this node works: GPUs, versions, engine, containers",
     ),
     "provision": ("gpunode.cli.provision", "checks and decisions for the provisioning roles"),

@@ -1,34 +1,647 @@
-"""`gpunode provision …`: the provisioning roles' checks and decisions, in the lazy table.
+"""`gpunode provision ...`: the checks and decisions the provisioning roles call.
 
-The commands themselves live in gpunode.provision.commands (its ``register`` builds the
-``provision`` parser); this module hands it the subcommand's parser so `gpunode provision`
-loads only when it runs, like every other subcommand.
+This is the command line (options, JSON output, exit codes) over gpunode.provision, which
+holds the decisions themselves and never sees an argparse Namespace.
+
+Every command prints JSON with `ok`, `changed` and `message` (with --json; a line of text
+without) and exits 0 when ok, 1 when a check on the node failed (the message says what to
+change) and 2 for a bad input value (one line naming the variable and what is accepted).
+
+  validate      inventory values, on the controller before anything runs on a node
+                (--batch: every host of a play in one run, host -> arguments on stdin)
+  preflight     node facts: OS/arch, GPUs, Secure Boot, kernel headers, disk, conflicts
+                (with --driver-*/--cuda*: the versions against the node's package sources)
+  install       gpunode into its virtualenv from the copied wheels, and its links
+  driver-plan   driver packages/repository/pin/hold for this platform (--resolve: exact
+                package versions from the node's package sources, what is installed and
+                held, and `todo`: what the role still has to change)
+  driver-check  matching-version check: NVML vs loaded module vs installed package vs pin
+  cuda-gate     CUDA release(s) against the driver under strict|minor|forward
+  cuda-plan     CUDA toolkit packages per version (--resolve: against the node's sources;
+                --gate: the compatibility gate first; `todo` as driver-plan)
+  cuda-check    the installed toolkit packages are the requested CUDA versions
+
+A converged node is meant to cost the roles one command each: the plans say in `todo` and
+`converged` what is left to change, so the roles' change tasks run only when something is.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from pathlib import Path
 
-from ..util.command import Parser
+from ..provision import (
+    CheckFailed,
+    ProvisionError,
+    cuda,
+    lists,
+    matching,
+    packages,
+    preflight,
+    sources,
+)
+from ..provision.versions import check_pin, is_driver_version
+from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Parser
 
 
-class _ThisParser:
-    """What ``register`` expects of a subparsers action: add_parser gives back ``parser``."""
-
-    _parser_class = Parser
-
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self.parser = parser
-
-    def add_parser(self, name: str, **_: object) -> argparse.ArgumentParser:
-        return self.parser
+def _emit(args: argparse.Namespace, result: dict) -> int:
+    result.setdefault("changed", False)
+    ok = bool(result.get("ok"))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(result.get("message", "ok" if ok else "failed"))
+    return EXIT_OK if ok else EXIT_FAIL
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..provision.commands import register
+def _platform(args: argparse.Namespace) -> sources.Platform:
+    distro, release = args.distro, args.release
+    if not distro:
+        rel = preflight.os_release(Path("/"))
+        distro, release = rel.get("ID", "unknown"), rel.get("VERSION_ID", "")
+    return sources.platform(distro, release or "", args.arch or os.uname().machine)
 
-    register(_ThisParser(p))  # type: ignore[arg-type]
+
+def _gpus(args: argparse.Namespace, pci: list[dict] | None = None) -> list[sources.Gpu]:
+    """--gpu-device-id, else the GPUs in PCI sysfs (``pci``: as the caller already read them)."""
+    if pci is None and not args.gpu_device_id:
+        pci = preflight.pci_gpus(Path("/"))
+    ids = args.gpu_device_id or [g["device_id"] for g in pci or []]
+    try:
+        return [sources.Gpu(device_id=int(i, 16)) for i in ids]
+    except ValueError:
+        raise ProvisionError(f"--gpu-device-id: {ids} are not hexadecimal PCI device ids") from None
+
+
+def _cuda_list(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in str(v).split(",") if x.strip())
+    return out
+
+
+def _validate(args: argparse.Namespace) -> dict:
+    """Pure inventory-value validation (controller side). Bad values raise ProvisionError."""
+    table = cuda.load_table()
+    notes = []
+    versions = _cuda_list(args.cuda)
+    for v in versions:
+        cuda.resolve("cuda_toolkit_versions", v, table)
+    cuda.check_policy(args.policy)
+    pin = check_pin("nvidia_driver_version", args.driver_version) if args.driver_version else ""
+    if is_driver_version(pin):
+        # Known before any change: the pinned driver and the requested CUDA releases.
+        for v in versions:
+            verdict = cuda.gate(v, pin, args.policy, table=table)
+            if not verdict.ok and verdict.mode != "undecided":  # undecided: needs the GPUs
+                raise ProvisionError(f"cuda_toolkit_versions: {verdict.message}")
+            notes.append(verdict.message)
+    if args.distro:
+        plat = _platform(args)
+        if args.driver_branch:
+            plan = sources.driver_plan(
+                plat,
+                source=args.driver_source,
+                branch=args.driver_branch,
+                version=args.driver_version or "",
+                flavor=args.flavor,
+                kernel_module=args.kernel_module,
+                gpus=[sources.Gpu(device_id=int(i, 16)) for i in args.gpu_device_id or []],
+            )
+            notes.append(f"driver: {plan.pin} ({plan.flavor} modules) from {plan.source}")
+        if versions:
+            cplan = sources.cuda_plan(
+                plat,
+                source=args.cuda_source,
+                versions=versions,
+                default=args.cuda_default or "",
+                package_set=args.package_set,
+            )
+            notes.append(
+                f"CUDA {', '.join(cplan.versions)} ({cplan.package_set}) from {cplan.source}"
+            )
+    return {"ok": True, "message": "; ".join(notes) or "inventory values are valid"}
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if not args.batch:
+        return _emit(args, _validate(args))
+    # --batch: {host: [the arguments of one `provision validate`]} on stdin; one result per
+    # host, so a play validates all its hosts in one run on the controller
+    try:
+        doc = json.loads(sys.stdin.read())
+    except ValueError as exc:
+        raise ProvisionError(f"--batch: stdin is not JSON ({exc})") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(a, list) and all(isinstance(x, str) for x in a) for a in doc.values()
+    ):
+        raise ProvisionError(
+            "--batch: stdin must be a JSON object of host name -> list of argument strings"
+        )
+    hosts = {}
+    for host, argv in doc.items():
+        try:
+            hosts[host] = _validate(args.validate_parser.parse_args(argv))
+        except ProvisionError as exc:
+            hosts[host] = {"ok": False, "message": str(exc)}
+        except SystemExit:  # argparse already printed the usage line on stderr
+            hosts[host] = {"ok": False, "message": f"bad arguments for provision validate: {argv}"}
+    bad = [h for h, r in hosts.items() if not r["ok"]]
+    message = (
+        f"invalid inventory values on {', '.join(bad)}" if bad else "inventory values are valid"
+    )
+    return _emit(args, {"ok": not bad, "hosts": hosts, "message": message})
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    facts = preflight.collect(
+        Path(args.root),
+        kernel_module=args.kernel_module,
+        min_free_mib=args.min_free_mib,
+        secure_boot_signing=args.secure_boot_signing,
+        mokutil=_which("mokutil"),
+        containerd_cdi=args.containerd_cdi,
+        containerd=_which("containerd"),
+    )
+    out = facts.to_dict()
+    if facts.has_gpu and facts.supported and (args.driver_branch or args.cuda):
+        # the requested versions against the node's package sources, before any change
+        try:
+            plat = sources.platform(facts.distro, facts.release, facts.arch)
+            out["archive"] = _archive(args, plat, _gpus(args, facts.gpus_pci))
+        except (ProvisionError, CheckFailed) as exc:
+            out["archive"] = {"ok": False, "message": str(exc)}
+            out["ok"], out["message"] = False, str(exc)
+    return _emit(args, out)
+
+
+def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[sources.Gpu]) -> dict:
+    """Plan the driver with this node's GPUs and resolve the pins against the node's package
+    sources (the distribution's archive; NVIDIA's repository is not configured yet, so its
+    versions were checked against gpunode's data by `validate`)."""
+    out: dict = {"ok": True}
+    resolve = args.driver_source == "distro" or (args.cuda and args.cuda_source == "distro")
+    if resolve and args.refresh_lists is not None:
+        out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    notes = []
+    if args.driver_branch:
+        plan, driver = _driver(
+            plat, source=args.driver_source, branch=args.driver_branch,
+            version=args.driver_version, flavor=args.flavor, kernel_module=args.kernel_module,
+            gpus=gpus, resolve=args.driver_source == "distro",
+        )  # fmt: skip
+        out["driver"] = driver
+        notes.append(f"driver {plan.pin} ({plan.flavor})")
+    versions = _cuda_list(args.cuda)
+    if versions and args.cuda_source == "distro":
+        cplan = sources.cuda_plan(
+            plat, source=args.cuda_source, versions=versions, default=args.cuda_default,
+            package_set=args.package_set,
+        )  # fmt: skip
+        out["cuda"] = packages.resolve_cuda(
+            plat.family, cplan.version_packages, "cuda_toolkit_versions"
+        )
+        notes.append(f"CUDA {', '.join(cplan.versions)}")
+    out["message"] = f"{' and '.join(notes)} available from the package sources"
+    return out
+
+
+def _which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
+def _driver(
+    plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
+    kernel_module: bool, gpus: list[sources.Gpu], resolve: bool,
+) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
+    plan = sources.driver_plan(
+        plat, source=source, branch=branch, version=version or "", flavor=flavor,
+        kernel_module=kernel_module, gpus=gpus,
+    )  # fmt: skip
+    out = plan.to_dict()
+    kernel = os.uname().release
+    out["kernel_packages"] = [p.replace("{kernel}", kernel) for p in plan.kernel_packages]
+    if resolve:
+        variable = "nvidia_driver_version" if plan.pin_kind == "exact" else "nvidia_driver_branch"
+        versions = packages.resolve_driver(plat.family, plan.hold, plan.pin, variable)
+        out["versions"] = versions
+        sep = "=" if plat.family == "apt" else "-"
+        out["install"] = [f"{p}{sep}{versions[p]}" if p in versions else p for p in plan.packages]
+    return plan, out
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def cmd_driver_plan(args: argparse.Namespace) -> int:
+    plat = _platform(args)
+    out: dict = {}
+    if args.resolve and args.refresh_lists is not None:
+        out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    plan, planned = _driver(
+        plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
+        kernel_module=args.kernel_module, gpus=_gpus(args), resolve=args.resolve,
+    )  # fmt: skip
+    out.update(planned)
+    out["ok"] = True
+    out["message"] = f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
+    if args.resolve:
+        _driver_state(args, plat, plan, out)
+    return _emit(args, out)
+
+
+def _driver_state(
+    args: argparse.Namespace, plat: sources.Platform, plan: sources.DriverPlan, out: dict
+) -> None:
+    """What is installed and held, what the role still has to change (`todo`), and — when
+    the pinned packages are in place — the matching-version check (`check`)."""
+    versions = out["versions"]
+    st = packages.states(plat.family, [*plan.hold, *plan.packages, *out["kernel_packages"]])
+    installed = {p: st[p].version for p in plan.hold}
+    out["installed"] = installed
+    out["held"] = {p: st[p].held for p in plan.hold}
+    out["downgrade"] = any(
+        have and packages._sort_key(have) > packages._sort_key(versions[p])
+        for p, have in installed.items()
+    )
+    pin_current = None
+    if args.pin_file and plan.apt_preferences:
+        pin_current = _read(args.pin_file) == plan.apt_preferences
+    out["pin_current"] = pin_current
+    todo = {
+        "pin": pin_current is False,
+        "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
+        "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
+        "install": [
+            spec
+            for p, spec in zip(plan.packages, out["install"], strict=True)
+            if st[p].version is None or (p in versions and st[p].version != versions[p])
+        ],
+        "kernel_packages": [p for p in out["kernel_packages"] if st[p].version is None],
+        "hold": [p for p in plan.hold if args.hold and st[p].held is not True],
+    }
+    out["todo"] = todo
+    out["converged"] = not any(todo.values())
+    if args.check and installed.get(plan.version_package) == versions.get(plan.version_package):
+        out["check"] = _matching(plan.version_package, plan.pin, args.proc_version).to_dict()
+    if out["downgrade"] and args.allow_downgrade is False:
+        have = ", ".join(sorted({v for v in installed.values() if v}))
+        out["ok"] = False
+        out["message"] = (
+            f"the installed driver packages ({have}) are newer than the pin {plan.pin}; "
+            "set nvidia_driver_allow_downgrade: true to downgrade"
+        )
+
+
+def _matching(package: str, pin: str, proc_version: str) -> matching.Match:
+    from ..nvidia import inventory, procfs
+
+    family = "apt" if _which("dpkg-query") else "dnf"
+    nvml = nvml_error = None
+    try:
+        inv = inventory.collect()
+        if inv.source == "nvml":
+            nvml = inv.driver_version
+        else:
+            nvml_error = "; ".join(p["detail"] for p in inv.problems) or "NVML unavailable"
+    except inventory.NoDriver as exc:
+        nvml_error = str(exc)
+    try:
+        loaded = procfs.parse_version(Path(proc_version).read_text())
+    except OSError:
+        loaded = None
+    return matching.compare(
+        nvml=nvml,
+        nvml_error=nvml_error,
+        loaded=loaded,
+        installed=packages.installed(family, package),
+        package=package,
+        pin=pin,
+    )
+
+
+def cmd_driver_check(args: argparse.Namespace) -> int:
+    return _emit(args, _matching(args.package, args.pin, args.proc_version).to_dict())
+
+
+def _node_driver() -> tuple[str, bool | None]:
+    from ..nvidia import inventory
+
+    try:
+        inv = inventory.collect()
+    except inventory.NoDriver as exc:
+        raise CheckFailed(f"no NVIDIA driver to check CUDA against: {exc}") from None
+    names = [g.name or "" for g in inv.gpus]
+    datacenter = all(cuda.is_datacenter(n, "") for n in names) if names else None
+    return str(inv.driver_version), datacenter
+
+
+def _gate(
+    versions: list[str], policy: str, source: str, driver: str | None, datacenter: bool | None
+) -> dict:
+    if not versions:
+        raise ProvisionError("cuda_toolkit_versions: empty; give one or more CUDA versions")
+    if driver is None:
+        driver, datacenter = _node_driver()
+    table = cuda.load_table()
+    verdicts = [cuda.gate(v, driver, policy, datacenter=datacenter, table=table) for v in versions]
+    extra = [p for v in verdicts if v.ok for p in v.packages]
+    if extra and source != "cuda-repo":
+        for v in verdicts:
+            if v.mode == "forward":
+                v.ok, v.mode = False, "refused"
+                v.message += "; cuda-compat comes from NVIDIA's repository: set cuda_toolkit_source: cuda-repo"
+        extra = []
+    bad = [v for v in verdicts if not v.ok]
+    return {
+        "ok": not bad,
+        "driver": driver,
+        "datacenter": datacenter,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "compat_packages": extra,
+        "message": "; ".join(v.message for v in (bad or verdicts)),
+    }
+
+
+def cmd_cuda_gate(args: argparse.Namespace) -> int:
+    driver = datacenter = None
+    if args.driver:
+        from ..provision.versions import check_exact
+
+        driver = check_exact("--driver", args.driver)
+        datacenter = {"yes": True, "no": False}.get(args.datacenter)
+    return _emit(args, _gate(_cuda_list(args.cuda), args.policy, args.source, driver, datacenter))
+
+
+def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.CudaPlan]:
+    plat = _platform(args)
+    plan = sources.cuda_plan(
+        plat,
+        source=args.source,
+        versions=_cuda_list(args.cuda),
+        default=args.default or "",
+        package_set=args.package_set,
+    )
+    return plat, plan
+
+
+def cmd_cuda_plan(args: argparse.Namespace) -> int:
+    out: dict = {}
+    compat: list[str] = []
+    if args.gate:
+        # the compatibility gate first (before the package plan too, which would only say
+        # what the distribution ships): nothing is planned for a CUDA the driver cannot run
+        gate = _gate(_cuda_list(args.cuda), args.gate, args.source, None, None)
+        if not gate["ok"]:
+            return _emit(args, {**gate, "gate": gate})
+        out["gate"] = gate
+        compat = gate["compat_packages"]
+    plat, plan = _cuda_plan(args)
+    if args.resolve and args.refresh_lists is not None:
+        out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    out.update(plan.to_dict())
+    out["compat_packages"] = compat
+    if args.resolve:
+        out["available"] = packages.resolve_cuda(
+            plat.family, plan.version_packages, "cuda_toolkit_versions"
+        )
+    out["ok"] = True
+    out["message"] = f"CUDA {', '.join(plan.versions)} ({plan.package_set}) from {plan.source}"
+    if args.gate:
+        out["message"] = f"{out['gate']['message']}; {out['message']}"
+    if args.state:
+        _cuda_state(args, plat, plan, compat, out)
+    return _emit(args, out)
+
+
+def _cuda_state(
+    args: argparse.Namespace, plat: sources.Platform, plan: sources.CudaPlan,
+    compat: list[str], out: dict,
+) -> None:  # fmt: skip
+    """Installed and held packages, the profile script, `todo`, and — when every package is
+    installed — the version check (`check`)."""
+    names = [*(p for pkgs in plan.packages.values() for p in pkgs), *compat]
+    st = packages.states(plat.family, names)
+    profile = plan.profile_script()
+    todo = {
+        "install": [p for p in names if st[p].version is None],
+        "hold": [p for p in names if args.hold and st[p].held is not True],
+        "profile": bool(args.profile_script) and _read(args.profile_script) != profile,
+    }
+    out["profile_script"] = profile
+    out["todo"] = todo
+    out["converged"] = not any(todo.values())
+    if not todo["install"]:
+        check = _cuda_check(plat, plan, {p: st[p].version for p in names})
+        out["check"] = check
+        if not check["ok"]:
+            out["ok"], out["message"] = False, check["message"]
+
+
+def _cuda_check(
+    plat: sources.Platform, plan: sources.CudaPlan, installed: dict[str, str | None] | None = None
+) -> dict:
+    """Each requested release's version package is installed at that release (``installed``:
+    versions the caller already read, by package)."""
+    from ..provision.versions import cuda_of_package
+
+    known = installed or {}
+    found, bad = {}, []
+    for mm, pkg in plan.version_packages.items():
+        have = known[pkg] if pkg in known else packages.installed(plat.family, pkg)
+        found[mm] = have
+        if have is None:
+            bad.append(f"CUDA {mm}: {pkg} is not installed")
+        elif cuda_of_package(have) != mm:
+            bad.append(
+                f"CUDA {mm} was requested but {pkg} {have} is CUDA {cuda_of_package(have)}: "
+                "install the requested version (cuda_toolkit_versions)"
+            )
+    return {
+        "ok": not bad,
+        "installed": found,
+        "message": "; ".join(bad)
+        or ", ".join(f"CUDA {mm}: {plan.version_packages[mm]} {v}" for mm, v in found.items()),
+    }
+
+
+def cmd_cuda_check(args: argparse.Namespace) -> int:
+    plat, plan = _cuda_plan(args)
+    return _emit(args, _cuda_check(plat, plan))
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from ..provision import venv
+
+    return _emit(
+        args,
+        venv.install(Path(args.venv), Path(args.wheels), Path(args.bin_dir), dry_run=args.dry_run),
+    )
+
+
+def _platform_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--distro", help="debian|ubuntu|rhel|rocky (default: this node's)")
+    p.add_argument("--release", help="12, 13, 22.04, 24.04, 8, 9 (default: this node's)")
+    p.add_argument("--arch", help="x86_64|aarch64 (default: this node's)")
+
+
+def _km(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kernel-module",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the driver role builds/loads a kernel module (--no-kernel-module: userspace only)",
+    )
+
+
+def _refresh_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--refresh-lists",
+        type=int,
+        metavar="SECONDS",
+        help="refresh the package lists first when older than SECONDS or than a sources file",
+    )
+
+
+def add_arguments(pv: argparse.ArgumentParser) -> None:
+    sub = pv.add_subparsers(dest="action", required=True, parser_class=Parser)
+
+    v = sub.add_parser("validate", help="inventory values (controller, before any change)")
+    v.add_argument("--cuda", action="append", default=[], help="CUDA version (repeatable or a,b)")
+    v.add_argument("--cuda-default", default="")
+    v.add_argument("--cuda-source", default="distro")
+    v.add_argument("--package-set", default="full")
+    v.add_argument("--policy", default="strict")
+    v.add_argument("--driver-source", default="distro")
+    v.add_argument("--driver-branch", default="")
+    v.add_argument("--driver-version", default="")
+    v.add_argument("--flavor", default="auto")
+    v.add_argument("--gpu-device-id", action="append", default=[])
+    v.add_argument("--batch", action="store_true",
+                   help="validate many hosts: stdin is JSON {host: [these arguments]}")  # fmt: skip
+    _platform_args(v)
+    _km(v)
+    v.set_defaults(func=cmd_validate, validate_parser=v)
+
+    pf = sub.add_parser("preflight", help="node facts and their verdict")
+    pf.add_argument("--min-free-mib", type=int, default=4096)
+    pf.add_argument("--secure-boot-signing", action="store_true",
+                    help="a MOK is enrolled and DKMS signs modules with it")  # fmt: skip
+    pf.add_argument("--containerd-cdi", action="store_true",
+                    help="gpunode will enable CDI in containerd: it must be >= 1.7")  # fmt: skip
+    pf.add_argument("--root", default="/", help=argparse.SUPPRESS)
+    # the requested versions against the node's package sources (gpu_preflight's archive check)
+    pf.add_argument("--driver-source", default="distro")
+    pf.add_argument("--driver-branch", default="", help="check the driver against the sources")
+    pf.add_argument("--driver-version", default="")
+    pf.add_argument("--flavor", default="auto")
+    pf.add_argument("--gpu-device-id", action="append", default=[], help=argparse.SUPPRESS)
+    pf.add_argument("--cuda", action="append", default=[], help="check CUDA against the sources")
+    pf.add_argument("--cuda-source", default="distro")
+    pf.add_argument("--cuda-default", default="")
+    pf.add_argument("--package-set", default="full")
+    _refresh_arg(pf)
+    _km(pf)
+    pf.set_defaults(func=cmd_preflight)
+
+    ins = sub.add_parser("install", help="gpunode into its virtualenv from the copied wheels")
+    ins.add_argument("--venv", default="/opt/gpunode")
+    ins.add_argument("--wheels", default="/opt/gpunode-wheels", help="directory of the wheels")
+    ins.add_argument("--bin-dir", default="/usr/local/bin", help="where the links go")
+    ins.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    ins.set_defaults(func=cmd_install)
+
+    dp = sub.add_parser("driver-plan", help="driver packages, repository, pin, hold")
+    dp.add_argument("--source", default="distro")
+    dp.add_argument("--branch", required=True)
+    dp.add_argument("--version", default="", help="exact pin (default: the branch)")
+    dp.add_argument("--flavor", default="auto")
+    dp.add_argument("--gpu-device-id", action="append", default=[], help="default: PCI sysfs")
+    dp.add_argument("--resolve", action="store_true", help="versions from the node's sources")
+    dp.add_argument("--pin-file", default="", help="with --resolve: is this pin file current")
+    dp.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --resolve: the packages are to be held (todo.hold)")  # fmt: skip
+    dp.add_argument("--allow-downgrade", action=argparse.BooleanOptionalAction, default=None,
+                    help="--no-allow-downgrade: fail when the installed packages are newer")  # fmt: skip
+    dp.add_argument("--check", action="store_true",
+                    help="with --resolve: the matching-version check once the pin is installed")  # fmt: skip
+    dp.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
+    _refresh_arg(dp)
+    _platform_args(dp)
+    _km(dp)
+    dp.set_defaults(func=cmd_driver_plan)
+
+    dc = sub.add_parser("driver-check", help="matching-version check")
+    dc.add_argument("--package", required=True, help="the driver package (driver-plan)")
+    dc.add_argument("--pin", required=True, help="exact version or branch")
+    dc.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
+    dc.set_defaults(func=cmd_driver_check)
+
+    cg = sub.add_parser("cuda-gate", help="CUDA release(s) against the driver")
+    cg.add_argument("--cuda", action="append", default=[])
+    cg.add_argument("--policy", default="strict")
+    cg.add_argument("--source", default="distro")
+    cg.add_argument("--driver", help="driver version (default: what NVML reports here)")
+    cg.add_argument("--datacenter", choices=["yes", "no", "unknown"], default="unknown",
+                    help="with --driver: are the GPUs data center products")  # fmt: skip
+    cg.set_defaults(func=cmd_cuda_gate)
+
+    for name, func, helptext in (
+        ("cuda-plan", cmd_cuda_plan, "CUDA toolkit packages per version"),
+        ("cuda-check", cmd_cuda_check, "installed toolkit = requested versions"),
+    ):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("--cuda", action="append", default=[])
+        c.add_argument("--default", default="")
+        c.add_argument("--source", default="distro")
+        c.add_argument("--package-set", default="full")
+        if name == "cuda-plan":
+            c.add_argument("--resolve", action=argparse.BooleanOptionalAction, default=False)
+            c.add_argument("--gate", metavar="POLICY", default="",
+                           help="the compatibility gate against this node's driver first")  # fmt: skip
+            c.add_argument("--state", action="store_true",
+                           help="installed/held packages, `todo` and the version check")  # fmt: skip
+            c.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
+                           help="with --state: the packages are to be held (todo.hold)")  # fmt: skip
+            c.add_argument("--profile-script", default="",
+                           help="with --state: is this profile.d script current")  # fmt: skip
+            _refresh_arg(c)
+        _platform_args(c)
+        c.set_defaults(func=func)
+
+    for p in sub.choices.values():
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=_guarded(p.get_default("func")))
+
+
+def _guarded(func):
+    return lambda args: _run_guarded(func, args)
 
 
 def run(args: argparse.Namespace) -> int:
     return args.func(args)
+
+
+def _run_guarded(func, args: argparse.Namespace) -> int:
+    """Run a provision command; bad values exit 2 with one line, failed checks exit 1."""
+    try:
+        return func(args)
+    except ProvisionError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "changed": False, "message": str(exc)}))
+        print(f"gpunode: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CheckFailed as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "changed": False, "message": str(exc)}))
+        print(f"gpunode: {exc}", file=sys.stderr)
+        return EXIT_FAIL

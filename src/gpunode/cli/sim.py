@@ -1,10 +1,11 @@
-"""`gpunode sim images|up|down|apply|apply-local|check-report`: the simulated GPU cluster
-(development and tests)."""
+"""`gpunode sim images|up|down|apply|apply-local|check-report|playbook`: the simulated GPU
+cluster (development and tests)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from ..util.command import (
@@ -26,13 +27,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ("apply", "apply a profile to a running node"),
         ("apply-local", "apply a profile on this machine (inside a node, as root)"),
         ("check-report", "does a cluster report show exactly the faults the profiles inject?"),
+        (
+            "playbook",
+            "ansible-playbook on the simulated nodes; a rerun with the same inputs must not "
+            "change what provisioning did (gpunode.sim.rerun)",
+        ),
     ):
         sp = simsub.add_parser(name, help=helptext)
         if name == "apply":
             sp.add_argument("node")
         if name in ("apply", "apply-local"):
             sp.add_argument("profile", help="built-in profile name or path to a .yaml file")
-        if name in ("up", "down", "check-report"):
+        if name in ("up", "down", "check-report", "playbook"):
             sp.add_argument("-i", "--inventory", default="inventories/sim/hosts.yml")
         if name == "check-report":
             sp.add_argument(
@@ -43,6 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             sp.add_argument("--project", default=".", help="gpunode source tree (for the wheel)")
         if name == "images":
             sp.add_argument("--release", action="append", help="Debian release (repeatable)")
+        if name == "playbook":
+            sp.add_argument("--project", default=".", help="gpunode source tree")
+            sp.add_argument("playbook", help="e.g. site.yml")
+            sp.add_argument(
+                "ansible_args", nargs=argparse.REMAINDER, help="more ansible-playbook arguments"
+            )
+            continue
         sp.add_argument("--json", action="store_true")
 
 
@@ -63,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "check-report":
         return check_report(Path(args.inventory), args.report, args.json)
+    if args.action == "playbook":
+        return playbook(
+            Path(args.inventory), Path(args.project), [args.playbook, *args.ansible_args]
+        )
 
     from ..sim import cluster, images
 
@@ -85,6 +102,28 @@ def run(args: argparse.Namespace) -> int:
         cluster.apply(args.node, args.profile)
         return EXIT_OK
     raise UsageError(f"unknown sim action {args.action!r}")
+
+
+def playbook(inventory: Path, project: Path, ansible_args: list[str]) -> int:
+    from ..sim import rerun
+
+    if any(a in ("-i", "--inventory", "--inventory-file") or a.startswith(("-i", "--inventory="))
+           for a in ansible_args):  # fmt: skip
+        raise UsageError(
+            "sim playbook: give the inventory once, before the playbook (-i INVENTORY PLAYBOOK "
+            "...): it names the nodes to judge and ansible-playbook's inventory"
+        )
+    if not inventory.is_file():
+        raise UsageError(f"sim playbook: inventory {inventory} is not a file")
+    if not (project / rerun.PROVISION_PLAYBOOK).is_file():
+        raise UsageError(
+            f"sim playbook: {project} has no {rerun.PROVISION_PLAYBOOK} (--project: the gpunode tree)"
+        )
+    try:
+        return rerun.run_playbook(inventory, ansible_args, project)
+    except rerun.RerunError as exc:
+        print(f"gpunode: error: sim playbook: {exc}", file=sys.stderr)
+        return EXIT_FAIL
 
 
 def check_report(inventory: Path, report: str, as_json: bool) -> int:

@@ -3,10 +3,9 @@
 `gpunode inventory` shows a GPU's health flags and `gpunode validate` its ``gpu.*`` checks;
 both come from ``verdicts`` here, so a counter means the same thing wherever it is shown:
 
-* ``verdicts(gpu)``: (check id, status, detail) for every check in CHECKS, in that order,
-  for a GPU NVML shows (a lost one included: ``gpu.lost`` fails, the others skip);
-* ``missing(minor, detail)``: the same for a GPU the kernel lists but whose device node is
-  gone (NVML cannot show it: ``gpu.device_node`` fails, the others skip);
+* ``verdicts(gpu)``: (check id, status, detail) for every check in CHECKS, in that order:
+  a lost GPU fails ``gpu.lost`` and skips the others; one whose device node is gone
+  (``gpu.missing``: the kernel lists it, NVML cannot show it) fails ``gpu.device_node``;
 * ``flags(gpu)``: the inventory's health flags, the FLAGS names of the verdicts that fail
   or warn.
 
@@ -49,14 +48,11 @@ def _rest(given: list[Verdict], why: str) -> list[Verdict]:
     return given + [(c, SKIP, why) for c in CHECKS if c not in done]
 
 
-def missing(minor: int | None, detail: str | None = None) -> list[Verdict]:
-    """The verdicts of a GPU whose /dev/nvidia<minor> is missing (NVML cannot show it)."""
-    why = f"NVML cannot show it: /dev/nvidia{minor} is missing"
-    return _rest([("gpu.lost", SKIP, why), ("gpu.device_node", FAIL, detail or why)], why)
-
-
 def verdicts(gpu) -> list[Verdict]:
-    """The verdict of every check for a GPU NVML shows (see the module docstring)."""
+    """The verdict of every check for one GPU (see the module docstring)."""
+    if gpu.missing is not None:  # the kernel lists it, /dev/nvidia<minor> is gone
+        why = f"NVML cannot show it: /dev/nvidia{gpu.minor} is missing"
+        return _rest([("gpu.lost", SKIP, why), ("gpu.device_node", FAIL, gpu.missing)], why)
     if gpu.lost:
         why = "NVML: GPU is lost (fallen off the bus); cannot be read"
         lost = (

@@ -44,6 +44,9 @@ class GpuInfo:
     remapped_rows: dict[str, int] = field(default_factory=dict)
     temperature_c: int | None = None
     lost: bool = False  # NVML: GPU_IS_LOST (fallen off the bus); nothing else could be read
+    # The kernel lists it, but /dev/nvidia<minor> is missing: why (NVML cannot show it; only
+    # Inventory.every_gpu gives such records, Inventory.gpus never does)
+    missing: str | None = None
 
     @property
     def health(self) -> list[str]:
@@ -52,7 +55,7 @@ class GpuInfo:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["lost"]  # shown as the flag fallen_off_bus
+        del d["lost"], d["missing"]  # shown as the flag fallen_off_bus; missing: `problems`
         d["health"] = self.health
         return d
 
@@ -66,6 +69,20 @@ class Inventory:
     gpus: list[GpuInfo]
     problems: list[dict[str, Any]] = field(default_factory=list)
     hostname: str = field(default_factory=socket.gethostname)
+
+    def every_gpu(self) -> list[GpuInfo]:
+        """Every GPU the node has: NVML's (lost ones included) and those the kernel lists
+        whose device node is missing (``missing`` set), in PCI bus order when every bus id
+        is known (the order NVML and CUDA enumerate by default)."""
+        out = list(self.gpus) + [
+            GpuInfo(None, p.get("minor"), p.get("uuid"), None, p.get("pci_bus_id"),
+                    missing=p.get("detail") or "device node missing")
+            for p in self.problems
+            if p.get("issue") == "device_node_missing"
+        ]  # fmt: skip
+        if all(g.pci_bus_id for g in out):
+            out.sort(key=lambda g: g.pci_bus_id.upper())
+        return out
 
     @property
     def healthy(self) -> bool:

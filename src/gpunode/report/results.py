@@ -4,9 +4,11 @@ merged into one cluster report model.
 A result file holds one node's result, or an entry the playbook writes for a node where
 gpunode validate did not run: unreachable ({"node": ..., "unreachable": true, "detail": ...}),
 validate could not run ({"node": ..., "error": ...}), or a node without NVIDIA GPU that got
-the container engine only ({"node": ..., "no_gpu": true, "detail": ..., "checks": [the
-playbook's own engine check]}: every other check of the report is a skip there, with that
-detail as its reason).
+the container engine only ({"node": ..., "no_gpu": true, "detail": ..., "engine": the
+playbook's `ENGINE version` run as it came, {"name", "rc", "stdout", "stderr", "msg"}},
+judged here into engine.active by gpunode.util.enginecheck, the rule `gpunode validate` uses;
+or, as older playbooks wrote it, "checks": [that check]): every other check of the report is
+a skip there, with that detail as its reason).
 
 A results file (schema gpunode.results/v1, what playbooks/validate.yml writes) holds every
 node's: {"schema": "gpunode.results/v1", "results": [entry, ...]}, each entry one of the
@@ -24,6 +26,8 @@ import os
 import re
 import sys
 import time
+
+from ..util import enginecheck
 
 SCHEMA = "gpunode.validate/v1"
 REPORT_SCHEMA = "gpunode.report/v1"
@@ -75,6 +79,8 @@ def check_result(doc: object, source: str) -> dict:
         # gpunode is not installed there (provisioning gives it the engine only): a row of
         # skips with the reason, plus the checks the playbook ran itself
         checks = [_check(source, c, i) for i, c in enumerate(_list(source, doc.get("checks", [])))]
+        if "engine" in doc:
+            checks.append(_check(source, _engine_answer(source, doc["engine"]), len(checks)))
         detail = str(doc.get("detail") or NO_GPU)
         return {"node": node, "no_gpu": True, "detail": detail, "gpus": [], "versions": {},
                 "checks": checks}  # fmt: skip
@@ -88,6 +94,23 @@ def check_result(doc: object, source: str) -> dict:
     if not isinstance(versions, dict):
         raise _fail(source, "versions is not an object")
     return {**doc, "node": node, "checks": checks, "gpus": gpus, "versions": versions}
+
+
+def _engine_answer(source: str, engine: object) -> dict:
+    """engine.active of a node without GPU, from the playbook's run of its engine."""
+    if not isinstance(engine, dict):
+        raise _fail(
+            source,
+            f"engine is {json.dumps(engine)[:40]}; expected the engine's answer "
+            "{name, rc, stdout, stderr}",
+        )
+    name = _text(source, engine, "name", "the engine's name", "engine.")
+    rc = engine.get("rc")
+    if not isinstance(rc, int) or isinstance(rc, bool):
+        raise _fail(
+            source, f"engine.rc is {json.dumps(rc)}; expected the engine command's exit status"
+        )
+    return enginecheck.from_command(name, engine)
 
 
 def _list(source: str, checks: object) -> list:

@@ -1,10 +1,11 @@
 """The simulated cluster: node containers that look like GPU servers (host side).
 
 A node is a container of a debootstrapped Debian image with systemd as PID 1, a Docker
-engine inside (``/var/lib/docker`` on a volume so overlay2 works), the gpunode wheel in
-``/opt/gpunode`` and a GPU profile applied. The node list is the Ansible inventory
-``inventories/sim/hosts.yml`` itself: each host's ``gpunode_sim_release`` and
-``gpunode_sim_profile`` say what to start, so the inventory and the containers cannot drift.
+engine inside (``/var/lib/docker`` on a volume so overlay2 works), gpunode installed exactly
+as the role gpunode_install installs it (see install_gpunode) and a GPU profile applied. The
+node list is the Ansible inventory ``inventories/sim/hosts.yml`` itself: each host's
+``gpunode_sim_release`` and ``gpunode_sim_profile`` say what to start, so the inventory and
+the containers cannot drift.
 
 ``--privileged`` fails on our machines (CAP_SYS_RESOURCE is not in the bounding set), so a
 node gets explicit capabilities, seccomp/apparmor unconfined, the host cgroup namespace with
@@ -13,12 +14,10 @@ node gets explicit capabilities, seccomp/apparmor unconfined, the host cgroup na
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import shutil
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,8 +44,6 @@ NODE_CAPS = [
     "DAC_READ_SEARCH",
     "AUDIT_CONTROL",
 ]
-VENV = "/opt/gpunode"
-WHEELS_IN_NODE = "/opt/gpunode-wheels"
 MOCK_IN_NODE = "/usr/lib/gpunode-sim/libnvidia-ml.mock.so"
 # The simulator's own copy of gpunode (this tree, gpunode.sim included) in a node, where
 # `sim apply-local` runs from: the wheel nodes get (VENV) leaves the simulator out.
@@ -91,14 +88,51 @@ def read_inventory(path: Path) -> list[NodeSpec]:
     return nodes
 
 
+INSTALL_ROLE = "roles/gpunode_install"  # relative to the project
+
+
+@dataclass(frozen=True)
+class RoleInstall:
+    """How the role gpunode_install puts gpunode on a node, read from the role itself (its
+    one home): the wheels' directory, the virtualenv and the links' directory (its defaults,
+    which inventories/sim keeps), its launcher (files/run-from-wheels.py) and its wheel
+    recipe (files/build-wheels.py)."""
+
+    wheels: str
+    venv: str
+    bin_dir: str
+    launcher: str
+    build_script: Path
+
+    @classmethod
+    def read(cls, project: Path) -> RoleInstall:
+        role = project / INSTALL_ROLE
+        try:
+            defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+            launcher = (role / "files/run-from-wheels.py").read_text()
+        except OSError as exc:
+            raise SimError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise SimError(f"{role}/defaults/main.yml: not YAML ({first})") from None
+        keys = ("gpunode_install_node_wheel_dir", "gpunode_install_venv",
+                "gpunode_install_bin_dir")  # fmt: skip
+        values = [defaults.get(k) for k in keys]
+        for key, value in zip(keys, values, strict=True):
+            if not isinstance(value, str) or not value.startswith("/") or "{{" in value:
+                raise SimError(f"{role}/defaults/main.yml: {key} is not an absolute path")
+        return cls(*values, launcher=launcher, build_script=role / "files/build-wheels.py")
+
+
 @dataclass(frozen=True)
 class Artifacts:
     """Files built on the host and copied into nodes: the mock NVML, procdriver and the
-    wheels."""
+    wheels (and how the role installs them)."""
 
     mock: Path
     procdriver: Path
     wheels: Path
+    install: RoleInstall
 
     @classmethod
     def build(cls, out: Path, project: Path, log=print) -> Artifacts:
@@ -117,60 +151,17 @@ class Artifacts:
             procdriver.build(proc_bin)
             proc_stamp.write_text(digest)
             log(f"built {proc_bin}")
+        install = RoleInstall.read(project)
         wheels = out / "wheels"
-        wheels.mkdir(exist_ok=True)
-        for old in wheels.glob("gpunode-*.whl"):
-            old.unlink()
-        # setuptools builds in the project's build/lib and never removes what the source
-        # no longer has: a moved module would ship from there too. Builds running side by
-        # side (molecule scenarios, the role's controller build) share that directory, so
-        # they take turns on one lock (the role's "Build gpunode" task takes it too).
-        with wheel_build_lock(project):
-            shutil.rmtree(project / "build" / "lib", ignore_errors=True)
-            _pip(
-                ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                 str(project)],
-                "building the gpunode wheel",
-            )  # fmt: skip
-        if not list(wheels.glob("nvidia_ml_py-*.whl")):
-            _pip(
-                ["download", "--no-deps", "-q", "-d", str(wheels), _pinned_nvml(project)],
-                "downloading nvidia-ml-py",
-            )
-        return cls(mock, proc_bin, wheels)
-
-
-WHEEL_BUILD_LOCK = "build/.wheel-build.lock"  # relative to the project; the role uses it too
-
-
-@contextlib.contextmanager
-def wheel_build_lock(project: Path):
-    """Hold the project's wheel-build lock (flock) while building from its tree."""
-    lock = project / WHEEL_BUILD_LOCK
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _pip(args: list[str], what: str) -> None:
-    import sys
-
-    run = subprocess.run(
-        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False
-    )
-    if run.returncode != 0:
-        raise SimError(f"{what} failed: {run.stderr.strip()[-300:]}")
-
-
-def _pinned_nvml(project: Path) -> str:
-    for line in (project / "requirements-dev.txt").read_text().splitlines():
-        if line.startswith("nvidia-ml-py=="):
-            return line.strip()
-    return "nvidia-ml-py"
+        # the role's own recipe (the same tree gives the role the same bytes)
+        run = subprocess.run(
+            [sys.executable, str(install.build_script), str(project), str(wheels)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SimError(f"building the wheels failed: {last}")
+        return cls(mock, proc_bin, wheels, install)
 
 
 def container_state(name: str) -> dict | None:
@@ -346,26 +337,38 @@ def load_image(name: str, image: str) -> None:
 
 
 def install_gpunode(name: str, art: Artifacts, log=print) -> bool:
-    """Install the gpunode wheel into /opt/gpunode on the node (offline, from copied wheels)."""
-    wheels = sorted(art.wheels.glob("*.whl"))
-    digest = hashlib.sha256(b"".join(w.read_bytes() for w in wheels)).hexdigest()
-    have = exec_(name, ["cat", f"{VENV}/.gpunode-wheels.sha256"], check=False).stdout.decode()
-    if have.strip() == digest:
-        return False
-    exec_(name, ["rm", "-rf", WHEELS_IN_NODE])
-    docker(["cp", str(art.wheels), f"{name}:{WHEELS_IN_NODE}"])
-    script = (
-        f"set -e; [ -x {VENV}/bin/python ] || python3 -m venv --system-site-packages {VENV}; "
-        f"{VENV}/bin/pip install -q --no-index --find-links {WHEELS_IN_NODE} --force-reinstall "
-        f"--no-deps {WHEELS_IN_NODE}/*.whl; "
-        f"{VENV}/bin/gpunode runtime install-links --prefix /usr/local/bin >/dev/null; "
-        f"echo {digest} > {VENV}/.gpunode-wheels.sha256"
-    )
-    proc = exec_(name, ["sh", "-c", script], check=False)
-    if proc.returncode != 0:
-        raise SimError(f"{name}: installing gpunode failed: {proc.stderr.decode().strip()[-300:]}")
-    log(f"{name}: installed gpunode into {VENV}")
-    return True
+    """gpunode on the node exactly as gpunode_install leaves it; True when something changed.
+
+    The role's own steps: its launcher runs `gpunode provision install` from the wheels'
+    directory, after checking that the directory holds exactly the wheels built here (exit
+    3 otherwise: they are copied, replacing what was there, and it runs again). So the
+    virtualenv, its digest stamp and the links are the role's by construction, and a
+    provisioning run with the same tree finds gpunode current on a simulated node instead
+    of reinstalling it (and the simulator finds the role's install current in turn).
+    """
+    ins = art.install
+    sums = {
+        w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in sorted(art.wheels.glob("*.whl"))
+    }
+    argv = ["python3", "-c", ins.launcher, ins.wheels, "provision", "install", "--json",
+            "--venv", ins.venv, "--wheels", ins.wheels, "--bin-dir", ins.bin_dir]  # fmt: skip
+    env = {"GPUNODE_WHEELS_SHA256": json.dumps(sums)}
+    proc = exec_(name, argv, env=env, check=False, timeout=600)
+    if proc.returncode == 3:  # not exactly these wheels there
+        exec_(name, ["rm", "-rf", ins.wheels])
+        docker(["cp", str(art.wheels), f"{name}:{ins.wheels}"])
+        proc = exec_(name, argv, env=env, check=False, timeout=600)
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError:
+        result = None
+    if proc.returncode != 0 or not isinstance(result, dict) or "changed" not in result:
+        why = result.get("message") if isinstance(result, dict) else None
+        why = why or (proc.stderr.decode().strip().splitlines() or ["no output"])[-1]
+        raise SimError(f"{name}: installing gpunode failed: {why}")
+    if result["changed"]:
+        log(f"{name}: installed gpunode into {ins.venv} as gpunode_install does")
+    return bool(result["changed"])
 
 
 def copy_mock(name: str, art: Artifacts) -> None:

@@ -1,6 +1,6 @@
-"""What every gpunode subcommand shares, wherever its module lives (gpunode.cli, and
-gpunode.validate.command, which the CLI names only in its lazy table): exit codes, the one-line
-usage error, the parser class that reports it, JSON output.
+"""What every gpunode subcommand shares (gpunode.cli, and the library code that reports
+bad input in the CLI's terms): the one set of exit codes, the one-line usage error, the
+parser class that reports it, the error bases the CLI's one error path catches, JSON output.
 
 It is in util, not cli, so that library code (the engines' runtime setup, the runtime's
 install-links) can raise the usage error without importing the CLI: nothing but the CLI

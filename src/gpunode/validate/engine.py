@@ -18,13 +18,13 @@ from typing import Any
 
 from ..engines.common import RUNTIME_PATH, EngineConfigError, decode, read
 from ..engines.docker import DAEMON_JSON, load_daemon_json
-from ..util import tool
+from ..util import enginecheck, tool
 from ..util.tool import first_line
 from .expect import Expectations
 from .model import FAIL, PASS, SKIP, Check, titled
 
 TITLES = {
-    "engine.active": "Container engine answers",
+    enginecheck.ID: enginecheck.TITLE,  # its verdict: util/enginecheck.py (report uses it too)
     "engine.daemon_json": "daemon.json valid",
     "engine.runtime_registered": "gpunode runtime registered",
 }
@@ -75,10 +75,10 @@ def evaluate(
         return ({"cri": client} if client is not None else None), checks
     data, why = info if info is not None else engine_info(expect.engine)
     if data is None:
-        add("engine.active", FAIL, why)
+        add(enginecheck.ID, *enginecheck.verdict(expect.engine, None, why))
     else:
         version = data.get("ServerVersion") or (data.get("version") or {}).get("Version", "?")
-        add("engine.active", PASS, f"{expect.engine} {version} answers")
+        add(enginecheck.ID, *enginecheck.verdict(expect.engine, version))
     if expect.engine == "podman":
         add("engine.daemon_json", SKIP, "podman has no daemon.json")
         if os.access(RUNTIME_PATH, os.X_OK):

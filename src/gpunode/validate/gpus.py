@@ -15,7 +15,6 @@ missing device node fails its own checks, not the count, so each fault shows onc
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from ..nvidia import health, inventory
 from .expect import Expectations
@@ -30,53 +29,13 @@ TITLES = {
 GPU_CHECKS = list(health.CHECKS)
 
 
-class NodeGpu:
-    """One GPU of the node: its inventory entry (None when NVML cannot show it) or the
-    kernel's record of a GPU whose device node is missing."""
-
-    def __init__(self, info: inventory.GpuInfo | None, missing: dict[str, Any] | None = None):
-        self.info, self.missing = info, missing
-
-    @property
-    def uuid(self) -> str | None:
-        return self.info.uuid if self.info else self.missing.get("uuid")
-
-    @property
-    def pci_bus_id(self) -> str | None:
-        return self.info.pci_bus_id if self.info else self.missing.get("pci_bus_id")
-
-    @property
-    def minor(self) -> int | None:
-        return self.info.minor if self.info else self.missing.get("minor")
-
-
-def node_gpus(inv: inventory.Inventory) -> list[NodeGpu]:
-    out = [NodeGpu(g) for g in inv.gpus]
-    out += [NodeGpu(None, p) for p in inv.problems if p.get("issue") == "device_node_missing"]
-    if all(g.pci_bus_id for g in out):
-        out.sort(key=lambda g: g.pci_bus_id.upper())
-    return out
-
-
-def listed(gpus: list[NodeGpu]) -> list[Gpu]:
+def listed(gpus: list[inventory.GpuInfo]) -> list[Gpu]:
+    """The result's GPU list: every GPU of the node (Inventory.every_gpu), indexed in order."""
     return [
-        Gpu(
-            index=i,
-            uuid=g.uuid,
-            model=(g.info.name if g.info else None),
-            pci_bus_id=g.pci_bus_id,
-            memory_mib=(g.info.memory_total_mib if g.info else None),
-            minor=g.minor,
-        )
+        Gpu(index=i, uuid=g.uuid, model=g.name, pci_bus_id=g.pci_bus_id,
+            memory_mib=g.memory_total_mib, minor=g.minor)
         for i, g in enumerate(gpus)
-    ]
-
-
-def _verdicts(g: NodeGpu) -> list[tuple[str, str, str]]:
-    """(check id, status, detail) for each per-GPU check of one GPU (gpunode.nvidia.health)."""
-    if g.info is None:
-        return health.missing(g.minor, g.missing.get("detail"))
-    return health.verdicts(g.info)
+    ]  # fmt: skip
 
 
 def evaluate(
@@ -107,7 +66,7 @@ def evaluate(
         add("node.nvml", FAIL, nvml_problem["detail"])
     else:
         add("node.nvml", PASS, f"NVML {inv.nvml_version}")
-    gpus = node_gpus(inv)
+    gpus = inv.every_gpu()
     listing = listed(gpus)
     found = len(gpus)
     if expect.gpus is None:
@@ -118,8 +77,8 @@ def evaluate(
         add("node.gpu_count", st, f"{found} GPU(s), expected {expect.gpus}", t=seconds)
     for g, entry in zip(gpus, listing, strict=True):
         start = time.monotonic()
-        verdicts = _verdicts(g)
-        if nvml_problem and g.info is not None:
+        verdicts = health.verdicts(g)
+        if nvml_problem and g.missing is None:
             verdicts = [(c, SKIP, "NVML unavailable") if c != "gpu.device_node" else (c, s, d)
                         for c, s, d in verdicts]  # fmt: skip
         t = (time.monotonic() - start) / len(verdicts)

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..nvidia.health import FAIL, PASS, SKIP, WARN
+from ..util.command import EXIT_FAIL, EXIT_OK
 
 SCHEMA = "gpunode.validate/v1"
 STATUSES = (PASS, WARN, FAIL, SKIP)
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 
 @dataclass

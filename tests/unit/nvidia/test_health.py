@@ -48,7 +48,9 @@ def test_a_lost_gpu_fails_once_and_skips_the_rest():
 
 
 def test_a_gpu_without_its_device_node():
-    got = health.missing(3, "/dev/nvidia3 is missing or not a 195:3 device")
+    gpu = GpuInfo(None, 3, "GPU-x", None, "00000000:4E:00.0",
+                  missing="/dev/nvidia3 is missing or not a 195:3 device")  # fmt: skip
+    got = health.verdicts(gpu)
     assert [(c, s) for c, s, _ in got] == [("gpu.lost", "skip"), ("gpu.device_node", "fail")] + [
         (c, "skip") for c in list(health.CHECKS)[2:]
     ]
@@ -63,3 +65,16 @@ def test_unsupported_counters_skip_with_the_reason():
     assert got["gpu.row_remap_failure"][0] == "skip"
     assert got["gpu.persistence"] == ("skip", "persistence mode is not supported")
     assert health.flags(gpu) == []
+
+
+def test_every_gpu_lists_the_missing_ones_in_bus_order():
+    from gpunode.nvidia.inventory import Inventory
+
+    gpus = [healthy_gpu(0, pci_bus_id="00000000:07:00.0"), healthy_gpu(1, pci_bus_id="00000000:47:00.0")]
+    problem = {"issue": "device_node_missing", "detail": "/dev/nvidia1 is missing", "uuid": "GPU-m",
+               "pci_bus_id": "00000000:0F:00.0", "minor": 1}  # fmt: skip
+    inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", gpus, [problem])
+    every = inv.every_gpu()
+    assert [g.pci_bus_id for g in every] == ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0"]
+    assert every[1].missing == "/dev/nvidia1 is missing" and inv.gpus == gpus  # usable ones only
+    assert health.flags(every[1]) == [] and not inv.healthy  # a problem, not a flag

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
+from gpunode.cli import provision as commands
 from gpunode.cli.main import main as cli_main
-from gpunode.provision import CheckFailed, commands, lists, packages, venv
+from gpunode.provision import CheckFailed, lists, packages, venv
 
 D12 = ["--distro", "debian", "--release", "12", "--arch", "x86_64"]
 DRIVER = ["nvidia-smi", "libcuda1", "libnvidia-ml1"]

@@ -130,6 +130,47 @@ def test_gpu_less_node_is_a_row_of_skips_with_the_reason_and_its_engine_check():
     assert model["nodes"][0]["status"] == "fail"
 
 
+@pytest.mark.parametrize(
+    ("engine", "status", "detail"),
+    [
+        ({"name": "docker", "rc": 0, "stdout": "26.1.5\n", "stderr": ""}, "pass",
+         "docker 26.1.5 answers"),
+        ({"name": "podman", "rc": 125, "stdout": "",
+          "stderr": "Error: cannot connect to Podman socket\n"}, "fail",
+         "podman: Error: cannot connect to Podman socket (rc 125)"),
+    ],
+)  # fmt: skip
+def test_gpu_less_node_engine_answer_is_judged_here(engine, status, detail):
+    """The playbook hands over the engine's answer as it came (gpunode is not on that node);
+    the report judges it by engine.active's one rule (gpunode.util.enginecheck)."""
+    cpu = {"node": "cpu", "no_gpu": True, "engine": engine}
+    row = results.merge([("cpu.json", results.check_result(cpu, "cpu.json"))])["nodes"][0]
+    by = {c["id"]: c for c in row["checks"]}
+    assert (by["engine.active"]["status"], by["engine.active"]["detail"]) == (status, detail)
+    assert by["engine.active"]["title"] == "Container engine answers"
+    assert row["status"] == status and row["no_gpu"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        (
+            "docker",
+            'cpu.json: engine is "docker"; expected the engine\'s answer {name, rc, stdout, stderr}',
+        ),
+        (
+            {"name": "docker"},
+            "cpu.json: engine.rc is null; expected the engine command's exit status",
+        ),
+        ({"name": "", "rc": 0}, 'cpu.json: engine.name is ""; expected the engine\'s name'),
+    ],
+)
+def test_gpu_less_node_with_a_malformed_engine_answer_is_refused(engine, message):
+    with pytest.raises(results.ResultError) as exc:
+        results.check_result({"node": "cpu", "no_gpu": True, "engine": engine}, "cpu.json")
+    assert str(exc.value) == message
+
+
 def results_file(path, entries, schema=results.RESULTS_SCHEMA):
     """A results file (what playbooks/validate.yml writes): every node's entry in one."""
     path.write_text(json.dumps({"schema": schema, "results": entries}))

@@ -8,6 +8,7 @@ sets. A role with defaults needs argument specs. Failures name the role and the 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,79 @@ def test_a_stray_or_missing_default_is_named(tmp_path):
     ]
     (role / "meta" / "argument_specs.yml").unlink()
     assert problems(role) == ["demo: defaults/main.yml without meta/argument_specs.yml"]
+
+
+def cli_options() -> dict[str, dict]:
+    """Every role's `*_cli` option (how the role runs gpunode), by role:name."""
+    out = {}
+    for role in sorted(p for p in ROLES.iterdir() if p.is_dir()):
+        specs = _yaml(role / "meta" / "argument_specs.yml").get("argument_specs") or {}
+        for entry in specs.values():
+            for key, spec in ((entry or {}).get("options") or {}).items():
+                if key.endswith("_cli"):
+                    out[f"{role.name}:{key}"] = spec or {}
+    return out
+
+
+def test_every_cli_option_is_an_argv_list():
+    """One type for all of them: an argv list, since gpu_preflight's launcher (python3 -c
+    SCRIPT WHEEL_DIR), which nvidia_driver and cuda_toolkit run by default, is not one path."""
+    options = cli_options()
+    assert len(options) >= 5, options
+    wrong = {k: (s.get("type"), s.get("elements")) for k, s in options.items()
+             if (s.get("type"), s.get("elements")) != ("list", "str")}  # fmt: skip
+    assert wrong == {}
+    for name in options:
+        role, key = name.split(":")
+        default = _yaml(ROLES / role / "defaults" / "main.yml")[key]
+        assert isinstance(default, list) or str(default).startswith("{{"), (name, default)
+
+
+def _walk(node, out: set[str]) -> None:
+    """Names a task file or vars file gives itself: registered results, set_fact keys,
+    tags (also a vars list named *_tags), vars keys."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "register" and isinstance(value, str):
+                out.add(value)
+            elif key in ("ansible.builtin.set_fact", "set_fact") and isinstance(value, dict):
+                out.update(value)
+            elif (key == "tags" or str(key).endswith("_tags")) and isinstance(value, list):
+                out.update(v for v in value if isinstance(v, str))
+            elif key == "vars" and isinstance(value, dict):
+                out.update(value)
+            _walk(value, out)
+    elif isinstance(node, list):
+        for item in node:
+            _walk(item, out)
+
+
+def undeclared() -> dict[str, list[str]]:
+    """Public variables named after a role (ROLE_*) that the suite uses but no role declares
+    (an argument-spec option, a vars key, a register, a set_fact, a tag), with where."""
+    root = ROLES.parent
+    names = sorted((p.name for p in ROLES.iterdir() if p.is_dir()), key=len, reverse=True)
+    used = re.compile(r"(?<![\w.])(?:" + "|".join(names) + r")_\w+")
+    declared: set[str] = set()
+    files = [p for p in [*ROLES.rglob("*"), *(root / "playbooks").rglob("*"), root / "site.yml"]
+             if p.suffix in (".yml", ".j2") and "files" not in p.relative_to(root).parts]  # fmt: skip
+    for path in files:
+        if path.suffix == ".yml":
+            data = yaml.safe_load(path.read_text())
+            if path.parent.name in ("vars", "defaults") and isinstance(data, dict):
+                declared.update(data)
+            _walk(data, declared)
+    for role in ROLES.iterdir():
+        specs = _yaml(role / "meta" / "argument_specs.yml").get("argument_specs") or {}
+        for entry in specs.values():
+            declared.update((entry or {}).get("options") or {})
+    out: dict[str, list[str]] = {}
+    for path in files:
+        for m in used.finditer(path.read_text()):
+            if m[0] not in declared:
+                out.setdefault(m[0], []).append(str(path.relative_to(root)))
+    return out
+
+
+def test_every_role_variable_the_suite_uses_is_declared():
+    assert undeclared() == {}

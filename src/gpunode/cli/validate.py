@@ -1,19 +1,18 @@
-"""`gpunode validate`: run every check on this node; print a table, or JSON with --json;
-optionally write a Prometheus textfile. Exit 0 all passed (warn and skip allowed), 1 a
-check failed, 2 could not run (bad input, printed as one line)."""
+"""`gpunode validate`: run every check on this node (gpunode.validate.checks); print a table,
+or JSON with --json; optionally write a Prometheus textfile. Exit 0 all passed (warn and
+skip allowed), 1 a check failed, 2 could not run (bad input, printed as one line)."""
 
 from __future__ import annotations
 
 import argparse
 import socket
 import sys
-import time
 
-from .. import __version__
-from ..util.command import print_json
-from . import output
-from .expect import ENGINES, BadInput, Expectations, build
-from .model import EXIT_BAD_INPUT, SCHEMA, Result
+from ..util.command import EXIT_USAGE, print_json
+from ..validate import output
+from ..validate.checks import validate
+from ..validate.expect import ENGINES, BadInput, build
+from ..validate.model import SCHEMA
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,38 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", help=f"{'|'.join(ENGINES)} (default docker)")
 
 
-def validate(expect: Expectations, node: str | None = None) -> Result:
-    """Run every check (no output). The checks' modules load here, not for --help."""
-    from . import container, engine, gpus, versions
-
-    started = time.gmtime()
-    t0 = time.monotonic()
-    host = socket.gethostname()
-    result = Result(node=node or host, hostname=host,
-                    started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
-                    gpunode_version=__version__)  # fmt: skip
-    inv, no_driver, seconds = gpus.collect()
-    result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
-    result.checks += checks
-    result.versions, checks = versions.evaluate(inv, expect)
-    result.checks += checks
-    info, checks = engine.evaluate(expect)
-    result.checks += checks
-    cri_client = (info or {}).get("cri") if expect.engine == "cri" else None
-    runner = None
-    if cri_client is not None:
-        from . import cri
-
-        runner = cri.runner(cri_client, expect.runtime_name)
-    try:
-        result.checks += container.evaluate(inv, expect, engine_up=info is not None, runner=runner)
-    finally:
-        if cri_client is not None:
-            cri_client.close()
-    result.duration_s = time.monotonic() - t0
-    return result
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         expect = build(
@@ -87,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     except BadInput as exc:
         if args.json:  # a machine reader still gets the one line, as JSON
             print_json({"schema": SCHEMA, "node": args.node or socket.gethostname(),
-                        "error": "bad_input", "detail": str(exc), "exit_code": EXIT_BAD_INPUT})  # fmt: skip
+                        "error": "bad_input", "detail": str(exc), "exit_code": EXIT_USAGE})  # fmt: skip
         print(f"gpunode validate: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_USAGE
     result = validate(expect, args.node)
     if args.json:
         print_json(result.to_dict())
@@ -103,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpunode validate: --textfile {args.textfile}: cannot write "
                   f"({exc.strerror or exc}); the previous file is unchanged", file=sys.stderr)  # fmt: skip
-            return EXIT_BAD_INPUT
+            return EXIT_USAGE
     return result.exit_code

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from gpunode.cli import validate as command
 from gpunode.cli.main import main
-from gpunode.validate import command
 
-from .fakes import result
+from ..validate.fakes import result
 
 
 @pytest.fixture

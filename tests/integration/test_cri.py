@@ -13,10 +13,10 @@ probe, run by the image's python3) and /proc/driver/nvidia/gpus. Strategies:
   cdi-annotations   cdi.k8s.io/* container annotations, injected by containerd (runc handler)
   cdi-cri           ContainerConfig.CDI_devices (field 17), injected by containerd
 
-containerd 1.6 has no CDI: both CDI strategies give the pod no GPU, silently. There the
-annotations reach gpunode's runtime (which resolves them itself) only when its handler passes
-them on (``container_annotations``), which `gpunode runtime configure containerd` does not
-write: the site's config has to declare it, and configure keeps it.
+containerd 1.6 has no CDI: both CDI strategies give the pod no GPU, silently, so `gpunode
+runtime configure containerd --cdi` is refused there. The annotations reach gpunode's runtime
+(which resolves them itself) only when its handler passes them on (``container_annotations``):
+`--pass-annotations` writes them from runtime.toml's annotation-prefixes.
 
 A pod without a request gets no GPU; a bad request fails with one clear line in the container's
 status (the runtime's refusal, reason StartError) or as CreateContainer's error (CDI).
@@ -58,7 +58,6 @@ BUS = [g.bus_id.procfs for g in PROFILE.gpus]
 PROBE = ["python3", "-I", "-S", "-c", Path(probe.__file__).read_text()]
 CRI = '[plugins."io.containerd.grpc.v1.cri"]'
 DROP_IN = "/etc/containerd/conf.d/99-gpunode.toml"
-NVIDIA_DROP_IN_DIR = "/etc/containerd/nvidia.d"
 
 
 RELEASES = ("bookworm", "trixie")
@@ -97,7 +96,7 @@ class CriNode:
         then containerd restarted and answering the CRI."""
         content = main_config(self.sandbox_image, runtimes)
         self.node.sh(
-            f"rm -rf /etc/containerd/conf.d {NVIDIA_DROP_IN_DIR} && "
+            "rm -rf /etc/containerd/conf.d && "
             f"printf %s {shlex.quote(content)} > /etc/containerd/config.toml"
         )
         for args in configure_args:
@@ -113,16 +112,15 @@ class CriNode:
             version = c.version().runtime_version
         assert version.startswith(CONTAINERD[self.node.release]), (self.node.name, version)
 
-    def configure_handlers(self, runtimes: dict | None = None) -> None:
-        """gpunode registered as the handlers `gpunode` and `nvidia`, CDI on, runc the default.
+    def cdi(self) -> list[str]:
+        """--cdi where containerd has CDI (1.7); 1.6 refuses it."""
+        return ["--cdi"] if self.node.release == "trixie" else []
 
-        One configure run registers one name (its drop-in holds one runtime and is regenerated
-        from the configuration without itself), so the second name needs a second drop-in
-        directory imported after the first: its copy of the CRI section then carries both."""
+    def configure_handlers(self, *extra: str, runtimes: dict | None = None) -> None:
+        """gpunode registered as the handlers `gpunode` and `nvidia` in one run (one drop-in),
+        CDI on where containerd has it, runc the default."""
         self.configure(
-            ["--name", "gpunode", "--cdi"],
-            ["--name", "nvidia", "--cdi", "--drop-in-dir", NVIDIA_DROP_IN_DIR],
-            runtimes=runtimes,
+            ["--name", "gpunode", "--name", "nvidia", *self.cdi(), *extra], runtimes=runtimes
         )
         dump = self.node.sh("containerd config dump").stdout
         for name in ("gpunode", "nvidia"):
@@ -298,13 +296,25 @@ def test_containerd_16_gives_cdi_requests_no_gpu(handlers, handler, case):
     assert_no_gpu(out)
 
 
+def test_cdi_refused_on_containerd_16(cri_nodes):
+    """`--cdi` on containerd 1.6 is one line (exit 2) and changes nothing."""
+    node = cri_nodes["bookworm"].node
+    before = node.sh("cat /etc/containerd/config.toml; ls /etc/containerd").stdout
+    res = node.sh("gpunode runtime configure containerd --name gpunode --cdi", check=False)
+    assert res.returncode == 2, res
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "has no CDI (enable_cdi needs containerd >= 1.7.0" in err[0], err
+    assert node.sh("cat /etc/containerd/config.toml; ls /etc/containerd").stdout == before
+
+
 @pytest.fixture(scope="module")
 def passing_annotations(handlers):
-    """containerd 1.6 with the site's config passing cdi.k8s.io/* to the nvidia handler."""
+    """containerd 1.6 with gpunode's handlers passing cdi.k8s.io/* (`--pass-annotations`,
+    from runtime.toml's default annotation-prefixes)."""
     node = handlers["bookworm"]
-    node.configure_handlers(runtimes={"nvidia": ["cdi.k8s.io/*"]})
+    node.configure_handlers("--pass-annotations")
     dump = node.node.sh("containerd config dump").stdout
-    assert 'container_annotations = ["cdi.k8s.io/*"]' in dump
+    assert dump.count('container_annotations = ["cdi.k8s.io/*"]') == 2, dump  # both handlers
     return node
 
 
@@ -327,7 +337,7 @@ def test_containerd_16_bad_cdi_annotation_is_the_runtimes_error(passing_annotati
 def default_runtime(handlers, passing_annotations):
     """gpunode as containerd's default runtime (after the handler tests: the nodes in turn)."""
     for n in handlers.values():
-        n.configure(["--name", "gpunode", "--set-as-default", "--cdi"])
+        n.configure(["--name", "gpunode", "--set-as-default", *n.cdi()])
         assert 'default_runtime_name = "gpunode"' in n.node.sh("containerd config dump").stdout
     return handlers
 
@@ -356,3 +366,37 @@ def test_unknown_handler_is_run_pod_sandboxs_error(default_runtime, release):
     text = str(err.value)
     assert text.startswith("RunPodSandbox: ") and "\n" not in text, text
     assert 'no runtime for "nvidia" is configured' in text, text
+
+
+def validate_cri(node: Node) -> dict:
+    res = node.sh("gpunode validate --engine cri --runtime-name gpunode --json", check=False)
+    assert res.returncode in (0, 1), res
+    return {c["id"]: c for c in json.loads(res.stdout)["checks"]}
+
+
+CRI_CHECKS = ("engine.active", "engine.runtime_registered", "container.image")
+
+
+def test_validate_through_the_cri(default_runtime):
+    """`gpunode validate --engine cri` on the Debian 13 node: first without the CRI client's
+    libraries (skipped, saying why), then with Debian's (gpunode's venv sees system site
+    packages): the probe pods through the gpunode handler see exactly their GPUs."""
+    node = default_runtime["trixie"].node
+    have = node.sh("python3 -c 'import grpc_tools, grpc'", check=False).returncode == 0
+    if not have:
+        checks = validate_cri(node)
+        assert checks["engine.active"]["status"] == "skip", checks["engine.active"]
+        assert "the CRI client needs grpc" in checks["engine.active"]["detail"]
+        assert checks["container.isolation"]["status"] == "skip"
+        node.sh(
+            "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+            "python3-grpcio python3-grpc-tools python3-protobuf >/dev/null",
+            timeout=600,
+        )
+    checks = validate_cri(node)
+    for cid in CRI_CHECKS:
+        assert checks[cid]["status"] == "pass", checks[cid]
+    assert checks["engine.runtime_registered"]["detail"].endswith("the default runtime")
+    iso = checks["container.isolation"]
+    assert iso["status"] == "pass" and "and all 4: exactly those" in iso["detail"], iso
+    assert validate_cri(node)["container.image"]["detail"].endswith("(cached)")

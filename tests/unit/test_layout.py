@@ -24,8 +24,9 @@ MAY_USE = {
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
     "engines": {"util", "runtime", "engines"},
-    # validate reuses the inventory and the engines' daemon.json rules
-    "validate": {"util", "nvidia", "provision", "engines", "validate", ""},
+    # validate reuses the inventory and the engines' daemon.json rules, and the CRI client
+    # for --engine cri
+    "validate": {"util", "nvidia", "provision", "engines", "cri", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",

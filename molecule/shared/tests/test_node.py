@@ -143,7 +143,8 @@ def test_driver_and_cuda_packages_pinned_and_held(host):
 
 
 def test_containerd_registration_when_asked(host):
-    if not _vars(host).get("gpu_container_runtime_containerd"):
+    v = _vars(host)  # the role's default: gpu_container_runtime_kubernetes
+    if not v.get("gpu_container_runtime_containerd", v.get("gpu_container_runtime_kubernetes")):
         assert not host.file("/etc/containerd/conf.d/99-gpunode.toml").exists
         return
     assert host.file("/etc/containerd/conf.d/99-gpunode.toml").exists

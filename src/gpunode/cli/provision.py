@@ -163,6 +163,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         min_free_mib=args.min_free_mib,
         secure_boot_signing=args.secure_boot_signing,
         mokutil=_which("mokutil"),
+        containerd_cdi=args.containerd_cdi,
+        containerd=_which("containerd"),
     )
     out = facts.to_dict()
     if facts.has_gpu and facts.supported and (args.driver_branch or args.cuda):
@@ -534,6 +536,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     pf.add_argument("--min-free-mib", type=int, default=4096)
     pf.add_argument("--secure-boot-signing", action="store_true",
                     help="a MOK is enrolled and DKMS signs modules with it")  # fmt: skip
+    pf.add_argument("--containerd-cdi", action="store_true",
+                    help="gpunode will enable CDI in containerd: it must be >= 1.7")  # fmt: skip
     pf.add_argument("--root", default="/", help=argparse.SUPPRESS)
     # the requested versions against the node's package sources (gpu_preflight's archive check)
     pf.add_argument("--driver-source", default="distro")

@@ -21,7 +21,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     conf.add_argument("--set-as-default", action="store_true")
     conf.add_argument("--cdi", action="store_true", help="enable CDI in the engine")
     conf.add_argument("--config", dest="config_path", help="the engine's config file")
-    conf.add_argument("--name", default="gpunode", help="runtime name (default gpunode)")
+    conf.add_argument(
+        "--name",
+        action="append",
+        dest="names",
+        metavar="NAME",
+        help="runtime name (default gpunode); containerd: repeat for several handler names "
+        "in one drop-in (e.g. --name gpunode --name nvidia; the first is the default with "
+        "--set-as-default)",
+    )
+    conf.add_argument(
+        "--cdi-spec-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="containerd: add DIR to the CRI plugin's cdi_spec_dirs (with --cdi)",
+    )
+    conf.add_argument(
+        "--pass-annotations",
+        action="store_true",
+        help="containerd: container_annotations on gpunode's handlers covering runtime.toml's "
+        "annotation-prefixes (cdi.k8s.io/* by default)",
+    )
+    conf.add_argument("--runtime-config", help="runtime.toml for --pass-annotations")
     conf.add_argument("--runtime-path", default=RUNTIME_PATH)
     conf.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
     conf.add_argument(
@@ -52,6 +74,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument("--containerd-config", default=None, help="containerd's config.toml")
     setup.add_argument("--containerd-default", action="store_true")
     setup.add_argument("--containerd-drop-in-dir", help=f"default {DROP_IN_DIR}")
+    setup.add_argument(
+        "--containerd-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a handler name (repeat: gpunode and nvidia; default gpunode; the first is the "
+        "default with --containerd-default)",
+    )
+    setup.add_argument(
+        "--containerd-cdi",
+        action="store_true",
+        help="enable_cdi and the CDI spec's directory in cdi_spec_dirs (containerd >= 1.7)",
+    )
+    setup.add_argument(
+        "--containerd-pass-annotations",
+        action="store_true",
+        help="container_annotations on the handlers covering runtime.toml's annotation-prefixes",
+    )
+    setup.add_argument(
+        "--containerd-runtime-class",
+        metavar="FILE",
+        help="write a RuntimeClass manifest per handler there, for the operator to apply",
+    )
     setup.add_argument(
         "--cdi-spec", action="store_true", help="write the CDI spec (as cdi generate --install)"
     )
@@ -120,6 +165,10 @@ def setup(args: argparse.Namespace) -> int:
             args.containerd_config or containerd.CONFIG_TOML,
             args.containerd_drop_in_dir or containerd.DROP_IN_DIR,
             args.containerd_default,
+            tuple(args.containerd_name) or ("gpunode",),
+            args.containerd_cdi,
+            args.containerd_pass_annotations,
+            args.containerd_runtime_class,
         )
         if args.containerd
         else None,
@@ -135,8 +184,19 @@ def setup(args: argparse.Namespace) -> int:
 
 
 def configure(args: argparse.Namespace) -> int:
+    names = args.names or ["gpunode"]
+    if args.engine == "docker":
+        for opt, given in (
+            ("--name given twice", len(names) > 1),
+            ("--cdi-spec-dir", args.cdi_spec_dir),
+            ("--pass-annotations", args.pass_annotations),
+        ):
+            if given:
+                raise UsageError(f"gpunode runtime configure docker: {opt} is for containerd only")
+    if args.cdi_spec_dir and not args.cdi:
+        raise UsageError("gpunode runtime configure: --cdi-spec-dir needs --cdi")
     kwargs = {
-        "runtime_name": args.name,
+        "runtime_name": names[0],
         "runtime_path": args.runtime_path,
         "set_default": args.set_as_default,
         "cdi": args.cdi,
@@ -149,13 +209,24 @@ def configure(args: argparse.Namespace) -> int:
     else:
         from ..engines import containerd
 
+        annotations: tuple[str, ...] = ()
+        if args.pass_annotations:
+            from ..runtime import config as runtime_config
+
+            cfg = runtime_config.load(args.runtime_config, write_caches=False)
+            annotations = containerd.annotation_patterns(cfg.annotation_prefixes)
         res = containerd.configure_containerd(
-            args.config_path or containerd.CONFIG_TOML, drop_in_dir=args.drop_in_dir, **kwargs
+            args.config_path or containerd.CONFIG_TOML,
+            drop_in_dir=args.drop_in_dir,
+            names=names,
+            cdi_spec_dirs=args.cdi_spec_dir,
+            container_annotations=annotations,
+            **kwargs,
         )
     if args.json:
         print_json(res.to_dict())
     elif args.dry_run:
-        sys.stdout.write(res.content)
+        sys.stdout.write(res.diff())
     else:
         print(
             f"{res.path}: {'changed' if res.changed else 'unchanged'}"

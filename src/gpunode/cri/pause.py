@@ -85,11 +85,11 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def image_config(layer: bytes, arch: str) -> bytes:
+def image_config(layer: bytes, arch: str, entrypoint: str | None = ENTRYPOINT) -> bytes:
     config = {
         "architecture": arch,
         "os": "linux",
-        "config": {"Entrypoint": [ENTRYPOINT], "WorkingDir": "/"},
+        "config": {"WorkingDir": "/", **({"Entrypoint": [entrypoint]} if entrypoint else {})},
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{_digest(layer)}"]},
         "history": [{"created_by": "gpunode.cri.pause", "created": "1970-01-01T00:00:00Z"}],
         "created": "1970-01-01T00:00:00Z",
@@ -97,13 +97,10 @@ def image_config(layer: bytes, arch: str) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
-def archive(binary: bytes, arch: str | None = None) -> tuple[bytes, str]:
-    """(the image archive of *binary* as /pause, the image name it carries)."""
-    arch = arch or _ARCH.get(platform.machine(), platform.machine())
-    layer = _tar([(ENTRYPOINT.lstrip("/"), binary, 0o755)])
-    config = image_config(layer, arch)
+def archive_layer(layer: bytes, name: str, arch: str, entrypoint: str | None = None) -> bytes:
+    """An image archive (``docker save`` layout) of one layer tar, tagged *name*."""
+    config = image_config(layer, arch, entrypoint)
     config_hex = _digest(config)
-    name = f"{REPOSITORY}:{config_hex[:12]}"
     layer_path = f"{_digest(layer)}/layer.tar"
     manifest = [{"Config": f"{config_hex}.json", "RepoTags": [name], "Layers": [layer_path]}]
     members = [
@@ -111,7 +108,19 @@ def archive(binary: bytes, arch: str | None = None) -> tuple[bytes, str]:
         (layer_path, layer, 0o644),
         ("manifest.json", json.dumps(manifest, separators=(",", ":")).encode(), 0o644),
     ]
-    return _tar(members), name
+    return _tar(members)
+
+
+def machine_arch() -> str:
+    return _ARCH.get(platform.machine(), platform.machine())
+
+
+def archive(binary: bytes, arch: str | None = None) -> tuple[bytes, str]:
+    """(the image archive of *binary* as /pause, the image name it carries)."""
+    arch = arch or machine_arch()
+    layer = _tar([(ENTRYPOINT.lstrip("/"), binary, 0o755)])
+    name = f"{REPOSITORY}:{_digest(image_config(layer, arch))[:12]}"
+    return archive_layer(layer, name, arch, ENTRYPOINT), name
 
 
 def build(cache: Path) -> tuple[Path, str]:

@@ -27,6 +27,7 @@ container-toolkit.md section 5):
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -72,9 +73,31 @@ class ConfigureResult:
     drop_in: str | None = None  # containerd only
     drop_in_content: str | None = None  # containerd only
     dry_run: bool = False
+    before: str | None = None  # the main file's content before the run (None: missing)
+    drop_in_before: str | None = None  # containerd only
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def diff(self) -> str:
+        """Unified diffs of each file the run changes (would change, on a dry run); empty
+        when nothing changes."""
+        out = []
+        pairs = [(self.path, self.before, self.content)]
+        if self.drop_in is not None:
+            pairs.append((self.drop_in, self.drop_in_before, self.drop_in_content or ""))
+        for path, before, after in pairs:
+            if (before or "") == after and before is not None:
+                continue
+            out.extend(
+                difflib.unified_diff(
+                    (before or "").splitlines(keepends=True),
+                    after.splitlines(keepends=True),
+                    f"{path} (before)" if before is not None else "/dev/null",
+                    f"{path} (after)",
+                )
+            )
+        return "".join(line if line.endswith("\n") else line + "\n" for line in out)
 
 
 def prepare(path: str, reg: Registration) -> str:

@@ -23,6 +23,17 @@ the glob). Decided so because
 
 The copy is a snapshot that includes containerd's defaults: after changing CRI settings in
 another file or upgrading containerd, run configure again (it is idempotent).
+
+Kubernetes nodes (issue 19): one drop-in registers every handler name asked for (``gpunode``,
+``nvidia`` — the handler NVIDIA's device plugin and GPU Operator expect), each a runc-v2
+runtime with gpunode's executable; ``runc`` stays declared (pods without a RuntimeClass keep
+it when gpunode is not the default); ``cdi`` sets ``enable_cdi`` in the CRI plugin that
+holds the runtimes (version 2: ``io.containerd.grpc.v1.cri``, version 3:
+``io.containerd.cri.v1.runtime``), refused on containerd < 1.7.0, which has no CDI and would
+silently start CDI requests without a GPU; ``cdi_spec_dirs`` are added to the section's
+own (kept); ``container_annotations`` are added to each gpunode handler's (kept), so a
+runtime with ``annotation-prefixes`` sees ``cdi.k8s.io/*`` annotations where containerd
+does not resolve them itself (1.6).
 Without ``containerd`` on PATH the main config's CRI section is copied, which is exact only if
 nothing else would be loaded; if another imported file exists the run is refused.
 """
@@ -38,7 +49,10 @@ import re
 import shutil
 import tempfile
 import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from ..util import tool
 from ..util.tool import one_line
 from .common import (
     ConfigureResult,
@@ -64,6 +78,10 @@ RUNC_SHIM = "io.containerd.runc.v2"
 CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 CONFIG_TOML = "/etc/containerd/config.toml"
 DROP_IN_DIR = "/etc/containerd/conf.d"
+# containerd's CRI plugin knows enable_cdi / cdi_spec_dirs from 1.7.0 (CDI from annotations);
+# ContainerConfig.CDI_devices from the CRI API is honoured from 1.7.2.
+CDI_MIN_VERSION = (1, 7, 0)
+CDI_DEVICES_MIN_VERSION = (1, 7, 2)
 
 
 # --------------------------------------------------------------------------- TOML writing
@@ -133,6 +151,82 @@ def toml_dumps(data: dict) -> str:
 # --------------------------------------------------------------------------- containerd
 
 
+@dataclass(frozen=True)
+class Handlers:
+    """containerd-only options: the handler names (the first becomes the default runtime with
+    ``set_default``), CDI spec directories, annotation patterns passed to gpunode's handlers."""
+
+    names: tuple[str, ...]
+    cdi_spec_dirs: tuple[str, ...] = ()
+    container_annotations: tuple[str, ...] = ()
+
+
+def handlers(
+    path: str,
+    names: Sequence[str],
+    cdi_spec_dirs: Sequence[str] = (),
+    container_annotations: Sequence[str] = (),
+) -> Handlers:
+    """Checked options (bad input: one line naming the value and what is accepted)."""
+    if not names:
+        raise EngineConfigError(f"{path}: no runtime name given; give at least one")
+    seen: list[str] = []
+    for name in names:
+        if not name:
+            raise EngineConfigError(f"{path}: runtime name and path must not be empty")
+        if name == "runc":
+            raise EngineConfigError(
+                f"{path}: runtime name 'runc' would replace containerd's runc; "
+                "choose another name (e.g. gpunode or nvidia)"
+            )
+        if name not in seen:
+            seen.append(name)
+    for d in cdi_spec_dirs:
+        if not os.path.isabs(d):
+            raise EngineConfigError(
+                f"{path}: CDI spec directory {d!r} is not absolute; give an absolute path"
+            )
+    for pattern in container_annotations:
+        if not pattern or any(ch.isspace() for ch in pattern) or "*" in pattern[:-1]:
+            raise EngineConfigError(
+                f"{path}: annotation pattern {pattern!r} is not accepted; give a key or a "
+                "prefix ending in '*' (e.g. cdi.k8s.io/*), without spaces"
+            )
+    return Handlers(tuple(seen), tuple(cdi_spec_dirs), tuple(container_annotations))
+
+
+def annotation_patterns(prefixes: Sequence[str]) -> tuple[str, ...]:
+    """containerd's ``container_annotations`` patterns for runtime.toml's annotation-prefixes
+    (``cdi.k8s.io/`` -> ``cdi.k8s.io/*``)."""
+    return tuple(p if p.endswith("*") else p + "*" for p in prefixes)
+
+
+def installed_version() -> tuple[tuple[int, int, int] | None, str]:
+    """(containerd's version, the line it printed) from ``containerd --version``; (None, why)
+    when it is not installed or prints no version."""
+    exe = shutil.which(CONTAINERD)
+    if exe is None:
+        return None, f"{CONTAINERD} not found on PATH"
+    return tool.version([exe, "--version"])
+
+
+def check_cdi(path: str) -> tuple[int, int, int] | None:
+    """Refuse CDI on a containerd that has none (< 1.7.0: enable_cdi would be ignored and CDI
+    requests would start without a GPU, silently). Returns the version (None: containerd not
+    installed yet; nothing to refuse)."""
+    version, line = installed_version()
+    if version is not None and version < CDI_MIN_VERSION:
+        need = ".".join(map(str, CDI_MIN_VERSION))
+        have = ".".join(map(str, version))
+        raise EngineConfigError(
+            f"{path}: containerd {have} has no CDI (enable_cdi needs containerd >= {need}, "
+            f"CRI CDI_devices >= 1.7.2; {line}); register without CDI and use "
+            "NVIDIA_VISIBLE_DEVICES or cdi.k8s.io annotations through gpunode's handler; "
+            "left unchanged"
+        )
+    return version
+
+
 def _containerd_version(path: str, data: dict) -> tuple[int, bool]:
     """(version, version_missing)."""
     version = data.get("version")
@@ -160,14 +254,34 @@ def _table(path: str, parent: dict, key: str, dotted: str) -> dict:
     return value
 
 
+def _new_entry(runtimes: dict, ctd: dict, names: tuple[str, ...]) -> dict:
+    """A handler's starting point: a copy of the default runc-based runtime (so options such
+    as SystemdCgroup carry over), else of runc, else empty."""
+    base_name = ctd.get("default_runtime_name", "runc")
+    candidates = [base_name, "runc"] if base_name not in names else ["runc"]
+    for cand in candidates:
+        base = runtimes.get(cand)
+        if isinstance(base, dict) and base.get("runtime_type", RUNC_SHIM) == RUNC_SHIM:
+            return copy.deepcopy(base)
+    return {}
+
+
+def _added(old: object, new: tuple[str, ...]) -> list:
+    """``old`` (a list kept as it is) with the items of ``new`` it lacks appended."""
+    out = list(old) if isinstance(old, list) else []
+    out.extend(x for x in new if x not in out)
+    return out
+
+
 def _drop_in_data(
     path: str,
     data: dict,
     version: int,
     old_drop_in: dict,
     reg: Registration,
+    opts: Handlers,
 ) -> dict:
-    name = reg.runtime_name
+    names = opts.names
     plugin = CRI_PLUGINS[version]
     main = copy.deepcopy(data)
     plugins = _table(path, main, "plugins", "plugins")
@@ -175,32 +289,39 @@ def _drop_in_data(
     ctd = _table(path, cri, "containerd", f'plugins."{plugin}".containerd')
     runtimes = _table(path, ctd, "runtimes", f'plugins."{plugin}".containerd.runtimes')
 
-    entry = runtimes.get(name)
-    if not isinstance(entry, dict):
-        # Start from the default runc-based runtime so options such as SystemdCgroup carry over.
-        base_name = ctd.get("default_runtime_name", "runc")
-        candidates = [base_name, "runc"] if base_name != name else ["runc"]
-        entry = {}
-        for cand in candidates:
-            base = runtimes.get(cand)
-            if isinstance(base, dict) and base.get("runtime_type", RUNC_SHIM) == RUNC_SHIM:
-                entry = copy.deepcopy(base)
-                break
-    entry["runtime_type"] = RUNC_SHIM
-    options = entry.get("options")
-    entry["options"] = options = options if isinstance(options, dict) else {}
-    options["BinaryName"] = reg.runtime_path
-    runtimes[name] = entry
+    # runc stays declared: pods without a RuntimeClass (or with handler runc) need it also
+    # where gpunode becomes the default.
+    runc = runtimes.get("runc")
+    if not isinstance(runc, dict):
+        runtimes["runc"] = {"runtime_type": RUNC_SHIM}
+    entries = {}
+    for name in names:
+        entry = runtimes.get(name)
+        entries[name] = entry if isinstance(entry, dict) else _new_entry(runtimes, ctd, names)
+    for name, entry in entries.items():
+        entry["runtime_type"] = RUNC_SHIM
+        options = entry.get("options")
+        entry["options"] = options = options if isinstance(options, dict) else {}
+        options["BinaryName"] = reg.runtime_path
+        if opts.container_annotations:
+            entry["container_annotations"] = _added(
+                entry.get("container_annotations"), opts.container_annotations
+            )
+        runtimes[name] = entry
 
     # Like docker's default-runtime and features.cdi, what an earlier run set is not taken back.
     old_cri = old_drop_in.get("plugins", {}).get(plugin, {})
     old_cri = old_cri if isinstance(old_cri, dict) else {}
     old_ctd = old_cri.get("containerd", {})
     old_default = old_ctd.get("default_runtime_name") if isinstance(old_ctd, dict) else None
-    if reg.set_default or old_default == name:
-        ctd["default_runtime_name"] = name
+    if reg.set_default:
+        ctd["default_runtime_name"] = names[0]
+    elif old_default in names:
+        ctd["default_runtime_name"] = old_default
     if reg.cdi or old_cri.get("enable_cdi") is True:
         cri["enable_cdi"] = True
+    if opts.cdi_spec_dirs:
+        cri["cdi_spec_dirs"] = _added(cri.get("cdi_spec_dirs"), opts.cdi_spec_dirs)
     return {"version": version, "plugins": {plugin: cri}}
 
 
@@ -335,16 +456,27 @@ def configure_containerd(
     *,
     dry_run: bool = False,
     drop_in_dir: str = DROP_IN_DIR,
+    names: Sequence[str] | None = None,
+    cdi_spec_dirs: Sequence[str] = (),
+    container_annotations: Sequence[str] = (),
     **registration,
 ) -> ConfigureResult:
-    """Write the drop-in registering the runtime (keywords of :class:`Registration`) and make
-    the main config import it."""
+    """Write the drop-in registering the runtime (keywords of :class:`Registration`; ``names``
+    replaces its one ``runtime_name`` by several handler names) and make the main config
+    import it."""
     reg = Registration(**registration)
     real = prepare(path, reg)
+    opts = handlers(
+        path, list(names) if names else [reg.runtime_name], cdi_spec_dirs, container_annotations
+    )
+    if reg.cdi:
+        check_cdi(path)
     drop_in = os.path.join(drop_in_dir, DROP_IN_NAME)
     drop_real = real_path(drop_in)
     with locked(real, dry_run):
-        return _configure_containerd(path, real, drop_in, drop_real, drop_in_dir, reg, dry_run)
+        return _configure_containerd(
+            path, real, drop_in, drop_real, drop_in_dir, reg, opts, dry_run
+        )
 
 
 def _configure_containerd(
@@ -354,6 +486,7 @@ def _configure_containerd(
     drop_real: str,
     drop_in_dir: str,
     reg: Registration,
+    opts: Handlers,
     dry_run: bool,
 ) -> ConfigureResult:
     old, old_stat = read(real)
@@ -381,7 +514,7 @@ def _configure_containerd(
     merged, drop_version, source = _merged_config(
         path, data, version, _resolved_imports(path, final_imports, glob_, drop_in)
     )
-    drop_data = _drop_in_data(path, merged, drop_version, old_drop_data, reg)
+    drop_data = _drop_in_data(path, merged, drop_version, old_drop_data, reg, opts)
     drop_content = (
         "# Written by `gpunode runtime configure containerd`; regenerated on every run.\n"
         "# Carries a copy of the whole CRI plugin section, because containerd < 2.1\n"
@@ -413,7 +546,16 @@ def _configure_containerd(
 
     changed = main_changed or drop_changed
     result = ConfigureResult(
-        path, changed, None, content, None, drop_in, drop_content, dry_run=dry_run
+        path,
+        changed,
+        None,
+        content,
+        None,
+        drop_in,
+        drop_content,
+        dry_run=dry_run,
+        before=None if old is None else text,
+        drop_in_before=None if old_drop is None else old_drop.decode("utf-8", "replace"),
     )
     if dry_run:
         return result

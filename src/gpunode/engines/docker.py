@@ -134,11 +134,12 @@ def _configure_docker(
     config = load_daemon_json(path, text)
     new = _merge_docker(path, config, reg)
     changed = old is None or _canonical(new) != _canonical(config)
+    before = None if old is None else text
     if not changed:
-        return ConfigureResult(path, False, None, text, dry_run=dry_run)
+        return ConfigureResult(path, False, None, text, dry_run=dry_run, before=before)
     content = json.dumps(new, indent=4, ensure_ascii=False) + "\n"
     if dry_run:
-        return ConfigureResult(path, True, None, content, dry_run=True)
+        return ConfigureResult(path, True, None, content, dry_run=True, before=before)
     validator, validated = _dockerd_validator(path) if validate else (None, None)
     backup = replace_with_backup(real, content, old, old_stat, validator)
-    return ConfigureResult(path, True, backup, content, validated)
+    return ConfigureResult(path, True, backup, content, validated, before=before)

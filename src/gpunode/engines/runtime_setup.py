@@ -8,7 +8,11 @@ module execution for the gpu_container_runtime role):
 3. systemd units from the given content; ``daemon-reload`` only when one changed (or
    systemd still has an older one loaded), ``enable`` and ``start`` only for a unit that is
    not enabled or active yet;
-4. containerd: the drop-in and ``imports`` (gpunode.engines.containerd);
+4. containerd: the drop-in and ``imports`` (gpunode.engines.containerd): the handler names,
+   CDI (refused on containerd < 1.7.0 before anything is written), the CDI spec's directory
+   added to ``cdi_spec_dirs``, ``container_annotations`` from runtime.toml's
+   annotation-prefixes; and, for Kubernetes, a RuntimeClass manifest naming the handlers
+   (written for the operator to apply: gpunode never talks to the API server);
 5. Docker: the runtime merged into daemon.json (gpunode.engines.docker: other keys
    kept, backup, lock, ``dockerd --validate``).
 
@@ -64,12 +68,48 @@ class Docker:
 
 @dataclass
 class Containerd:
-    """What `runtime configure containerd` is given (the runtime's name and path are its
-    defaults, as the role has always registered it)."""
+    """What `runtime configure containerd` is given (the runtime's path is its default, as
+    the role has always registered it). ``names``: handler names, the first the default with
+    ``set_default``; ``cdi``: enable_cdi plus the CDI spec's directory in cdi_spec_dirs;
+    ``pass_annotations``: container_annotations covering runtime.toml's annotation-prefixes;
+    ``runtime_class``: where the RuntimeClass manifest goes (None: none written)."""
 
     config: str
     drop_in_dir: str
     set_default: bool = False
+    names: tuple[str, ...] = ("gpunode",)
+    cdi: bool = False
+    pass_annotations: bool = False
+    runtime_class: str | None = None
+
+
+# A Kubernetes RuntimeClass's name and handler must be a DNS-1123 label.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+
+
+def runtime_class_manifest(names: tuple[str, ...]) -> str:
+    """One RuntimeClass per handler name (named as its handler), for `kubectl apply -f`."""
+    for name in names:
+        if not _DNS_LABEL.match(name):
+            raise UsageError(
+                f"--containerd-name {name!r}: not usable as a Kubernetes RuntimeClass handler "
+                "(lowercase letters, digits and '-', starting and ending alphanumeric, at most "
+                "63 characters)"
+            )
+    docs = [
+        "# Written by `gpunode runtime setup`: one RuntimeClass per containerd handler that\n"
+        "# runs gpunode's runtime. Apply once per cluster: kubectl apply -f <this file>\n"
+    ]
+    for name in names:
+        docs.append(
+            "---\n"
+            "apiVersion: node.k8s.io/v1\n"
+            "kind: RuntimeClass\n"
+            "metadata:\n"
+            f"  name: {name}\n"
+            f"handler: {name}\n"
+        )
+    return "".join(docs)
 
 
 @dataclass
@@ -253,14 +293,33 @@ def _docker(d: Docker, dry_run: bool, result: Result) -> None:
         result.restart.append("docker")
 
 
-def _containerd(c: Containerd, dry_run: bool, result: Result) -> None:
+def _containerd(
+    c: Containerd,
+    cfg: runtime_config.RuntimeConfig | None,
+    dry_run: bool,
+    result: Result,
+) -> None:
+    from ..runtime import cdi
     from . import containerd
 
     drop_in = os.path.join(c.drop_in_dir, containerd.DROP_IN_NAME)
     before, _ = read(c.config)
     drop_before, _ = read(drop_in)
+    spec_dirs: tuple[str, ...] = ()
+    annotations: tuple[str, ...] = ()
+    if cfg is not None and c.cdi:
+        spec_dirs = (os.path.dirname(cdi.install_path(cfg.cdi_spec_dirs)),)
+    if cfg is not None and c.pass_annotations:
+        annotations = containerd.annotation_patterns(cfg.annotation_prefixes)
     res = containerd.configure_containerd(
-        c.config, dry_run=dry_run, drop_in_dir=c.drop_in_dir, set_default=c.set_default
+        c.config,
+        dry_run=dry_run,
+        drop_in_dir=c.drop_in_dir,
+        set_default=c.set_default,
+        names=c.names,
+        cdi=c.cdi,
+        cdi_spec_dirs=spec_dirs,
+        container_annotations=annotations,
     )
     main = _engine_file("containerd config", c.config, res.content, before)
     main.backup = res.backup
@@ -270,6 +329,19 @@ def _containerd(c: Containerd, dry_run: bool, result: Result) -> None:
     )
     if res.changed:
         result.restart.append("containerd")
+    if c.runtime_class is not None:
+        result.files.append(
+            _owned_file("runtimeclass", c.runtime_class, runtime_class_manifest(c.names), dry_run)
+        )
+
+
+def _runtime_config(
+    s: Setup, new: runtime_config.RuntimeConfig | None, dry_run: bool
+) -> runtime_config.RuntimeConfig:
+    """runtime.toml as it is after this run (a dry run: the content it would write)."""
+    if new is not None:
+        return new
+    return runtime_config.load(s.config_path, write_caches=not dry_run)
 
 
 def _cdi_spec(
@@ -358,6 +430,14 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     for name in s.units:
         check_unit_name(name, "units")
     new = _new_config(target, s.config_text) if s.config_text is not None else None
+    if s.containerd is not None:
+        from . import containerd
+
+        containerd.handlers(s.containerd.config, s.containerd.names)
+        if s.containerd.runtime_class is not None:
+            runtime_class_manifest(s.containerd.names)
+        if s.containerd.cdi:  # before anything is written: CDI where containerd has none
+            containerd.check_cdi(s.containerd.config)
     result = Result(dry_run)
     if s.config_text is not None:
         result.files.append(_owned_file("runtime.toml", target, s.config_text, dry_run))
@@ -371,7 +451,9 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     # engine unrestarted (the caller restarts after a successful run), and the next run
     # would find nothing to change.
     if s.containerd is not None:
-        _containerd(s.containerd, dry_run, result)
+        c = s.containerd
+        cfg = _runtime_config(s, new, dry_run) if c.cdi or c.pass_annotations else None
+        _containerd(c, cfg, dry_run, result)
     if s.docker is not None:
         _docker(s.docker, dry_run, result)
     return result

@@ -148,6 +148,29 @@ def python_venv() -> bool:
         return False
 
 
+# containerd's CRI plugin has enable_cdi from 1.7.0 (gpunode.engines.containerd refuses --cdi
+# below it as well; this says so before anything is installed).
+CONTAINERD_CDI_MIN = (1, 7, 0)
+
+
+def containerd_cdi_problem(containerd: str) -> list[Problem]:
+    """A fatal problem when the node's containerd has no CDI (gpu_container_runtime would
+    register it with CDI: gpu_container_runtime_containerd_cdi)."""
+    version, line = tool.version([containerd, "--version"])
+    if version is None or version >= CONTAINERD_CDI_MIN:
+        return []
+    have = ".".join(map(str, version))
+    return [
+        Problem(
+            "containerd_cdi",
+            f"containerd {have} has no CDI (enable_cdi needs containerd >= 1.7.0; {line}): set "
+            "gpu_container_runtime_containerd_cdi: false (the envvar strategy and cdi.k8s.io "
+            "annotations through gpunode's handler work without it) or run containerd >= 1.7 "
+            "(Debian 13)",
+        )
+    ]
+
+
 def collect(
     root: Path = Path("/"),
     *,
@@ -157,6 +180,8 @@ def collect(
     min_free_mib: int = 4096,
     secure_boot_signing: bool = False,
     mokutil: str | None = None,
+    containerd_cdi: bool = False,
+    containerd: str | None = None,
 ) -> Facts:
     """Read the node's facts and judge them. `kernel_module`: the driver role will build and
     load a kernel module (headers, Secure Boot, nouveau and `.run` installs matter then)."""
@@ -200,6 +225,8 @@ def collect(
                 ".run install overwrite each other's files",
             )
         )
+    if containerd_cdi and containerd:
+        f.problems.extend(containerd_cdi_problem(containerd))
     if not kernel_module or not f.has_gpu:
         return f
     if not f.headers:

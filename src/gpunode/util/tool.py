@@ -7,6 +7,9 @@ line (returncode 127 or 124, as a shell would give), so each caller turns that i
 error (EngineRunError, CheckFailed, a check's detail) in its own words. Output is captured;
 ``input`` as bytes, or ``text=False``, gives bytes back.
 
+``version`` reads a program's x.y.z from its ``--version`` output (containerd's, for the
+engines' CDI refusal and gpu_preflight's).
+
 ``one_line`` folds a message (an exception's, a tool's stderr) onto one line;
 ``first_line`` and ``last_line`` pick the first or last non-blank line of a tool's output,
 where a tool puts its summary.
@@ -14,6 +17,7 @@ where a tool puts its summary.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -77,3 +81,19 @@ def first_line(text: str) -> str:
 def last_line(text: str) -> str:
     """The last non-blank line of ``text``, stripped ("" when there is none)."""
     return next((ln.strip() for ln in reversed(str(text).splitlines()) if ln.strip()), "")
+
+
+_VERSION = re.compile(r"(?:^|\s)v?(\d+)\.(\d+)\.(\d+)")
+
+
+def version(argv: Sequence[str], timeout: float = 30) -> tuple[tuple[int, int, int] | None, str]:
+    """(the first x.y.z that ``argv`` prints, its output's first line); (None, why) when it
+    does not run or prints none."""
+    ran = run(argv, timeout=timeout)
+    line = first_line(ran.stdout) or first_line(ran.stderr)
+    m = _VERSION.search(ran.stdout) if ran.ok else None
+    if m is None:
+        why = ran.failed or f"`{' '.join(argv)}` printed no version ({line or 'nothing'})"
+        return None, why
+    major, minor, patch = (int(x) for x in m.groups())
+    return (major, minor, patch), line

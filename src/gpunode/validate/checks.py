@@ -29,6 +29,16 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
     result.checks += checks
     info, checks = engine.evaluate(expect)
     result.checks += checks
-    result.checks += container.evaluate(inv, expect, engine_up=info is not None)
+    cri_client = (info or {}).get("cri") if expect.engine == "cri" else None
+    runner = None
+    if cri_client is not None:
+        from . import cri
+
+        runner = cri.runner(cri_client, expect.runtime_name)
+    try:
+        result.checks += container.evaluate(inv, expect, engine_up=info is not None, runner=runner)
+    finally:
+        if cri_client is not None:
+            cri_client.close()
     result.duration_s = time.monotonic() - t0
     return result

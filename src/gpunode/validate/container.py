@@ -213,8 +213,11 @@ def _host_has_libcuda() -> bool:
 
 def evaluate(
     inv: inventory.Inventory | None, expect: Expectations, engine_up: bool,
-    *, proc_gpus: str = "/proc/driver/nvidia/gpus",
+    *, proc_gpus: str = "/proc/driver/nvidia/gpus", runner: tuple | None = None,
 ) -> list[Check]:  # fmt: skip
+    """The container checks. ``runner``: (make the image () -> (tag, built), probe
+    (tag, request) -> what the container saw) for another way of running containers (the
+    CRI: gpunode.validate.cri.runner); default the engine's own command line."""
     checks: list[Check] = []
     add = titled(checks, TITLES)
 
@@ -230,8 +233,17 @@ def evaluate(
         for cid in TITLES:
             add(cid, SKIP, reason)
         return checks
+    runtime = expect.runtime_name
+    if expect.engine == "podman":
+        from ..engines.common import RUNTIME_PATH
+
+        runtime = RUNTIME_PATH
+    make_image, probe_with = runner or (
+        lambda: ensure_image(expect.engine),
+        lambda tag, r: run_probe(expect.engine, runtime, tag, r),
+    )
     try:
-        tag, built = ensure_image(expect.engine)
+        tag, built = make_image()
     except (ImageError, OSError) as exc:
         add("container.image", FAIL, str(exc))
         for cid in ("container.isolation", "container.cuda"):
@@ -239,15 +251,9 @@ def evaluate(
         return checks
     add("container.image", PASS, f"{tag} ({'built from local files' if built else 'cached'})")
 
-    runtime = expect.runtime_name
-    if expect.engine == "podman":
-        from ..engines.common import RUNTIME_PATH
-
-        runtime = RUNTIME_PATH
     requests = {usable[0].uuid: [usable[0]], "all": usable}
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
-        seen = dict(zip(requests, pool.map(
-            lambda r: run_probe(expect.engine, runtime, tag, r), requests), strict=True))  # fmt: skip
+        seen = dict(zip(requests, pool.map(lambda r: probe_with(tag, r), requests), strict=True))
     check_proc = os.path.isdir(proc_gpus)
     bad = [d for r, want in requests.items() for d in compare(r, want, seen[r], check_proc)]
     if bad:

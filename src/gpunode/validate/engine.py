@@ -68,6 +68,11 @@ def evaluate(
         for cid in TITLES:
             add(cid, SKIP, "--engine none: engine checks not requested")
         return None, checks
+    if expect.engine == "cri":
+        from . import cri
+
+        client = cri.engine_checks(expect, add)
+        return ({"cri": client} if client is not None else None), checks
     data, why = info if info is not None else engine_info(expect.engine)
     if data is None:
         add(enginecheck.ID, *enginecheck.verdict(expect.engine, None, why))

@@ -20,7 +20,7 @@ has many:
   container_engine_runtime_default    --runtime-default
   gpu_container_runtime_docker_default  (same)
   container_engine_runtime_name       --runtime-name (default gpunode)
-  gpunode_validate_engine             --engine docker|podman|none
+  gpunode_validate_engine             --engine docker|podman|cri|none
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..provision import ProvisionError
 from ..provision.cuda import check_policy
 from ..provision.versions import check_cuda, check_pin
 
-ENGINES = ("docker", "podman", "none")
+ENGINES = ("docker", "podman", "cri", "none")
 STDIN = "-"  # --vars -: the variables on standard input (the playbook hands them over so)
 
 

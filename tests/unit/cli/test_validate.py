@@ -71,10 +71,10 @@ def test_bad_input_with_json_is_also_a_json_error(fake_validate, capsys):
     cap = capsys.readouterr()
     assert json.loads(cap.out) == {
         "schema": "gpunode.validate/v1", "node": "n1", "error": "bad_input",
-        "detail": "--engine: 'lxc' is not one of docker, podman, none", "exit_code": 2,
+        "detail": "--engine: 'lxc' is not one of docker, podman, cri, none", "exit_code": 2,
     }  # fmt: skip
     assert cap.err.splitlines() == [
-        "gpunode validate: --engine: 'lxc' is not one of docker, podman, none"
+        "gpunode validate: --engine: 'lxc' is not one of docker, podman, cri, none"
     ]
 
 

@@ -64,7 +64,11 @@ root = "/var/lib/containerd"
 """
 
 FAKE_CONTAINERD = """#!/bin/sh
-# fake containerd: `containerd --config FILE config dump`
+# fake containerd: `containerd --version`, `containerd --config FILE config dump`
+if [ "$1" = --version ]; then
+  echo "containerd github.com/containerd/containerd {version} {version}-1"
+  exit 0
+fi
 echo "$@" >> "{log}"
 cp "$2" "{given}"
 {barrier}
@@ -82,7 +86,9 @@ while [ "$(ls "{dir}" | grep -c '^arrived')" -lt 2 ] && [ $i -lt 30 ]; do
 done"""
 
 
-def fake_containerd(tmp_path: Path, monkeypatch=None, dump: str = DUMP, barrier="") -> Path:
+def fake_containerd(
+    tmp_path: Path, monkeypatch=None, dump: str = DUMP, barrier="", version="1.7.24~ds1"
+) -> Path:
     """A fake containerd in tmp_path/bin; returns the file where it copies the config given."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
@@ -94,6 +100,7 @@ def fake_containerd(tmp_path: Path, monkeypatch=None, dump: str = DUMP, barrier=
             given=tmp_path / "given.toml",
             dump=tmp_path / "dump.toml",
             barrier=barrier,
+            version=version,
         )
     )
     exe.chmod(0o755)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpunode.cli import main as cli
 from gpunode.engines import containerd, docker, runtime_setup
@@ -503,3 +505,80 @@ def test_dry_run_without_config_content_reads_the_file_and_writes_no_cache(node,
     assert not cache.exists() and node.discoveries == [{"refresh": True, "store": False}]
     assert run(node, capsys, doc={}, docker_=False, units=False)[0] == 0
     assert cache.exists()  # a real run loads runtime.toml as the runtime does, cache and all
+
+
+def test_containerd_kubernetes_options(node, capsys):
+    """Handler names, CDI with the spec's directory, annotations from runtime.toml and the
+    RuntimeClass manifest; a second run changes nothing and restarts nothing."""
+    rc = node.root / "etc/gpunode/kubernetes/runtimeclass.yaml"
+    k8s = ["--containerd-name", "gpunode", "--containerd-name", "nvidia", "--containerd-cdi"]
+    k8s += ["--containerd-pass-annotations", "--containerd-runtime-class", str(rc)]
+    code, out, err = run(node, capsys, *k8s, containerd_=True, docker_=False, units=False)
+    assert code == 0, err
+    files = by_kind(out)
+    assert files["runtimeclass"]["changed"] and files["runtimeclass"]["path"] == str(rc)
+    assert out["restart"] == ["containerd"]
+    cri = tomllib.loads((node.drop_in_dir / "99-gpunode.toml").read_text())["plugins"][
+        "io.containerd.grpc.v1.cri"
+    ]
+    assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == [str(node.cdi_dir)]
+    for name in ("gpunode", "nvidia"):
+        assert cri["containerd"]["runtimes"][name]["container_annotations"] == ["cdi.k8s.io/*"]
+    docs = [d for d in yaml.safe_load_all(rc.read_text()) if d]
+    assert docs == [
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": n},
+            "handler": n,
+        }
+        for n in ("gpunode", "nvidia")
+    ]
+    again = run(node, capsys, *k8s, containerd_=True, docker_=False, units=False)[1]
+    assert again["changed"] is False and again["restart"] == []
+    # the manifest alone changing restarts nothing
+    rc.write_text("# edited\n")
+    third = run(node, capsys, *k8s, containerd_=True, docker_=False, units=False)[1]
+    assert third["changed_files"] == [str(rc)] and third["restart"] == []
+
+
+def test_containerd_cdi_refused_before_anything_is_written(node, capsys, monkeypatch, tmp_path):
+    from .fakes import fake_containerd
+
+    fake_containerd(tmp_path, monkeypatch, version="1.6.20~ds1")
+    code, out, err = run(
+        node, capsys, "--containerd-cdi", containerd_=True, docker_=False, units=False
+    )
+    assert code == 2 and out is None
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"gpunode: error: {node.containerd}: containerd 1.6.20 has no CDI")
+    assert not node.config.exists() and not node.cdi_dir.exists()  # preflight: nothing written
+    assert not node.containerd.exists()
+
+
+def test_containerd_runtime_class_needs_kubernetes_names(node, capsys):
+    rc = node.root / "rc.yaml"
+    code, out, err = run(
+        node,
+        capsys,
+        "--containerd-name",
+        "GPU_node",
+        "--containerd-runtime-class",
+        str(rc),
+        containerd_=True,
+        docker_=False,
+        units=False,
+    )
+    assert code == 2 and out is None and len(err.splitlines()) == 1
+    assert "--containerd-name 'GPU_node': not usable as a Kubernetes RuntimeClass handler" in err
+    assert not rc.exists() and not node.config.exists()
+
+
+def test_containerd_kubernetes_dry_run_shows_the_manifest(node, capsys):
+    rc = node.root / "rc.yaml"
+    extra = ["--containerd-name", "nvidia", "--containerd-runtime-class", str(rc), "--dry-run"]
+    code, out, err = run(node, capsys, *extra, containerd_=True, docker_=False, units=False)
+    assert code == 0, err
+    f = by_kind(out)["runtimeclass"]
+    assert f["changed"] and f["before"] is None and "handler: nvidia\n" in f["after"]
+    assert not rc.exists() and not node.containerd.exists()

@@ -252,3 +252,29 @@ def test_driver_check_cli_reads_the_loaded_module_and_packages(tmp_path, monkeyp
     assert code != 0 and out["ok"] is False
     assert out["loaded"] == "535.247.01" and out["installed"] == "535.261.03-1"
     assert "535.247.01" in out["message"] and "535.261.03" in out["message"]
+
+
+@pytest.mark.parametrize(
+    ("version", "cdi", "refused"),
+    [("1.6.20~ds1", True, True), ("1.7.0", True, False), ("1.7.24~ds1", True, False),
+     ("1.6.20~ds1", False, False)],
+)  # fmt: skip
+def test_containerd_without_cdi_is_a_fatal_preflight_problem(tmp_path, version, cdi, refused):
+    """gpu_container_runtime would enable CDI in containerd: < 1.7 stops the run before any
+    change, naming the knob."""
+    exe = tmp_path / "bin/containerd"
+    exe.parent.mkdir()
+    exe.write_text(
+        f"#!/bin/sh\necho 'containerd github.com/containerd/containerd {version} {version}-1'\n"
+    )
+    exe.chmod(0o755)
+    f = preflight.collect(_host(tmp_path / "root"), kernel="k", arch="x86_64",
+                          kernel_module=False, min_free_mib=0, containerd_cdi=cdi,
+                          containerd=str(exe))  # fmt: skip
+    problems = [p for p in f.problems if p.check == "containerd_cdi"]
+    assert bool(problems) is refused and f.ok is not refused
+    if refused:
+        msg = problems[0].message
+        assert problems[0].fatal and "\n" not in msg
+        assert msg.startswith("containerd 1.6.20 has no CDI (enable_cdi needs containerd >= 1.7.0")
+        assert "set gpu_container_runtime_containerd_cdi: false" in msg

@@ -49,7 +49,7 @@ def test_vars_file_with_inventory_names_and_flags_win(tmp_path):
         ),
         ({"cuda": ["twelve"]}, "--cuda: 'twelve' is not a CUDA version"),
         ({"policy": "loose"}, "'loose' is not one of strict, minor, forward"),
-        ({"engine": "lxc"}, "--engine: 'lxc' is not one of docker, podman, none"),
+        ({"engine": "lxc"}, "--engine: 'lxc' is not one of docker, podman, cri, none"),
         ({"runtime_name": "a b"}, "runtime name 'a b' is not valid"),
     ],
 )

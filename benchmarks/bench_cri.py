@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Benchmark: pod container start through containerd's CRI, gpunode against runc.
+
+Starts a simulated Debian 13 node (containerd 1.7, 4xA100 profile), registers gpunode with
+containerd as the handlers gpunode and nvidia with CDI (`gpunode runtime configure
+containerd`), imports the locally built pause image and the simulator's workload image, and
+then, as kubelet does, per run and variant: RunPodSandbox (the handler's runtime starts the
+pause container), CreateContainer + StartContainer of `true` (the container start), wait
+for its exit, remove everything. Variants, interleaved:
+
+  runc                    the default handler, no GPU request
+  gpunode, no GPU         handler gpunode, no request
+  gpunode, one GPU        handler gpunode, NVIDIA_VISIBLE_DEVICES=1
+  gpunode, all GPUs       handler gpunode, NVIDIA_VISIBLE_DEVICES=all
+  runc + CDI, one GPU     the default handler, CDI_devices nvidia.com/gpu=1 (containerd
+                          injects gpunode's CDI spec; runc) — the cdi-cri strategy
+
+Printed: median and p90 of the sandbox start and of the container start (create + start),
+each with its ratio to runc's median. The client runs on the host and reaches the node's
+socket through /proc/<pid>/root.
+
+usage: .venv/bin/python benchmarks/bench_cri.py [--runs N] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpunode.cri import pause  # noqa: E402
+from gpunode.cri.client import Client, CRIError  # noqa: E402
+from gpunode.sim import cluster, images  # noqa: E402
+from gpunode.sim.docker import docker, exec_  # noqa: E402
+
+PROFILE = "a100x4"
+VARIANTS = {  # name: (handler, env, CDI devices)
+    "runc": ("", {}, []),
+    "gpunode, no GPU": ("gpunode", {}, []),
+    "gpunode, one GPU": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "1"}, []),
+    "gpunode, all GPUs": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "all"}, []),
+    "runc + CDI, one GPU": ("", {}, ["nvidia.com/gpu=1"]),
+}
+
+
+def sh(node: str, script: str) -> str:
+    proc = exec_(node, ["sh", "-c", script], check=False, timeout=300)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: {node}: `{script}` failed: {proc.stderr.decode().strip()}")
+    return proc.stdout.decode()
+
+
+def import_image(node: str, argv: list[str]) -> None:
+    save = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    imp = subprocess.run(["docker", "exec", "-i", node, *pause.IMPORT_COMMAND],
+                         stdin=save.stdout, capture_output=True, check=False)  # fmt: skip
+    save.wait()
+    if save.returncode or imp.returncode:
+        raise SystemExit(f"bench: importing {argv}: {imp.stderr.decode().strip()}")
+
+
+def prepare(node: str) -> tuple[str, str]:
+    """The node as test_cri sets it up; (root through /proc, workload image)."""
+    sh(node, "systemctl stop docker docker.socket containerd && "
+             "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
+             "systemctl start containerd docker && gpunode cdi generate --install >/dev/null")  # fmt: skip
+    archive, sandbox = pause.build(ROOT / "build" / "cri")
+    workload = images.build("workload", "bookworm", log=lambda *_: None)
+    config = (
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+        f'  sandbox_image = "{sandbox}"\n  restrict_oom_score_adj = true\n'
+    )
+    sh(node, f"printf %s {shlex.quote(config)} > /etc/containerd/config.toml && "
+             "gpunode runtime configure containerd --name gpunode --name nvidia --cdi "
+             "--json >/dev/null && systemctl restart containerd")  # fmt: skip
+    import_image(node, ["cat", str(archive)])
+    import_image(node, ["docker", "save", workload])
+    pid = docker(["inspect", "-f", "{{.State.Pid}}", node]).stdout.decode().strip()
+    return f"/proc/{pid}/root", f"docker.io/{workload}"
+
+
+def one(c: Client, image: str, n: int, handler: str, env: dict, cdi: list) -> tuple[float, float]:
+    """(sandbox start, container create + start) in seconds for one pod."""
+    name = f"bench-{n}"
+    t0 = time.perf_counter()
+    with c.pod(name, handler) as (pod_id, pod_config):
+        t1 = time.perf_counter()
+        config = c.container_config(name, image, ["true"], env=env, cdi_devices=cdi)
+        cid = c.call("CreateContainer", pod_sandbox_id=pod_id, config=config,
+                     sandbox_config=pod_config).container_id  # fmt: skip
+        c.call("StartContainer", container_id=cid)
+        t2 = time.perf_counter()
+        status = c.wait_exited(cid)
+        c.call("RemoveContainer", container_id=cid)
+        if status.exit_code != 0:
+            raise SystemExit(f"bench: {name} exited {status.exit_code}: {status.message}")
+    return t1 - t0, t2 - t1
+
+
+def p90(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.9 * (len(s) - 1)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--keep", action="store_true", help="keep the node afterwards")
+    args = ap.parse_args()
+    if args.runs < 3:
+        print(f"bench: error: --runs {args.runs} must be >= 3", file=sys.stderr)
+        return 2
+    name = f"{os.environ.get('GPUNODE_TEST_PREFIX', 'gpunode')}-bench-cri"
+    art = cluster.Artifacts.build(ROOT / "build", ROOT, log=lambda *_: None)
+    spec = cluster.NodeSpec(name, "trixie", PROFILE)
+    cluster.down_names([name], log=lambda *_: None)
+    cluster.start_node(spec, images.build("node", "trixie", log=lambda *_: None),
+                       log=lambda *_: None)  # fmt: skip
+    times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    try:
+        cluster.wait_booted(name)
+        cluster.tune_node(name)
+        cluster.install_gpunode(name, art, log=lambda *_: None)
+        cluster.copy_mock(name, art)
+        cluster.apply(name, PROFILE, log=lambda *_: None)
+        root, image = prepare(name)
+        with Client(root=root, timeout=120) as c:
+            for _ in range(100):
+                try:
+                    version = c.version().runtime_version
+                    break
+                except CRIError:
+                    time.sleep(0.1)
+            n = 0
+            for handler, env, cdi in VARIANTS.values():  # warm-up, not counted
+                one(c, image, n := n + 1, handler, env, cdi)
+            for _ in range(args.runs):
+                for v, (handler, env, cdi) in VARIANTS.items():
+                    times[v].append(one(c, image, n := n + 1, handler, env, cdi))
+    finally:
+        if not args.keep:
+            cluster.down_names([name], log=lambda *_: None)
+    base_sb = statistics.median(t[0] for t in times["runc"])
+    base_ct = statistics.median(t[1] for t in times["runc"])
+    print(f"\npod start through containerd {version}'s CRI (Debian 13, {PROFILE}), "
+          f"{args.runs} runs per variant, interleaved; ms, ratio to runc's median")  # fmt: skip
+    print(f"{'variant':<22} {'sandbox med':>11} {'p90':>7} {'ratio':>6}   "
+          f"{'container med':>13} {'p90':>7} {'ratio':>6}")  # fmt: skip
+    for v, ts in times.items():
+        sb, ct = [t[0] for t in ts], [t[1] for t in ts]
+        print(f"{v:<22} {statistics.median(sb) * 1e3:11.1f} {p90(sb) * 1e3:7.1f} "
+              f"{statistics.median(sb) / base_sb:6.2f}   {statistics.median(ct) * 1e3:13.1f} "
+              f"{p90(ct) * 1e3:7.1f} {statistics.median(ct) / base_ct:6.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

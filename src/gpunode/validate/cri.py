@@ -1,0 +1,200 @@
+"""`gpunode validate --engine cri`: the engine and container checks through containerd's CRI,
+as kubelet runs pods (gpunode.cri.client).
+
+* engine.active: the CRI socket answers ``Version``. No socket there, or no CRI client
+  libraries on this node (grpcio, grpcio-tools, protobuf: not dependencies of the wheel
+  provisioning installs; Debian's python3-grpcio, python3-grpc-tools and python3-protobuf
+  serve, as gpunode's virtualenv sees the system's packages), skips every engine and
+  container check with that reason.
+* engine.daemon_json: skipped (containerd has none).
+* engine.runtime_registered: ``containerd config dump`` has the handler (``--runtime-name``,
+  default gpunode) in the CRI plugin's runtimes (config version 2 or 3) as a runc-v2 runtime
+  whose ``BinaryName`` is an executable, and it is the default runtime when that is expected.
+* container.image: the probe image (gpunode.validate.container's files, packed as an image
+  archive) imported into containerd's ``k8s.io`` namespace with ``ctr images import`` when no
+  image of its content is there. The pod sandbox (pause) image is the operator's
+  (``sandbox_image``): validate never builds or pulls one itself; containerd pulls it as for
+  any pod, and a pod that cannot start says why in container.isolation.
+* container.isolation and container.cuda: two pods through the handler, one requesting one
+  GPU and one all (``NVIDIA_VISIBLE_DEVICES``), judged as the Docker containers are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tomllib
+from typing import Any
+
+from ..engines.containerd import CRI_PLUGINS, RUNC_SHIM
+from ..util import tool
+from . import container
+from .model import FAIL, PASS, SKIP
+
+SOCKET = "/run/containerd/containerd.sock"
+REPOSITORY = "gpunode.local/validate-probe"
+CTR = "ctr"
+CONTAINERD = "containerd"
+POD_TIMEOUT = 120
+
+
+def client(timeout: float = POD_TIMEOUT):
+    """A CRI client on the node's containerd socket (tests replace this)."""
+    from ..cri.client import Client
+
+    return Client(SOCKET, timeout=timeout)
+
+
+def connect() -> tuple[Any | None, str, str]:
+    """(client, containerd's version, "") when the CRI answers; (None, "", why) otherwise,
+    ``why`` starting with "skip:" when there is nothing to validate through (no socket, no
+    client libraries) and "fail:" when the socket is there but does not answer."""
+    if not os.path.exists(SOCKET):
+        return None, "", f"skip:no CRI socket at {SOCKET} (containerd not running here)"
+    try:
+        import grpc  # noqa: F401 - only whether it is there
+        import grpc_tools  # noqa: F401 - compiles the CRI messages
+    except ImportError as exc:
+        return (
+            None,
+            "",
+            (
+                f"skip:the CRI client needs {exc.name}, not on this node (Debian: apt "
+                "install python3-grpcio python3-grpc-tools python3-protobuf; gpunode's "
+                "virtualenv sees the system's packages)"
+            ),
+        )
+    from ..cri.client import CRIError
+
+    try:
+        c = client()
+        version = c.version()
+    except CRIError as exc:
+        return None, "", f"fail:{exc}"
+    return c, f"{version.runtime_name} {version.runtime_version}", ""
+
+
+def _dump() -> tuple[dict | None, str]:
+    exe = shutil.which(CONTAINERD)
+    if exe is None:
+        return None, f"{CONTAINERD} not found on PATH"
+    ran = tool.run([exe, "config", "dump"], timeout=60)
+    if not ran.ok:
+        return None, f"`containerd config dump` failed: {ran.failed or tool.last_line(ran.stderr)}"
+    try:
+        return tomllib.loads(ran.stdout), ""
+    except tomllib.TOMLDecodeError as exc:
+        return None, f"`containerd config dump` printed no TOML ({tool.one_line(str(exc))})"
+
+
+def registration(dump: dict, name: str, want_default: bool) -> tuple[str, str]:
+    """(status, detail) of handler ``name`` in containerd's merged configuration."""
+    plugins = dump.get("plugins") if isinstance(dump.get("plugins"), dict) else {}
+    cri = next((plugins[p] for p in CRI_PLUGINS.values() if isinstance(plugins.get(p), dict)), None)
+    if cri is None:
+        return FAIL, "containerd's configuration has no CRI plugin section"
+    ctd = cri.get("containerd") if isinstance(cri.get("containerd"), dict) else {}
+    runtimes = ctd.get("runtimes") if isinstance(ctd.get("runtimes"), dict) else {}
+    entry = runtimes.get(name)
+    if not isinstance(entry, dict):
+        known = ", ".join(sorted(runtimes)) or "none"
+        return FAIL, (
+            f"containerd has no handler {name!r} (handlers: {known}; "
+            "gpunode runtime configure containerd --name NAME)"
+        )
+    options = entry.get("options") if isinstance(entry.get("options"), dict) else {}
+    binary = options.get("BinaryName") or ""
+    problems = []
+    if entry.get("runtime_type") != RUNC_SHIM:
+        problems.append(f"handler {name!r} is {entry.get('runtime_type')!r}, not {RUNC_SHIM}")
+    if not binary or not os.access(binary, os.X_OK):
+        problems.append(f"handler {name!r} BinaryName {binary!r} is missing or not executable")
+    default = ctd.get("default_runtime_name") or "runc"
+    if want_default and default != name:
+        problems.append(f"default runtime is {default!r}, expected {name!r}")
+    if problems:
+        return FAIL, "; ".join(problems)
+    role = ", the default runtime" if default == name else ""
+    return PASS, f"handler {name} ({binary}){role}"
+
+
+def engine_checks(expect, add) -> Any | None:
+    """Add the engine checks; the connected client, or None (the container checks skip)."""
+    c, version, why = connect()
+    if c is None:
+        status, reason = why.split(":", 1)
+        add("engine.active", SKIP if status == "skip" else FAIL, reason)
+        add("engine.daemon_json", SKIP, "--engine cri: containerd has no daemon.json")
+        add("engine.runtime_registered", SKIP, "the CRI does not answer (see engine.active)")
+        return None
+    add("engine.active", PASS, f"{version} answers the CRI ({SOCKET})")
+    add("engine.daemon_json", SKIP, "--engine cri: containerd has no daemon.json")
+    dump, why = _dump()
+    if dump is None:
+        add("engine.runtime_registered", SKIP, why)
+    else:
+        add("engine.runtime_registered", *registration(dump, expect.runtime_name,
+                                                       expect.runtime_default))  # fmt: skip
+    return c
+
+
+# --------------------------------------------------------------------------- the probe image
+
+
+def image_archive(files: dict[str, str]) -> tuple[bytes, str]:
+    """(image archive of the probe's files, its name: the layer's hash) for ctr."""
+    from ..cri import pause
+
+    layer = container.build_tar(files)
+    name = f"{REPOSITORY}:{hashlib.sha256(layer).hexdigest()[:16]}"
+    return pause.archive_layer(layer, name, pause.machine_arch()), name
+
+
+def ensure_image() -> tuple[str, bool]:
+    """(image name, True when imported now) in containerd's k8s.io namespace."""
+    from ..cri.pause import IMPORT_COMMAND, K8S_NAMESPACE
+
+    data, name = image_archive(container.image_files())
+    have = tool.run([CTR, "-n", K8S_NAMESPACE, "images", "ls", "-q"], timeout=POD_TIMEOUT)
+    if have.ok and name in have.stdout.split():
+        return name, False
+    proc = tool.run([CTR, *IMPORT_COMMAND[1:]], input=data, timeout=POD_TIMEOUT)
+    if not proc.ok:
+        why = proc.failed or proc.stderr.decode(errors="replace").strip()[-200:]
+        raise container.ImageError(f"`ctr images import` failed: {why}")
+    return name, True
+
+
+def run_probe(c, handler: str, image: str, request: str) -> dict[str, Any]:
+    """What a pod requesting ``request`` through ``handler`` sees ({"error": …} when not)."""
+    from ..cri.client import CRIError
+
+    name = "gpunode-validate-" + hashlib.sha256(request.encode()).hexdigest()[:8]
+    try:
+        res = c.run_pod(
+            name,
+            image,
+            [os.path.realpath(container._python()), "-I", "-S", container.PROBE_PATH],
+            handler=handler,
+            env={
+                "NVIDIA_VISIBLE_DEVICES": request,
+                "NVIDIA_DRIVER_CAPABILITIES": "utility,compute",
+            },
+        )
+    except CRIError as exc:
+        return {"error": str(exc)}
+    if res.exit_code != 0 or res.reason != "Completed":
+        why = res.message or tool.last_line(res.stderr) or "no message"
+        return {"error": f"pod {res.state} {res.reason} exit {res.exit_code}: {why}"}
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"error": f"the probe printed no JSON: {res.stdout.strip()[-160:]!r}"}
+
+
+def runner(c, handler: str) -> tuple:
+    """container.evaluate's ``runner``: the probe image for containerd, pods through
+    ``handler``."""
+    return ensure_image, lambda tag, request: run_probe(c, handler, tag, request)

@@ -1,0 +1,124 @@
+"""Kubernetes-ready GPU nodes (gpu_container_runtime_kubernetes and its parts): containerd's
+merged configuration has gpunode's handlers (runc kept), the default runtime, CDI and the
+annotations as the inventory says, the RuntimeClass manifest names the handlers, and pods
+through containerd's CRI see exactly their GPUs (`gpunode validate --engine cri`).
+
+Expectations are the role's knobs with the role's defaults. The CRI smoke test needs, as
+kubelet does, the operator's pod sandbox image in containerd and, for gpunode's CRI client,
+Debian's python3-grpcio, python3-grpc-tools and python3-protobuf on the node.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+import yaml
+
+CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+RUNC = "io.containerd.runc.v2"
+
+
+def knobs(node) -> dict:
+    v = node.vars
+    k8s = bool(v.get("gpu_container_runtime_kubernetes", False))
+    return {
+        "containerd": bool(v.get("gpu_container_runtime_containerd", k8s)),
+        "handlers": v.get(
+            "gpu_container_runtime_containerd_handlers",
+            ["gpunode", "nvidia"] if k8s else ["gpunode"],
+        ),
+        "default": bool(v.get("gpu_container_runtime_containerd_default", False)),
+        "cdi": bool(v.get("gpu_container_runtime_containerd_cdi", k8s)),
+        "annotations": bool(v.get("gpu_container_runtime_containerd_annotations", k8s)),
+        "runtimeclass": v.get(
+            "gpu_container_runtime_runtimeclass_file",
+            "/etc/gpunode/kubernetes/runtimeclass.yaml" if k8s else "",
+        ),
+    }
+
+
+@pytest.fixture
+def want(node) -> dict:
+    k = knobs(node)
+    if not k["containerd"]:
+        pytest.skip(f"{node.name}: gpunode is not registered with containerd here (inventory)")
+    return k
+
+
+@pytest.fixture
+def cri(node, want) -> dict:
+    """The CRI plugin section of containerd's merged configuration (as it runs it)."""
+    dump = tomllib.loads(node.ok("containerd config dump"))
+    plugins = dump.get("plugins", {})
+    section = next((plugins[p] for p in CRI_PLUGINS if p in plugins), None)
+    assert section is not None, f"{node.name}: containerd's configuration has no CRI plugin"
+    return section
+
+
+def test_containerd_active(node, want):
+    assert node.host.service("containerd").is_running, f"{node.name}: containerd not running"
+
+
+def test_handlers_registered_and_runc_kept(node, want, cri):
+    runtimes = cri["containerd"]["runtimes"]
+    for name in want["handlers"]:
+        entry = runtimes.get(name)
+        assert entry, f"{node.name}: no containerd handler {name!r} ({sorted(runtimes)})"
+        assert entry.get("runtime_type") == RUNC, (node.name, name, entry)
+        binary = entry.get("options", {}).get("BinaryName", "")
+        f = node.host.file(binary)
+        assert f.exists and f.mode & 0o111, f"{node.name}: {name}: {binary!r} not executable"
+    assert runtimes.get("runc", {}).get("runtime_type") == RUNC, f"{node.name}: runc missing"
+
+
+def test_default_runtime_as_configured(node, want, cri):
+    default = cri["containerd"].get("default_runtime_name", "runc")
+    expected = want["handlers"][0] if want["default"] else "runc"
+    assert default == expected, f"{node.name}: default runtime {default!r}, expected {expected!r}"
+
+
+def test_cdi_as_configured(node, want, cri):
+    enabled = cri.get("enable_cdi", False)
+    assert enabled is want["cdi"], f"{node.name}: enable_cdi {enabled}, expected {want['cdi']}"
+    if want["cdi"]:
+        dirs = cri.get("cdi_spec_dirs", [])
+        spec = [d for d in dirs if node.host.file(f"{d}/nvidia.yaml").exists]
+        assert spec, f"{node.name}: gpunode's CDI spec nvidia.yaml in none of {dirs}"
+
+
+def test_annotations_passed_to_gpunodes_handlers(node, want, cri):
+    if not want["annotations"]:
+        pytest.skip(f"{node.name}: gpu_container_runtime_containerd_annotations is false")
+    for name in want["handlers"]:
+        patterns = cri["containerd"]["runtimes"][name].get("container_annotations", [])
+        assert "cdi.k8s.io/*" in patterns, f"{node.name}: {name}: container_annotations {patterns}"
+
+
+def test_runtimeclass_manifest_names_the_handlers(node, want):
+    path = want["runtimeclass"]
+    if not path:
+        pytest.skip(f"{node.name}: no RuntimeClass file wanted (inventory)")
+    f = node.host.file(path)
+    assert f.exists, f"{node.name}: {path} missing"
+    docs = [d for d in yaml.safe_load_all(f.content_string) if d]
+    assert [(d["apiVersion"], d["kind"], d["metadata"]["name"], d["handler"]) for d in docs] == [
+        ("node.k8s.io/v1", "RuntimeClass", h, h) for h in want["handlers"]
+    ], f"{node.name}: {path}: {docs}"
+
+
+def test_pods_through_the_cri_see_exactly_their_gpus(node, want):
+    """`gpunode validate --engine cri` through the first handler: the CRI answers, the
+    handler is registered, the probe pods (one GPU, all) see exactly theirs."""
+    handler = want["handlers"][0]
+    cmd = f"{node.gpunode()} validate --engine cri --runtime-name {handler} --json"
+    if want["default"]:
+        cmd += " --runtime-default"
+    r = node.run(cmd)
+    assert r.rc in (0, 1), f"{node.name}: `{cmd}` exited {r.rc}: {r.stderr.strip()}"
+    checks = {c["id"]: c for c in json.loads(r.stdout)["checks"]}
+    for cid in ("engine.active", "engine.runtime_registered", "container.image",
+                "container.isolation"):  # fmt: skip
+        c = checks[cid]
+        assert c["status"] == "pass", f"{node.name}: {cid} {c['status']}: {c['detail']}"

@@ -1,0 +1,181 @@
+"""`gpunode validate --engine cri`: engine checks through the CRI socket and containerd's merged
+configuration, the probe image for ctr, pods judged as the Docker containers are."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from types import SimpleNamespace
+
+import pytest
+
+from gpunode.cri.client import CRIError, PodResult
+from gpunode.validate import container, cri, engine
+from gpunode.validate.expect import Expectations
+
+from .fakes import UUIDS, inventory
+from .test_container import seen
+
+
+def by_id(checks) -> dict:
+    return {c.id: c for c in checks}
+
+
+def dump(name="gpunode", binary="/bin/sh", default="runc", plugin="io.containerd.grpc.v1.cri"):
+    runtimes = {"runc": {"runtime_type": "io.containerd.runc.v2"}}
+    if name:
+        runtimes[name] = {
+            "runtime_type": "io.containerd.runc.v2",
+            "options": {"BinaryName": binary},
+        }
+    return {"plugins": {plugin: {"containerd": {"default_runtime_name": default,
+                                                "runtimes": runtimes}}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("plugin", ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"])
+def test_registration_pass_in_both_layouts(plugin):
+    status, detail = cri.registration(dump(plugin=plugin), "gpunode", False)
+    assert (status, detail) == ("pass", "handler gpunode (/bin/sh)")
+    status, detail = cri.registration(dump(default="gpunode", plugin=plugin), "gpunode", True)
+    assert status == "pass" and detail.endswith(", the default runtime")
+
+
+@pytest.mark.parametrize(
+    ("d", "name", "want_default", "fragment"),
+    [
+        (dump(name=""), "gpunode", False, "containerd has no handler 'gpunode' (handlers: runc;"),
+        (dump(binary="/no/such"), "gpunode", False, "BinaryName '/no/such' is missing"),
+        (dump(), "gpunode", True, "default runtime is 'runc', expected 'gpunode'"),
+        ({"plugins": {}}, "gpunode", False, "no CRI plugin section"),
+    ],
+)
+def test_registration_failures_name_what_is_wrong(d, name, want_default, fragment):
+    status, detail = cri.registration(d, name, want_default)
+    assert status == "fail" and fragment in detail, detail
+
+
+def test_no_socket_skips_engine_and_container_checks(monkeypatch, tmp_path):
+    monkeypatch.setattr(cri, "SOCKET", str(tmp_path / "containerd.sock"))
+    info, checks = engine.evaluate(Expectations(engine="cri"))
+    c = by_id(checks)
+    assert info is None
+    assert c["engine.active"].status == "skip"
+    assert c["engine.active"].detail == f"no CRI socket at {tmp_path}/containerd.sock " \
+        "(containerd not running here)"  # fmt: skip
+    assert {x.status for x in checks} == {"skip"}
+    cc = by_id(container.evaluate(inventory(), Expectations(engine="cri"), engine_up=False))
+    assert {x.status for x in cc.values()} == {"skip"}
+    assert "the cri engine does not answer" in cc["container.isolation"].detail
+
+
+def test_missing_client_libraries_skip_with_the_reason(monkeypatch, tmp_path):
+    sock = tmp_path / "containerd.sock"
+    sock.touch()
+    monkeypatch.setattr(cri, "SOCKET", str(sock))
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_grpc(name, *args, **kwargs):
+        if name == "grpc":
+            raise ImportError("No module named 'grpc'", name="grpc")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_grpc)
+    c = by_id(engine.evaluate(Expectations(engine="cri"))[1])
+    assert c["engine.active"].status == "skip"
+    detail = c["engine.active"].detail
+    assert detail.startswith("the CRI client needs grpc, not on this node"), detail
+    assert "apt install python3-grpcio python3-grpc-tools python3-protobuf" in detail
+
+
+class FakeClient:
+    def __init__(self, answers=None, fail=None):
+        self.answers, self.fail, self.pods, self.closed = answers or {}, fail, [], False
+
+    def version(self):
+        if self.fail:
+            raise CRIError("Version", "unavailable", self.fail)
+        return SimpleNamespace(runtime_name="containerd", runtime_version="v1.7.24")
+
+    def run_pod(self, name, image, command, *, handler="", env=None):
+        self.pods.append((name, image, handler, env["NVIDIA_VISIBLE_DEVICES"]))
+        out = self.answers[env["NVIDIA_VISIBLE_DEVICES"]]
+        if isinstance(out, PodResult):
+            return out
+        return PodResult("p", "c", "CONTAINER_EXITED", 0, "Completed", "", json.dumps(out) + "\n",
+                         "")  # fmt: skip
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def cri_node(monkeypatch, tmp_path):
+    sock = tmp_path / "containerd.sock"
+    sock.touch()
+    monkeypatch.setattr(cri, "SOCKET", str(sock))
+    fake = FakeClient()
+    monkeypatch.setattr(cri, "client", lambda timeout=cri.POD_TIMEOUT: fake)
+    monkeypatch.setattr(cri, "_dump", lambda: (dump(), ""))
+    monkeypatch.setattr(cri, "ensure_image", lambda: ("gpunode.local/validate-probe:x", False))
+    monkeypatch.setattr(container, "_host_has_libcuda", lambda: False)
+    monkeypatch.setattr(container, "_python", lambda: "/usr/bin/python3")
+    return fake
+
+
+def test_engine_answers_and_pods_see_exactly_their_gpus(cri_node, tmp_path):
+    cri_node.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
+    expect = Expectations(engine="cri", runtime_name="gpunode")
+    info, checks = engine.evaluate(expect)
+    c = by_id(checks)
+    assert c["engine.active"].status == "pass"
+    assert c["engine.active"].detail.startswith("containerd v1.7.24 answers the CRI")
+    assert c["engine.daemon_json"].status == "skip"
+    assert c["engine.runtime_registered"].status == "pass"
+    cc = by_id(container.evaluate(inventory(), expect, True, proc_gpus=str(tmp_path),
+                                  runner=cri.runner(info["cri"], "gpunode")))  # fmt: skip
+    assert cc["container.isolation"].status == "pass", cc["container.isolation"].detail
+    assert sorted(p[3] for p in cri_node.pods) == sorted([UUIDS[0], "all"])
+    assert {p[2] for p in cri_node.pods} == {"gpunode"}  # through the handler
+
+
+def test_a_pod_seeing_another_gpu_or_not_starting_fails(cri_node, tmp_path):
+    bad = PodResult("p", "c", "CONTAINER_EXITED", 128, "StartError", "OCI runtime create failed: "
+                    "unknown device", "", "")  # fmt: skip
+    cri_node.answers = {UUIDS[0]: seen([0, 1]), "all": bad}
+    expect = Expectations(engine="cri")
+    cc = by_id(container.evaluate(inventory(), expect, True, proc_gpus=str(tmp_path),
+                                  runner=cri.runner(cri_node, "gpunode")))  # fmt: skip
+    detail = cc["container.isolation"].detail
+    assert cc["container.isolation"].status == "fail"
+    assert "device nodes [0, 1], expected [0]" in detail
+    assert "all: pod CONTAINER_EXITED StartError exit 128: OCI runtime create failed" in detail
+
+
+def test_version_failure_is_a_failed_engine(monkeypatch, tmp_path):
+    sock = tmp_path / "containerd.sock"
+    sock.touch()
+    monkeypatch.setattr(cri, "SOCKET", str(sock))
+    monkeypatch.setattr(cri, "client", lambda timeout=0: FakeClient(fail="connection refused"))
+    c = by_id(engine.evaluate(Expectations(engine="cri"))[1])
+    assert c["engine.active"].status == "fail"
+    assert c["engine.active"].detail == "Version: unavailable: connection refused"
+
+
+def test_probe_image_archive_is_reproducible_and_importable_layout(tmp_path):
+    f = tmp_path / "python3"
+    f.write_bytes(b"#!/bin/true\n")
+    os.chmod(f, 0o755)
+    a, name = cri.image_archive({"/usr/bin/python3": str(f)})
+    b, name2 = cri.image_archive({"/usr/bin/python3": str(f)})
+    assert a == b and name == name2 and name.startswith("gpunode.local/validate-probe:")
+    with tarfile.open(fileobj=io.BytesIO(a)) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+        assert manifest[0]["RepoTags"] == [name]
+        layer = tar.extractfile(manifest[0]["Layers"][0]).read()
+    with tarfile.open(fileobj=io.BytesIO(layer)) as lt:
+        assert "usr/bin/python3" in lt.getnames()
+        assert container.PROBE_PATH.lstrip("/") in lt.getnames()

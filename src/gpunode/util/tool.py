@@ -33,6 +33,10 @@ class Ran(NamedTuple):
     def ok(self) -> bool:
         return self.returncode == 0 and not self.failed
 
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode == 124 and bool(self.failed)
+
 
 def run(
     argv: Sequence[str],

@@ -161,7 +161,7 @@ def run_probe(engine: str, runtime: str, image: str, request: str) -> dict[str, 
             "-e", "NVIDIA_DRIVER_CAPABILITIES=utility,compute",
             image, os.path.realpath(_python()), "-I", "-S", PROBE_PATH]  # fmt: skip
     proc = tool.run(argv, timeout=RUN_TIMEOUT)
-    if proc.returncode == 124 and proc.failed:
+    if proc.timed_out:
         return {"error": f"the container did not finish in {RUN_TIMEOUT}s"}
     if not proc.ok:
         why = proc.failed or tool.last_line(proc.stderr) or "no message"

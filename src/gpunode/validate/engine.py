@@ -40,7 +40,7 @@ def engine_info(engine: str) -> tuple[dict[str, Any] | None, str]:
             "(--engine none skips the engine and container checks)"
         )
     proc = tool.run([exe, "info", "--format", "{{json .}}"], timeout=INFO_TIMEOUT)
-    if proc.returncode == 124 and proc.failed:
+    if proc.timed_out:
         return None, f"`{engine} info` did not answer in {INFO_TIMEOUT}s"
     if not proc.ok:
         why = proc.failed or first_line(proc.stderr) or f"exit status {proc.returncode}"

@@ -22,6 +22,7 @@ def test_a_program_that_cannot_start_is_127_with_one_line():
 def test_a_program_that_does_not_finish_is_124():
     ran = tool.run([sys.executable, "-c", "import time; print('partial', flush=True); time.sleep(30)"], timeout=1)
     assert ran.returncode == 124 and ran.failed == f"{sys.executable} did not finish in 1s"
+    assert ran.timed_out and not tool.run(["true"]).timed_out
     assert ran.stdout == "partial\n"  # text, as in every other case
 
 

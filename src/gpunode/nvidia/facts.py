@@ -25,6 +25,18 @@ def cuda_version_text(value: int) -> str:
 
 
 @record(frozen=True)
+class MigFacts:
+    """A MIG device (one compute instance of one GPU instance) of a MIG-enabled GPU."""
+
+    index: int  # n in "<gpu index>:<n>": its position in NVML's list of the GPU's MIG devices
+    uuid: str  # MIG-...
+    gi: int  # GPU instance id (nvmlDeviceGetGpuInstanceId)
+    ci: int  # compute instance id (nvmlDeviceGetComputeInstanceId)
+    profile: str = ""  # "3g.40gb", "1c.3g.40gb" (as nvidia-smi names it; "" when unknown)
+    memory_mib: int = 0
+
+
+@record(frozen=True)
 class GpuFacts:
     index: int
     minor: int
@@ -33,6 +45,8 @@ class GpuFacts:
     name: str = ""
     brand: str = ""  # lower-case NVML brand name: "tesla", "geforce", "nvidia", ...
     compute_capability: str = ""  # "8.0"
+    mig_enabled: bool = False  # MIG mode (current) is on: the GPU is used only as MIG devices
+    mig: tuple[MigFacts, ...] = ()  # its MIG devices, in NVML's order
 
     @property
     def procfs_bus_id(self) -> str:
@@ -50,7 +64,9 @@ class NodeFacts:
         return {
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
-            "gpus": [asdict(g) for g in self.gpus],
+            "gpus": [
+                {**asdict(g), "mig": [asdict(m) for m in g.mig]} for g in self.gpus
+            ],
         }
 
     @classmethod
@@ -59,14 +75,25 @@ class NodeFacts:
         unparsable bus id raises KeyError, TypeError or ValueError."""
         gpus = []
         for g in data["gpus"]:
-            gpu = GpuFacts(**g)
-            for name in fields(GpuFacts):
-                want = int if name in ("index", "minor") else str
-                if type(getattr(gpu, name)) is not want:
-                    raise TypeError(f"GPU field {name}: expected {want.__name__}")
+            migs = tuple(_typed(MigFacts, m, _MIG_TYPES) for m in g["mig"])
+            gpu = _typed(GpuFacts, {**g, "mig": migs}, _GPU_TYPES)
             gpu.procfs_bus_id  # noqa: B018 - raises ValueError for a bad bus id
             gpus.append(gpu)
         versions = (data["driver_version"], data["cuda_version"])
         if not all(type(v) is str for v in versions):
             raise TypeError("driver_version and cuda_version must be strings")
         return cls(*versions, gpus=tuple(gpus))
+
+
+_GPU_TYPES = {"index": int, "minor": int, "mig_enabled": bool, "mig": tuple}
+_MIG_TYPES = {"index": int, "gi": int, "ci": int, "memory_mib": int}
+
+
+def _typed(cls: type, data: dict[str, Any], types: dict[str, type]) -> Any:
+    """``cls(**data)``, every field of exactly its type (str unless ``types`` says)."""
+    made = cls(**data)
+    for name in fields(cls):
+        want = types.get(name, str)
+        if type(getattr(made, name)) is not want:
+            raise TypeError(f"{cls.__name__} field {name}: expected {want.__name__}")
+    return made

@@ -7,7 +7,7 @@ container start path (and runs NVML only when its cache is stale).
 
 from __future__ import annotations
 
-from .facts import GpuFacts, cuda_version_text, nvml_text
+from .facts import GpuFacts, MigFacts, cuda_version_text, nvml_text
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ def gpu_facts(nv: Any, index: int, handle: Any) -> GpuFacts:
         cc = f"{major}.{minor}"
     except nv.NVMLError:
         cc = ""
+    mig_enabled = mig_mode(nv, handle)
     return GpuFacts(
         index=index,
         minor=nv.nvmlDeviceGetMinorNumber(handle),
@@ -113,4 +114,42 @@ def gpu_facts(nv: Any, index: int, handle: Any) -> GpuFacts:
         name=nvml_text(nv.nvmlDeviceGetName(handle)),
         brand=brand,
         compute_capability=cc,
+        mig_enabled=mig_enabled,
+        mig=mig_devices(nv, handle) if mig_enabled else (),
     )
+
+
+def mig_mode(nv: Any, handle: Any) -> bool:
+    """Whether MIG mode is on now (the current mode; a pending change does not count).
+    A GPU that cannot do MIG (NOT_SUPPORTED, or an NVML without the call) is off."""
+    try:
+        current, _pending = nv.nvmlDeviceGetMigMode(handle)
+    except (nv.NVMLError, AttributeError):
+        return False
+    return bool(current)
+
+
+def mig_devices(nv: Any, handle: Any) -> tuple[MigFacts, ...]:
+    """The MIG devices of a MIG-enabled GPU, in NVML's order: slot i of
+    nvmlDeviceGetMigDeviceHandleByIndex is tried for i < nvmlDeviceGetMaxMigDeviceCount
+    (NOT_FOUND: an empty slot); a device's index is its position among those found, which
+    is what "<gpu>:<n>" names (NVIDIA's semantics: a position, not a GPU instance id)."""
+    out: list[MigFacts] = []
+    for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except nv.NVMLError_NotFound:
+            continue
+        name = nvml_text(nv.nvmlDeviceGetName(mig))
+        out.append(
+            MigFacts(
+                index=len(out),
+                uuid=nvml_text(nv.nvmlDeviceGetUUID(mig)),
+                gi=nv.nvmlDeviceGetGpuInstanceId(mig),
+                ci=nv.nvmlDeviceGetComputeInstanceId(mig),
+                # "NVIDIA A100-SXM4-80GB MIG 3g.40gb": the profile is what follows " MIG "
+                profile=name.rpartition(" MIG ")[2] if " MIG " in name else "",
+                memory_mib=nv.nvmlDeviceGetMemoryInfo(mig).total // (1024 * 1024),
+            )
+        )
+    return tuple(out)

@@ -37,7 +37,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
     from typing import Any
 
-CACHE_SCHEMA = 5
+CACHE_SCHEMA = 6  # 6: GPUs carry mig_enabled and their MIG devices
 
 BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin")
 

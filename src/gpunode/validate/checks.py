@@ -14,7 +14,7 @@ from .model import Result
 
 def validate(expect: Expectations, node: str | None = None) -> Result:
     """Run every check (no output). The checks' modules load here, not for --help."""
-    from . import container, engine, gpus, versions
+    from . import container, engine, gpus, mig, versions
 
     started = time.gmtime()
     t0 = time.monotonic()
@@ -25,6 +25,7 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
     inv, no_driver, seconds = gpus.collect()
     result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
     result.checks += checks
+    result.checks += mig.evaluate(inv, expect.mig_layout)
     result.versions, checks = versions.evaluate(inv, expect)
     result.checks += checks
     info, checks = engine.evaluate(expect)

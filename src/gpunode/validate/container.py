@@ -188,7 +188,9 @@ def run_probe(engine: str, runtime: str, image: str, request: str) -> dict[str, 
 
 def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
             check_proc: bool) -> list[str]:  # fmt: skip
-    """What differs between the requested GPUs and what the container saw (empty: exact)."""
+    """What differs between the requested GPUs and what the container saw (empty: exact).
+    MIG: ``all`` gives every MIG device (NVML lists each under its GPU); a GPU requested
+    whole gives none of its MIG devices (no GI/CI capability), as NVIDIA's runtime."""
     if "error" in seen:
         return [f"{request}: {seen['error']}"]
     bad = []
@@ -205,6 +207,17 @@ def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
             bad.append(
                 f"NVML lists {nv['count']}: {', '.join(got) or 'none'}; expected {len(want)}"
             )
+        by_uuid = {g.uuid: g for g in want}
+        for g in nv["gpus"]:
+            wanted = by_uuid.get(g.get("uuid"))
+            if wanted is None:
+                continue
+            migs = [m.uuid for m in wanted.mig_devices] if request == "all" else []
+            if "mig_error" in g:
+                bad.append(f"NVML MIG devices of {wanted.uuid}: {g['mig_error']}")
+            elif g.get("mig", []) != migs:
+                bad.append(f"NVML lists MIG devices {', '.join(g.get('mig', [])) or 'none'} of "
+                           f"{wanted.uuid}; expected {', '.join(migs) or 'none'}")  # fmt: skip
     if check_proc:
         buses = sorted(BusId.parse(g.pci_bus_id).procfs for g in want)
         if seen["proc"] is None:
@@ -357,7 +370,10 @@ def evaluate(
         return checks
     add("container.image", PASS, f"{tag} ({'built from local files' if built else 'cached'})")
 
-    requests = {usable[0].uuid: [usable[0]], "all": usable}
+    # one GPU: a whole one where the node has one (a MIG-enabled GPU given whole has no
+    # CUDA device: its work runs on MIG devices), and all
+    one = next((g for g in usable if not g.mig_mode), usable[0])
+    requests = {one.uuid: [one], "all": usable}
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
         seen = dict(zip(requests, pool.map(lambda r: probe_with(tag, r), requests), strict=True))
     check_proc = os.path.isdir(proc_gpus)
@@ -367,7 +383,7 @@ def evaluate(
     else:
         how = "device nodes, NVML UUIDs" + (", /proc/driver/nvidia/gpus" if check_proc else "")
         add("container.isolation", PASS,
-            f"1 GPU ({usable[0].uuid}) and all {len(usable)}: exactly those ({how})")  # fmt: skip
+            f"1 GPU ({one.uuid}) and all {len(usable)}: exactly those ({how})")  # fmt: skip
 
     cuda_checks(add, requests, seen, len(usable))
     mig_isolation(add, inv, probe_with, tag, check_proc, os.path.dirname(proc_gpus))

@@ -196,6 +196,7 @@ def mig_inventory():
 def exact_answers(inv):
     g = inv.gpus[1]
     answers = {UUIDS[0]: seen([0]), "all": seen([0, 1])}
+    answers["all"]["nvml"]["gpus"][1]["mig"] = [d.uuid for d in g.mig_devices]
     for d in g.mig_devices:
         s = mig_seen(1, g.uuid, [d.uuid], [10 * d.gi, 10 * d.gi + 1])
         answers[f"1:{d.index}"] = answers[d.uuid] = s
@@ -212,8 +213,37 @@ def test_each_mig_device_requested_both_ways_sees_exactly_itself(fake_run, caps_
     ]
     assert migs[2].detail.startswith(f"1:2 and {MIG_UUIDS[5]} (1g.10gb): exactly this MIG device")
     assert "cap nodes 30, 31" in migs[2].detail
+    assert next(c for c in out if c.id == "container.isolation").status == "pass"
     requests = {r for *_, r in fake_run.calls}
     assert {"1:0", "1:1", "1:2", MIG_UUIDS[3], MIG_UUIDS[4], MIG_UUIDS[5]} <= requests
+
+
+def test_all_gives_every_mig_device_and_a_whole_gpu_none(fake_run, caps_tree):
+    inv = mig_inventory()
+    fake_run.answers = exact_answers(inv)
+    fake_run.answers["all"]["nvml"]["gpus"][1]["mig"] = [MIG_UUIDS[3]]
+    c = {x.id: x for x in container.evaluate(inv, Expectations(), True,
+                                              proc_gpus=str(caps_tree / "gpus"))}  # fmt: skip
+    assert c["container.isolation"].status == "fail"
+    assert (f"all: NVML lists MIG devices {MIG_UUIDS[3]} of {UUIDS[1]}; expected "
+            f"{', '.join(MIG_UUIDS[3:6])}") in c["container.isolation"].detail  # fmt: skip
+    # one GPU requested whole: a MIG-enabled one shows none of its MIG devices
+    whole = seen([1])
+    whole["nvml"]["gpus"][0]["mig"] = [MIG_UUIDS[3]]
+    assert "expected none" in container.compare(UUIDS[1], [inv.gpus[1]], whole, False)[0]
+    whole["nvml"]["gpus"][0]["mig"] = []
+    assert container.compare(UUIDS[1], [inv.gpus[1]], whole, False) == []
+
+
+def test_the_one_gpu_request_is_a_whole_gpu_where_there_is_one(fake_run, caps_tree):
+    inv = inventory([mig_gpu(0), healthy_gpu(1)])
+    fake_run.answers = {UUIDS[1]: seen([1]), "all": seen([0, 1])}
+    fake_run.answers["all"]["nvml"]["gpus"][0]["mig"] = MIG_UUIDS[:3]
+    for d in inv.gpus[0].mig_devices:
+        fake_run.answers[f"0:{d.index}"] = fake_run.answers[d.uuid] = {"error": "not here"}
+    c = {x.id: x for x in container.evaluate(inv, Expectations(), True, proc_gpus="/nonexistent")}
+    assert c["container.isolation"].status == "pass"
+    assert UUIDS[1] in c["container.isolation"].detail
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,8 @@ def test_healthy_node_passes_every_check(vnode, tmp_path):
     bad = [c for c in res["checks"] if c["status"] not in ("pass", "skip")]
     assert bad == [] and rc == 0
     skipped = [c["id"] for c in res["checks"] if c["status"] == "skip"]
-    assert skipped == ["container.cuda"]  # the mock has no CUDA behind it
+    # the mock has no CUDA behind it; no MIG layout is expected of this node
+    assert skipped == ["mig.layout", "container.cuda"]
     cuda = next(c for c in res["checks"] if c["id"] == "container.cuda")
     assert "no CUDA-capable device" in cuda["detail"]
     grid = by_gpu(res)

@@ -95,7 +95,9 @@ def _node_header(n: dict) -> str:
         cuda = ", ".join(v.get("cuda_installed") or []) or "none"
         lines.append(f"driver {driver}{extra} · CUDA max {v.get('cuda_driver_max') or '?'}")
         lines.append(f"toolkit {cuda} · gpunode {n.get('gpunode_version') or '?'}")
-        lines.append(", ".join(f"{c}x {m}" for m, c in models.items()) if models else "no GPUs")
+        gpus = ", ".join(f"{c}x {m}" for m, c in models.items()) if models else "no GPUs"
+        migs = sum(len(g.get("mig") or []) for g in n.get("gpus") or [])
+        lines.append(f"{gpus} · {migs} MIG device(s)" if migs else gpus)
     small = "".join(f"<small>{escape(t)}</small>" for t in lines)
     bad = " bad" if n["status"] == "fail" else ""
     return f'<th class="node{bad}" scope="row">{escape(n["node"])}{small}</th>'

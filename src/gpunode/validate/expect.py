@@ -22,7 +22,8 @@ has many:
   container_engine_runtime_name       --runtime-name (default gpunode)
   gpunode_validate_engine             --engine docker|podman|cri|none
   gpu_mig_config                      --expect-mig-name NAME (the selected mig-parted config)
-  gpu_mig_configs                     the mig-parted v1 document itself (version, mig-configs)
+  gpu_mig_configs                     the mig-parted v1 document itself (version, mig-configs),
+                                      or its mig-configs mapping alone
   gpu_mig_config_file                 --expect-mig-config FILE (a mig-parted file on the node)
 
 The MIG layout needs both a name and its configs (a file or the document); one without the
@@ -224,6 +225,8 @@ def _mig_layout(v: dict[str, Any], path: str | None, name: str | None) -> Layout
                        "gpu_mig_config_file)")  # fmt: skip
     try:
         if doc is not None:
+            if isinstance(doc, dict) and not {"version", "mig-configs"} & set(doc):
+                doc = {"version": "v1", "mig-configs": doc}  # the configs mapping alone
             return parse_layout(doc, name, "gpu_mig_configs")
         return load_layout(str(path), name)
     except LayoutError as exc:

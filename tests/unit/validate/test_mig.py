@@ -122,6 +122,9 @@ def test_expectation_from_flags_or_variables(tmp_path):
     vars_file.write_text(json.dumps({"gpu_mig_config": "seven", "gpu_mig_configs": DOC}))
     e = build(vars_file=str(vars_file))
     assert e.mig_layout.source == "gpu_mig_configs" and e.mig_layout.entries[0].devices == (0,)
+    vars_file.write_text(json.dumps({"gpu_mig_config": "seven",
+                                     "gpu_mig_configs": DOC["mig-configs"]}))  # fmt: skip
+    assert build(vars_file=str(vars_file)).mig_layout.entries[0].counts == (("1g.10gb", 7),)
     vars_file.write_text(json.dumps({"gpu_mig_config": "none", "gpu_mig_config_file": str(path)}))
     assert build(vars_file=str(vars_file)).mig_layout.source == str(path)
     assert build().mig_layout is None

@@ -84,8 +84,8 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
         watched = mig_watched(request, disc.node)
     selection = select_devices(request, disc.node.gpus)
     selected = selection.device_gpus
+    check_mig_access(request, selection)  # libnvidia-container: before the requirements
     check_requirements(request, disc.node, selected, cfg)
-    check_mig_access(request, selection)
     mig_gpus = [g for g in selected if g.mig_enabled]
     # libnvidia-container gives the config / monitor capability only when a selected GPU
     # is MIG-capable (mig_config_devices.ngpus); gpunode's facts know MIG mode, so: a

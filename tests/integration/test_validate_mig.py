@@ -176,6 +176,32 @@ def test_wrong_cap_node_fails_isolation_of_that_mig_device(mnode):
     assert rc == 0 and {c["status"] for c in checks(res, "mig.isolation")} == {"pass"}
 
 
+def test_access_file_naming_the_config_cap_fails_isolation(mnode):
+    """Break isolation the other way: the access file of MIG device 0:1's GPU instance names
+    the config capability's minor, so a runtime reading it gives its containers the cap that
+    shows every MIG device. NVML in the container then lists all three: 0:1 fails."""
+    inv = mnode.json("gpunode inventory --json")
+    gpu = inv["gpus"][0]
+    dev = gpu["mig_devices"][1]
+    path = f"/proc/driver/nvidia/capabilities/gpu{gpu['minor']}/mig/gi{dev['gi']}/access"
+    mnode.sh(f"cp {path} /tmp/access.saved && printf 'DeviceFileMinor: 1\\nDeviceFileMode: "
+             f"292\\nDeviceFileModify: 1\\n' > {path}")  # fmt: skip
+    try:
+        rc, res = validate(mnode, f"{EXPECT} --expect-mig-name as-profiled")
+    finally:
+        mnode.sh(f"cp /tmp/access.saved {path}")
+    iso = {c["mig"]: c for c in checks(res, "mig.isolation")}
+    assert rc == 1 and iso[1]["status"] == "fail", iso[1]
+    # a runtime reading the access file gives the config cap: NVML shows every MIG device;
+    # one serving its prepared edits (the layout is unchanged) gives the right cap nodes,
+    # which then differ from what the driver's file names: either way 0:1 fails
+    every = ", ".join(m["uuid"] for m in gpu["mig_devices"])
+    detail = iso[1]["detail"]
+    assert (f"0:1: NVML lists MIG devices {every}; expected {dev['uuid']} alone" in detail
+            or ("0:1: /dev/nvidia-caps nodes [" in detail and "], expected [1, " in detail)), detail
+    assert iso[0]["status"] == "pass" and iso[2]["status"] == "pass"
+
+
 def test_textfile_of_the_mig_node_passes_promtool(mnode, tmp_path):
     mnode.sh("mkdir -p /var/lib/gpunode-textfile")
     validate(mnode, f"{EXPECT} --expect-mig-name as-profiled "

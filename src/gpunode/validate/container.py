@@ -293,10 +293,12 @@ def mig_isolation(add, inv: inventory.Inventory, probe_with, tag: str, check_pro
                for x in compare_mig(r, g, d, s, caps, check_proc)]  # fmt: skip
         where = {"gpu": index.get(id(g), g.index), "mig": d.index, "uuid": d.uuid}
         if bad:
-            add("mig.isolation", FAIL, "; ".join(bad) + f": the container gets more or other "
-                f"than MIG device {g.index}:{d.index}; see `gpunode explain` with "
-                f"NVIDIA_VISIBLE_DEVICES={g.index}:{d.index}, and refresh the runtime's "
-                "inventory after a MIG change (gpunode runtime refresh)", **where)  # fmt: skip
+            name = f"{g.index}:{d.index}"
+            add("mig.isolation", FAIL, "; ".join(bad) + f": a container asking for MIG device "
+                f"{name} does not get exactly it; see the cap nodes `gpunode explain` gives "
+                f"with NVIDIA_VISIBLE_DEVICES={name}, check /dev/nvidia-caps against "
+                "/proc/driver/nvidia-caps/mig-minors, and after a MIG change refresh the "
+                "runtime's inventory (gpunode runtime refresh)", **where)  # fmt: skip
             continue
         how = f"NVML: {g.uuid} with only this MIG device; /dev/nvidia{g.minor}"
         how += (f"; cap nodes {', '.join(map(str, caps))}" if isinstance(caps, list)

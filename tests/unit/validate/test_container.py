@@ -272,7 +272,8 @@ def test_a_mig_container_seeing_more_or_other_fails(fake_run, caps_tree, break_i
     first = next(c for c in out if c.id == "mig.isolation")
     assert first.status == "fail", first.detail
     assert expect in first.detail
-    assert "see `gpunode explain` with NVIDIA_VISIBLE_DEVICES=1:0" in first.detail
+    assert "a container asking for MIG device 1:0 does not get exactly it" in first.detail
+    assert "`gpunode explain` gives with NVIDIA_VISIBLE_DEVICES=1:0" in first.detail
     others = [c.status for c in out if c.id == "mig.isolation"][1:]
     assert others == ["pass", "pass"]
 

@@ -214,3 +214,30 @@ def test_textfile_of_the_mig_node_passes_promtool(mnode, tmp_path):
     lint = subprocess.run([shutil.which("promtool"), "check", "metrics"], input=text,
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_validate_playbook_hands_the_mig_layout_over(mnode, tmp_path):
+    """playbooks/validate.yml passes gpu_mig_config and gpu_mig_configs (the inventory's
+    layouts, as the gpu_mig role reads them) to `gpunode validate --vars -`."""
+    import yaml
+
+    configs = yaml.safe_load(MIG_CONFIG)
+    host = {"gpunode_expected_gpus": 2, "gpu_mig_config": "all-1g", "gpu_mig_configs": configs}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "community.docker.docker",
+                 "ansible_python_interpreter": "/usr/bin/python3"},
+        "children": {"gpu_nodes": {"hosts": {mnode.name: host}}}}}))  # fmt: skip
+    out = tmp_path / "reports"
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/validate.yml",
+         "-e", f"gpunode_validate_report_dir={out}", "-e", "gpunode_validate_fail=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (node,) = json.loads((out / "report.json").read_text())["nodes"]
+    layout = {c["gpu"]: c for c in node["checks"] if c["id"] == "mig.layout"}
+    assert layout[0]["status"] == "fail" and "config 'all-1g' (gpu_mig_configs)" in (
+        layout[0]["detail"])  # fmt: skip
+    assert [c["status"] for c in node["checks"] if c["id"] == "mig.isolation"] == ["pass"] * 3
+    assert [m["index"] for m in node["gpus"][0]["mig"]] == [0, 1, 2]

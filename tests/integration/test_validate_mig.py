@@ -241,3 +241,39 @@ def test_validate_playbook_hands_the_mig_layout_over(mnode, tmp_path):
         layout[0]["detail"])  # fmt: skip
     assert [c["status"] for c in node["checks"] if c["id"] == "mig.isolation"] == ["pass"] * 3
     assert [m["index"] for m in node["gpus"][0]["mig"]] == [0, 1, 2]
+
+
+DESTROY_LAST = """
+import json, pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+count = n.nvmlDeviceGetMaxMigDeviceCount(h)
+migs = []
+for slot in range(count):
+    try:
+        migs.append(n.nvmlDeviceGetMigDeviceHandleByIndex(h, slot))
+    except n.NVMLError_NotFound:
+        pass
+m = migs[-1]
+gi, ci = n.nvmlDeviceGetGpuInstanceId(m), n.nvmlDeviceGetComputeInstanceId(m)
+g = n.nvmlDeviceGetGpuInstanceById(h, gi)
+n.nvmlComputeInstanceDestroy(n.nvmlGpuInstanceGetComputeInstanceById(g, ci))
+n.nvmlGpuInstanceDestroy(g)
+print(json.dumps({"gi": gi}))
+"""
+
+
+def test_layout_changed_through_nvml_fails_the_layout_only(mnode):
+    """A GPU instance destroyed through NVML (as nvidia-smi or mig-parted would): mig.layout
+    fails naming what is there now; the MIG devices left still pass isolation."""
+    mnode.pynvml(DESTROY_LAST)
+    try:
+        rc, res = validate(mnode, f"{EXPECT} --expect-mig-name as-profiled")
+    finally:
+        mnode.apply(PROFILE)
+    layout = {c["gpu"]: c for c in checks(res, "mig.layout")}
+    assert rc == 1 and layout[0]["status"] == "fail" and layout[1]["status"] == "pass"
+    assert layout[0]["detail"].startswith("found 1x ") and "config 'as-profiled'" in (
+        layout[0]["detail"])  # fmt: skip
+    assert [c["status"] for c in checks(res, "mig.isolation")] == ["pass", "pass"]
+    assert len(res["gpus"][0]["mig"]) == 2

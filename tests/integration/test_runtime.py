@@ -768,6 +768,27 @@ def test_cdi_mig_devices(mig_nodes):
     assert len(out["proc_caps"]) == 2, out
 
 
+def test_docker_mig_config_needs_privilege_and_all(mig_nodes):
+    nodes, layouts = mig_nodes
+    for node in nodes.values():
+        gpu0, _ = layouts[node.release]
+        env = "-e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_MIG_CONFIG_DEVICES=all"
+        proc = docker_probe(node, f"--runtime gpunode {env}", check=False)
+        assert proc.returncode != 0
+        assert "cannot set MIG_CONFIG_DEVICES in non privileged container" in proc.stderr
+        out = docker_probe(node, f"--runtime gpunode --cap-add SYS_ADMIN {env}")
+        assert sorted(map(tuple, out["mig_devices"])) == sorted([tuple(gpu0["migs"]), ()]), out
+        assert "mig/config" in out["proc_caps"] and "mig/monitor" in out["proc_caps"], out
+        proc = docker_probe(
+            node,
+            "--runtime gpunode --cap-add SYS_ADMIN -e NVIDIA_VISIBLE_DEVICES=0:1 "
+            "-e NVIDIA_MIG_MONITOR_DEVICES=all",
+            check=False,
+        )
+        assert proc.returncode != 0
+        assert "cannot enable mig-monitor with specific MIG devices selected" in proc.stderr
+
+
 CREATE_1G = (
     "import pynvml as N; N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)\n"
     "p = N.nvmlDeviceGetGpuInstanceProfileInfo(h, N.NVML_GPU_INSTANCE_PROFILE_1_SLICE)\n"

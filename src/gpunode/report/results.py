@@ -14,6 +14,11 @@ A results file (schema gpunode.results/v1, what playbooks/validate.yml writes) h
 node's: {"schema": "gpunode.results/v1", "results": [entry, ...]}, each entry one of the
 documents above. ``-`` names standard input, which holds either kind.
 
+MIG (issue 20): a GPU of a result may list its MIG devices (``mig``: objects with an integer
+``index``, the n of ``<gpu>:<n>``, and uuid, gi, ci, profile, memory_mib) and a check may be
+about one (``mig``: that n, with ``gpu`` its parent's index); results of a gpunode without
+MIG have neither and read as GPUs without MIG devices, checks with ``mig`` null.
+
 Any file that is not such a document is refused with one line naming the file and what is
 wrong (in a results file, also the entry: FILE results[i] (node NAME)); nothing is merged
 from a file with one bad entry.

@@ -189,7 +189,9 @@ def test_access_file_naming_the_config_cap_fails_isolation(mnode):
     try:
         rc, res = validate(mnode, f"{EXPECT} --expect-mig-name as-profiled")
     finally:
-        mnode.sh(f"cp /tmp/access.saved {path}")
+        # the runtime's prepared edits may hold the cap the tampered file named (they are
+        # kept while the (gi, ci) layout is unchanged): drop them with the file restored
+        mnode.sh(f"cp /tmp/access.saved {path} && rm -f /run/gpunode/prepared.json")
     iso = {c["mig"]: c for c in checks(res, "mig.isolation")}
     assert rc == 1 and iso[1]["status"] == "fail", iso[1]
     # a runtime reading the access file gives the config cap: NVML shows every MIG device;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from ..util.files import Lock, make_dirs
@@ -149,8 +150,7 @@ def apply(
     """Make the node's layout config ``name`` (its ``entries``); the contract's JSON."""
     if dry_run:
         return result(name, layout.plan(layout.read_node(nv), entries), True)
-    make_dirs(os.path.dirname(lock_file) or ".")
-    with Lock(lock_file):
+    with _locked(lock_file):
         plans = layout.plan(layout.read_node(nv), entries)  # refuses before any change
         plans = _resolve_deferred(nv, plans)
         for p in plans:
@@ -161,6 +161,24 @@ def apply(
             if left:
                 raise MigApplyError(f"applied, but the layout still differs: {left}")
     return result(name, plans, False)
+
+
+@contextlib.contextmanager
+def _locked(lock_file: str) -> Iterator[None]:
+    """The lock that serializes applies; one line when it cannot be taken (not root)."""
+    try:
+        make_dirs(os.path.dirname(lock_file) or ".")
+        lock = Lock(lock_file)
+        lock.__enter__()
+    except OSError as exc:
+        raise MigApplyError(
+            f"{lock_file}: the lock cannot be taken ({exc.strerror or exc}); "
+            "gpunode mig apply needs root"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def check(nv: Any, entries: tuple[Entry, ...]) -> str | None:

@@ -174,3 +174,14 @@ def test_export_round_trips_through_assert():
     nv.make(0, "2g.20gb", 0)
     entries = config.parse(apply.export(nv))["current"]
     assert apply.check(nv, entries) is None
+
+
+def test_lock_not_creatable_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    nv = FakeNvml([Gpu(0)])
+    with pytest.raises(MigApplyError) as exc:
+        apply.apply(nv, "c", cfg(**{"7g.80gb": 1}), lock_file=str(tmp_path / "file" / "x.lock"))
+    assert str(exc.value) == (
+        f"{tmp_path}/file/x.lock: the lock cannot be taken (File exists); "
+        "gpunode mig apply needs root")
+    assert nv.writes == []

@@ -75,3 +75,45 @@ def test_apply_twice_assert_export_refuse(node):
         off = node.sh(f"{mig} all-disabled", check=False)
     assert off.returncode == 0, off.stderr
     assert node.sh(f"gpunode mig assert -f {FILE} -c all-disabled", check=False).returncode == 0
+
+
+KEEP = """\
+version: v1
+mig-configs:
+  add-one:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+"""
+
+MIG_UUIDS = """
+import json
+from gpunode.nvidia import nvml
+with nvml.Session() as nv:
+    print(json.dumps([{m.uuid: m.profile for m in nvml.gpu_facts(nv, i, h).mig}
+                      for i, h, _ in nvml.handles(nv)]))
+"""
+
+
+def test_mig_profile_node_keeps_what_fits(node):
+    """On the a100x2-mig profile (GPU 0: 3g.40gb at 4, 2g.20gb at 0, 1g.10gb at 2), adding
+    a 1g.10gb creates one instance and keeps the three MIG devices and their UUIDs; GPU 1,
+    not selected, is not touched."""
+    node.apply("a100x2-mig")  # the fixture puts a100x4 back afterwards
+    path = "/etc/gpunode/mig-keep.yaml"
+    node.sh(f"mkdir -p /etc/gpunode && printf %s {shlex.quote(KEEP)} > {path}")
+    probe = f"/opt/gpunode/bin/python -c {shlex.quote(MIG_UUIDS)}"
+    before = json.loads(node.sh(probe).stdout)
+    assert sorted(before[0].values()) == ["1g.10gb", "2g.20gb", "3g.40gb"]
+    assert json.loads(node.sh("gpunode mig export --json").stdout)["mig-configs"]["current"] == [
+        {"devices": [0], "mig-enabled": True,
+         "mig-devices": {"1g.10gb": 1, "2g.20gb": 1, "3g.40gb": 1}},
+        {"devices": [1], "mig-enabled": False, "mig-devices": {}},
+    ]
+    out = node.json(f"gpunode mig apply -f {path} -c add-one --json")
+    assert [g["changed"] for g in out["gpus"]] == [True, False]
+    assert (out["gpus"][0]["destroy"], out["gpus"][0]["create"]) == ([], ["1g.10gb at 3"])
+    after = json.loads(node.sh(probe).stdout)
+    assert set(before[0]) < set(after[0]) and len(after[0]) == 4
+    assert after[1] == before[1] == {}
+    assert node.json(f"gpunode mig apply -f {path} -c add-one --json")["changed"] is False

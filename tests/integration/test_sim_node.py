@@ -210,7 +210,9 @@ def test_every_container_sees_the_driver_tree(node):
     """As the kernel module shows /proc/driver/nvidia in every procfs, containers of the
     node's engines (Docker with plain runc, podman with crun, containerd) see the node's
     driver tree, read-only, and its /proc/devices."""
-    want = (["gpus", "params", "registry", "version"], sorted(g.bus_id.procfs for g in A100.gpus))
+    # capabilities/: the driver's nvidia-caps files (MIG config and monitor), as on a server
+    top = ["capabilities", "gpus", "params", "registry", "version"]
+    want = (top, sorted(g.bus_id.procfs for g in A100.gpus))
     docker = node.sh(f"docker run --rm --runtime runc {node.workload} sh -c '{DRIVER_TREE}'")
     top, gpus, modify = driver_tree(docker.stdout)
     assert (top, gpus) == want and modify == "ModifyDeviceFiles: 1"

@@ -16,11 +16,16 @@
  * "gip" lines are the GPU instance profiles of a MIG-capable GPU, "mig" lines
  * the MIG devices (one GPU instance with one compute instance each) of a GPU
  * whose profile enables MIG.  gpunode.sim.profiles.mock_payload() writes them.
+ * They are the initial MIG state; the live state is the node's (see "MIG
+ * state" below), changed through NVML as on hardware.
  *
  * Like a real NVML inside a container, which GPUs are visible is decided by
  * the device nodes: /dev/nvidiactl (195:255) must exist, and GPU <minor> is
- * visible iff /dev/nvidia<minor> is the character device 195:<minor>.  MIG
- * devices are visible with their parent.
+ * visible iff /dev/nvidia<minor> is the character device 195:<minor>.  A MIG
+ * device is visible iff its parent is and either its GI and CI cap nodes, or
+ * the config or monitor cap node, are character devices 511:<minor> whose
+ * open is not refused (EPERM/EACCES: a device cgroup denial); ENXIO and
+ * ENODEV mean allowed (no real driver behind the major).
  *
  * This file implements what device plugins and NVIDIA's container toolkit
  * walk.  Every other entry point that nvidia-ml-py knows is exported by a weak

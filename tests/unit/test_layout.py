@@ -26,9 +26,9 @@ MAY_USE = {
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
     "engines": {"util", "runtime", "engines"},
-    # validate reuses the inventory and the engines' daemon.json rules, and the CRI client
-    # for --engine cri
-    "validate": {"util", "nvidia", "provision", "engines", "cri", "validate", ""},
+    # validate reuses the inventory and the engines' daemon.json rules, the CRI client
+    # for --engine cri, and gpunode mig's parser of mig-parted files (mig.layout)
+    "validate": {"util", "nvidia", "provision", "engines", "cri", "mig", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",

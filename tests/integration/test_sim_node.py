@@ -362,6 +362,9 @@ def test_a_mig_device_made_on_the_node_reaches_a_container_with_its_cap_nodes(no
     caps = [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (gi_minor, ci_minor)]
     listing = node.sh(f"stat -c '%F %t:%T' {' '.join(caps)}").stdout.split("\n")
     assert listing[:2] == [f"character special file 1ff:{m:x}" for m in (gi_minor, ci_minor)]
+    # MIG mode is kept on the node's disk too (real GPUs keep it across reboots)
+    modes = node.sh("cat /var/lib/gpunode-sim/mig-mode").stdout
+    assert "GPU-7c41e0a2-5f3b-4d19-a8e6-2b9d0c4f6a52\t1\n" in modes
     # every process of the node sees it, and re-applying the same profile keeps it
     assert made["uuid"] in node.pynvml(MIG_SEEN)
     node.apply("a100x2-mig")

@@ -274,6 +274,7 @@ _Static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36, "CI profile info 
 _Static_assert(sizeof(nvmlComputeInstanceProfileInfo_v2_t) ==
                    (CI_PROFILE_INFO_V2_VERSION & 0xffffff),
                "CI profile info v2 layout");
+_Static_assert(sizeof(nvmlPlacement_t) == 8, "nvmlGpuInstancePlacement_t layout");
 _Static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24, "nvmlGpuInstanceInfo_t layout");
 _Static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32, "nvmlComputeInstanceInfo_t layout");
 _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");

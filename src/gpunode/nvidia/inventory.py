@@ -43,6 +43,14 @@ class GpuInfo:
     retired_pages: dict[str, Any] = field(default_factory=dict)
     remapped_rows: dict[str, int] = field(default_factory=dict)
     temperature_c: int | None = None
+    # links and state read for gpunode.nvidia.health (empty / None: NVML does not report it)
+    # gen, max_gen, gpu_max_gen, width, max_width
+    pcie_link: dict[str, int] = field(default_factory=dict)
+    pcie_replays: int | None = None
+    clocks_event_reasons: int | None = None  # nvmlClocksEventReason* bits
+    nvlinks: dict[int, bool] = field(default_factory=dict)  # link -> active, the links it has
+    fabric: dict[str, Any] = field(default_factory=dict)  # state, status, status_text
+    inforom_valid: bool | None = None
     lost: bool = False  # NVML: GPU_IS_LOST (fallen off the bus); nothing else could be read
     # The kernel lists it, but /dev/nvidia<minor> is missing: why (NVML cannot show it; only
     # Inventory.every_gpu gives such records, Inventory.gpus never does)
@@ -171,7 +179,73 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
             "pending": is_pending,
             "failure": failure,
         }
+    _read_links(pynvml, h, gpu)
     return gpu
+
+
+def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
+    """PCIe link, replays, clock event reasons, NVLink, fabric and InfoROM into ``gpu``.
+    A call NVML does not support on this GPU (NOT_SUPPORTED), or that the bindings or the
+    driver do not have (FUNCTION_NOT_FOUND), leaves its field empty: the check skips."""
+    absent = tuple(
+        getattr(nv, n) for n in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound")
+        if hasattr(nv, n)
+    )  # fmt: skip
+
+    def get(name: str, *args: Any) -> Any:
+        fn = getattr(nv, name, None)
+        try:
+            return None if fn is None else fn(h, *args)
+        except absent:
+            return None
+
+    for key, name in (("gen", "CurrPcieLinkGeneration"), ("max_gen", "MaxPcieLinkGeneration"),
+                      ("gpu_max_gen", "GpuMaxPcieLinkGeneration"),
+                      ("width", "CurrPcieLinkWidth"), ("max_width", "MaxPcieLinkWidth")):  # fmt: skip
+        value = get(f"nvmlDeviceGet{name}")
+        if value is not None:
+            gpu.pcie_link[key] = int(value)
+    gpu.pcie_replays = get("nvmlDeviceGetPcieReplayCounter")
+    # ClocksThrottleReasons is the older name (deprecated in CUDA 12.2, gone in 13.0)
+    gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksEventReasons")
+    if gpu.clocks_event_reasons is None:
+        gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksThrottleReasons")
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:  # NOT_SUPPORTED / INVALID_ARGUMENT: the GPU has no such link
+            gpu.nvlinks[link] = bool(nv.nvmlDeviceGetNvLinkState(h, link))
+        except (nv.NVMLError_NotSupported, nv.NVMLError_InvalidArgument, *absent):
+            continue
+        except AttributeError:
+            break
+    gpu.fabric = _fabric(nv, h, absent)
+    try:
+        nv.nvmlDeviceValidateInforom(h)
+        gpu.inforom_valid = True
+    except nv.NVMLError_CorruptedInforom:
+        gpu.inforom_valid = False
+    except (AttributeError, *absent):
+        gpu.inforom_valid = None
+
+
+def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> dict[str, Any]:
+    """nvmlDeviceGetGpuFabricInfoV (v2), else nvmlDeviceGetGpuFabricInfo: {} when neither
+    reports a fabric (no NVSwitch, pre-Hopper)."""
+    info: Any = None
+    try:
+        info = nv.c_nvmlGpuFabricInfo_v2_t()
+        info.version = nv.nvmlGpuFabricInfo_v2
+        nv.nvmlDeviceGetGpuFabricInfoV(h, info)
+    except (AttributeError, nv.NVMLError_ArgumentVersionMismatch, *absent):
+        try:
+            info = nv.c_nvmlGpuFabricInfo_t()
+            nv.nvmlDeviceGetGpuFabricInfo(h, info)
+        except (AttributeError, *absent):
+            return {}
+    if not info.state:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+        return {}
+    status = int(info.status)
+    text = nvml_text(nv.nvmlErrorString(status)) if status else "Success"
+    return {"state": int(info.state), "status": status, "status_text": text}
 
 
 def from_nvml() -> Inventory:

@@ -229,16 +229,17 @@ def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
 
 def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> dict[str, Any]:
     """nvmlDeviceGetGpuFabricInfoV (v2), else nvmlDeviceGetGpuFabricInfo: {} when neither
-    reports a fabric (no NVSwitch, pre-Hopper)."""
+    reports a fabric (no NVSwitch, pre-Hopper). pynvml hands the structure over as given:
+    it must be passed by reference."""
     info: Any = None
     try:
         info = nv.c_nvmlGpuFabricInfo_v2_t()
         info.version = nv.nvmlGpuFabricInfo_v2
-        nv.nvmlDeviceGetGpuFabricInfoV(h, info)
+        nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info))
     except (AttributeError, nv.NVMLError_ArgumentVersionMismatch, *absent):
         try:
             info = nv.c_nvmlGpuFabricInfo_t()
-            nv.nvmlDeviceGetGpuFabricInfo(h, info)
+            nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info))
         except (AttributeError, *absent):
             return {}
     if not info.state:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED

@@ -151,3 +151,24 @@ def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpunode: error:")
+
+
+def test_link_and_state_faults_show_as_health_flags(private_dev, tmp_path, mock_lib):
+    """h100x8-degraded through the real mock NVML: each GPU's one fault is its one flag, and
+    the values NVML gave are in the JSON."""
+    proc = inventory(private_dev, tmp_path, mock_lib, "h100x8-degraded")
+    assert proc.returncode == 0, proc.stderr
+    gpus = json.loads(proc.stdout)["gpus"]
+    assert [g["health"] for g in gpus] == [
+        ["pcie_link_degraded"], ["pcie_replays"], ["clocks_hw_slowdown"], ["clocks_sw_thermal"],
+        ["nvlink_down"], ["inforom_corrupt"], ["fabric_manager_failed"], [],
+    ]  # fmt: skip
+    assert gpus[0]["pcie_link"] == {"gen": 5, "max_gen": 5, "gpu_max_gen": 5, "width": 8,
+                                    "max_width": 16}  # fmt: skip
+    assert gpus[1]["pcie_replays"] == 120 and gpus[2]["clocks_event_reasons"] == 0x8
+    assert gpus[4]["nvlinks"] == {str(i): i != 0 for i in range(18)}
+    assert gpus[6]["fabric"] == {"state": 3, "status": 999, "status_text": "Unknown Error"}
+    assert gpus[5]["inforom_valid"] is False and gpus[7]["inforom_valid"] is True
+    healthy = json.loads(inventory(private_dev, tmp_path, mock_lib, "t4x2-faulty").stdout)
+    t4 = healthy["gpus"][0]
+    assert (t4["nvlinks"], t4["fabric"], t4["clocks_event_reasons"]) == ({}, {}, 1)

@@ -18,7 +18,8 @@ def fake(**over):
     """A pynvml whose GPU is an H100 in a Gen5 x16 slot: 18 NVLinks, link 5 down, fabric
     trained; ``over`` replaces (or, given None, removes) a function."""
 
-    def fabric_v(h, info):
+    def fabric_v(h, ref):
+        info = ref._obj  # passed by reference, as the C function needs
         assert info.version == E.nvmlGpuFabricInfo_v2
         info.state, info.status = E.NVML_GPU_FABRIC_STATE_COMPLETED, 0
 
@@ -45,6 +46,7 @@ def fake(**over):
         c_nvmlGpuFabricInfo_v2_t=E.c_nvmlGpuFabricInfo_v2_t,
         c_nvmlGpuFabricInfo_t=E.c_nvmlGpuFabricInfo_t,
         nvmlGpuFabricInfo_v2=E.nvmlGpuFabricInfo_v2,
+        byref=E.byref,
     )
     for name in dir(E):
         if name.startswith("NVMLError"):
@@ -96,8 +98,8 @@ def test_a_gpu_without_nvlink_fabric_or_inforom_validation():
 
 
 def test_a_corrupted_inforom_and_a_failed_fabric():
-    def fabric_v(h, info):
-        info.state, info.status = E.NVML_GPU_FABRIC_STATE_COMPLETED, 999
+    def fabric_v(h, ref):
+        ref._obj.state, ref._obj.status = E.NVML_GPU_FABRIC_STATE_COMPLETED, 999
 
     gpu = read(fake(nvmlDeviceValidateInforom=raises(E.NVMLError_CorruptedInforom),
                     nvmlDeviceGetGpuFabricInfoV=fabric_v))  # fmt: skip
@@ -114,9 +116,9 @@ def test_older_bindings_and_drivers_fall_back():
     """Bindings without the events call, a driver without the V fabric call or the GPU-max
     call: the throttle-reasons call and nvmlDeviceGetGpuFabricInfo answer instead."""
 
-    def fabric_v1(h, info):
-        assert not hasattr(info, "version")
-        info.state, info.status = E.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0
+    def fabric_v1(h, ref):
+        assert not hasattr(ref._obj, "version")
+        ref._obj.state, ref._obj.status = E.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0
 
     gpu = read(fake(nvmlDeviceGetCurrentClocksEventReasons=None,
                     nvmlDeviceGetGpuFabricInfoV=raises(E.NVMLError_FunctionNotFound),

@@ -143,9 +143,12 @@ def test_payload_carries_faults_as_nvml_counters():
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_every_fault_changes_the_payload_or_device_nodes(fault):
-    data = copy.deepcopy(GOOD)
+    good = copy.deepcopy(GOOD)
+    if fault in ("nvlink_down", "fabric_manager_failed"):  # faults of an NVSwitch GPU
+        good["gpus"][0] |= {"compute_capability": "9.0", "nvlinks": 18}
+    data = copy.deepcopy(good)
     data["gpus"][0]["faults"] = [fault]
-    base = mock_payload(parse_profile(GOOD))
+    base = mock_payload(parse_profile(good))
     faulty = parse_profile(data)
     if fault == "device_node_missing":
         assert faulty.gpus[0].faults == {"device_node_missing"}  # applied by the simulator

@@ -420,13 +420,16 @@ PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS
 
 
-def _parse_links(where: str, raw: dict[str, Any], cc: tuple[int, int], faults: frozenset[str]):
+def _parse_links(
+    where: str, raw: dict[str, Any], cc: tuple[int, int], faults: frozenset[str]
+) -> dict[str, int]:
     """pcie_gen, pcie_width and nvlinks of a GPU, and the faults that need them."""
     gen, width, links = LINK_DEFAULTS.get(cc, (4 if cc >= (8, 0) else 3, 16, 0))
     gen = _int(f"{where}.pcie_gen", raw.get("pcie_gen", gen), 1, 6)
     width = _int(f"{where}.pcie_width", raw.get("pcie_width", width), 1, 32)
     if width not in PCIE_WIDTHS:
-        raise _err(f"{where}.pcie_width", raw["pcie_width"], f"one of {PCIE_WIDTHS}")
+        widths = ", ".join(map(str, PCIE_WIDTHS))
+        raise _err(f"{where}.pcie_width", raw["pcie_width"], f"one of {widths}")
     links = _int(f"{where}.nvlinks", raw.get("nvlinks", links), 0, NVLINK_MAX_LINKS)
     if "nvlink_down" in faults and not links:
         raise ProfileError(f"{where}.faults: nvlink_down needs a GPU with NVLinks (nvlinks is 0)")

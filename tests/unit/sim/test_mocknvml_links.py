@@ -138,7 +138,7 @@ def h100(**gpu) -> dict:
 @pytest.mark.parametrize(
     ("gpu", "message"),
     [
-        ({"pcie_width": 12}, "gpus[0].pcie_width: 12 is not valid; expected one of (1, 2, 4, 8, 16, 32)"),
+        ({"pcie_width": 12}, "gpus[0].pcie_width: 12 is not valid; expected one of 1, 2, 4, 8, 16, 32"),
         ({"pcie_gen": 7}, "gpus[0].pcie_gen: 7 is not valid; expected an integer 1..6"),
         ({"nvlinks": 37}, "gpus[0].nvlinks: 37 is not valid; expected an integer 0..36"),
         ({"nvlinks": 0, "faults": ["nvlink_down"]},

@@ -206,7 +206,7 @@ def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
         if value is not None:
             gpu.pcie_link[key] = int(value)
     gpu.pcie_replays = get("nvmlDeviceGetPcieReplayCounter")
-    # ClocksThrottleReasons is the older name (deprecated in CUDA 12.2, gone in 13.0)
+    # ...ClocksThrottleReasons: the deprecated name, all that older bindings and drivers have
     gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksEventReasons")
     if gpu.clocks_event_reasons is None:
         gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -232,11 +232,12 @@ def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> dict[str, Any]:
     reports a fabric (no NVSwitch, pre-Hopper). pynvml hands the structure over as given:
     it must be passed by reference."""
     info: Any = None
+    mismatch = getattr(nv, "NVMLError_ArgumentVersionMismatch", AttributeError)
     try:
         info = nv.c_nvmlGpuFabricInfo_v2_t()
         info.version = nv.nvmlGpuFabricInfo_v2
         nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info))
-    except (AttributeError, nv.NVMLError_ArgumentVersionMismatch, *absent):
+    except (AttributeError, mismatch, *absent):
         try:
             info = nv.c_nvmlGpuFabricInfo_t()
             nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info))

@@ -15,6 +15,8 @@ A new check is one entry in CHECKS (id, title, its flag per status) and one bran
 
 from __future__ import annotations
 
+from .xid import classify
+
 # ``gpu`` below is an inventory record (gpunode.nvidia.inventory.GpuInfo); not imported,
 # not even for typing: the inventory imports this module.
 
@@ -28,6 +30,7 @@ CHECKS = {
     "gpu.retired_pages_pending": "Retired pages pending",
     "gpu.row_remap_failure": "Row remapping",
     "gpu.persistence": "Persistence mode",
+    "gpu.xid": "Xid errors since boot (DCGM_FR_XID_ERROR)",
 }
 # (check id, status) -> the inventory's health flag for it
 FLAGS = {
@@ -37,6 +40,8 @@ FLAGS = {
     ("gpu.row_remap_failure", FAIL): "row_remap_failure",
     ("gpu.row_remap_failure", WARN): "row_remap_pending",
     ("gpu.persistence", WARN): "persistence_off",
+    ("gpu.xid", FAIL): "xid_error",
+    ("gpu.xid", WARN): "xid_application_error",
 }
 
 Verdict = tuple[str, str, str]  # (check id, status, detail)
@@ -102,7 +107,26 @@ def _judge(check: str, gpu) -> tuple[str, str]:
         if gpu.persistence_mode:
             return PASS, "enabled"
         return WARN, "disabled: enable nvidia-persistenced"
+    if check == "gpu.xid":
+        return _judge_xid(gpu.xid_errors)
     raise KeyError(check)  # a check in CHECKS without its branch: a bug, caught by tests
+
+
+def _judge_xid(errors: list[dict] | None) -> tuple[str, str]:
+    """Xid errors (gpunode.nvidia.xid's classes): any but an application error fails; the
+    detail counts each code and says what the worst one asks for."""
+    if errors is None:
+        return SKIP, "the kernel log could not be read (see the inventory's kernel_log_error)"
+    if not errors:
+        return PASS, "no Xid error in the kernel log since boot"
+    counts: dict[int, int] = {}
+    for e in errors:
+        counts[e["xid"]] = counts.get(e["xid"], 0) + 1
+    worst = next((e for e in errors if e["verdict"] == FAIL), errors[-1])
+    codes = ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in counts.items())
+    what = classify(worst["xid"])[2]
+    text = f"Xid {codes}; last {worst['xid']} ({worst['kind']}): {worst['message'] or '-'}"
+    return (FAIL if worst["verdict"] == FAIL else WARN), f"{text} — {what}"
 
 
 def flags(gpu) -> list[str]:

@@ -51,6 +51,8 @@ FAULTS = {
     "row_remap_failure": "row remapping failed (no spare rows left)",
     "persistence_off": "persistence mode disabled",
     "device_node_missing": "the /dev/nvidia<minor> node was not created",
+    "xid_application": "an application's Xid 13 (graphics exception) in the kernel log",
+    "xid_nvlink": "an Xid 74 (NVLink error) in the kernel log",
 }
 
 # nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).

@@ -1,5 +1,6 @@
 """Every check of `gpunode validate` run on this node, in the order the result lists them:
-the GPUs (gpus), the versions (versions), the engine (engine), the containers (container).
+the GPUs (gpus), the versions (versions), the engine (engine), the containers (container),
+the node's driver surroundings and drift (node).
 The command line (options, output, exit codes) is gpunode.cli.validate."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .model import Result
 def validate(expect: Expectations, node: str | None = None) -> Result:
     """Run every check (no output). The checks' modules load here, not for --help."""
     from . import container, engine, gpus, versions
+    from . import node as node_checks
 
     started = time.gmtime()
     t0 = time.monotonic()
@@ -40,5 +42,7 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
     finally:
         if cri_client is not None:
             cri_client.close()
+    # after the containers: what the runtime cached and generated for them is compared
+    result.checks += node_checks.evaluate(inv)
     result.duration_s = time.monotonic() - t0
     return result

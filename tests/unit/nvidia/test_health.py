@@ -10,6 +10,11 @@ from gpunode.nvidia.inventory import GpuInfo
 
 from ..validate.fakes import healthy_gpu
 
+XID79 = {"xid": 79, "kind": "bus", "verdict": "fail", "pid": "1", "process": "python3",
+         "message": "GPU has fallen off the bus."}  # fmt: skip
+XID13 = {"xid": 13, "kind": "application", "verdict": "warn", "pid": "2", "process": "app",
+         "message": "Graphics Exception"}  # fmt: skip
+
 FAULTS = [
     ({"lost": True}, "gpu.lost", "fail", ["fallen_off_bus"]),
     ({"ecc_errors": {"uncorrected_volatile": 3}}, "gpu.ecc_uncorrectable", "fail",
@@ -21,6 +26,8 @@ FAULTS = [
     ({"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": 1, "failure": 0}},
      "gpu.row_remap_failure", "warn", ["row_remap_pending"]),
     ({"persistence_mode": False}, "gpu.persistence", "warn", ["persistence_off"]),
+    ({"xid_errors": [XID79]}, "gpu.xid", "fail", ["xid_error"]),
+    ({"xid_errors": [XID13, XID13]}, "gpu.xid", "warn", ["xid_application_error"]),
 ]  # fmt: skip
 
 
@@ -78,3 +85,13 @@ def test_every_gpu_lists_the_missing_ones_in_bus_order():
     assert [g.pci_bus_id for g in every] == ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0"]
     assert every[1].missing == "/dev/nvidia1 is missing" and inv.gpus == gpus  # usable ones only
     assert health.flags(every[1]) == [] and not inv.healthy  # a problem, not a flag
+
+
+def test_xid_detail_counts_codes_and_says_what_the_worst_asks_for():
+    gpu = healthy_gpu(0, xid_errors=[XID13, XID79, XID13])
+    status, detail = health._judge_xid(gpu.xid_errors)
+    assert status == "fail"
+    assert detail.startswith("Xid 13 x2, 79; last 79 (bus): GPU has fallen off the bus.")
+    assert "drain" in detail
+    assert health._judge_xid(None)[0] == "skip"
+    assert health._judge_xid([]) == ("pass", "no Xid error in the kernel log since boot")

@@ -142,15 +142,20 @@ def test_payload_carries_faults_as_nvml_counters():
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_every_fault_changes_the_payload_or_device_nodes(fault):
+def test_every_fault_changes_the_payload_device_nodes_or_kernel_log(fault):
+    from gpunode.sim.procfs import XID_OF_FAULT, render_kmsg
+
     data = copy.deepcopy(GOOD)
     data["gpus"][0]["faults"] = [fault]
-    base = mock_payload(parse_profile(GOOD))
+    base = parse_profile(GOOD)
     faulty = parse_profile(data)
     if fault == "device_node_missing":
         assert faulty.gpus[0].faults == {"device_node_missing"}  # applied by the simulator
+    elif fault.startswith("xid_"):  # the kernel log only: NVML shows nothing of these
+        assert mock_payload(faulty) == mock_payload(base)
+        assert render_kmsg(faulty) != render_kmsg(base) and fault in XID_OF_FAULT
     else:
-        assert mock_payload(faulty) != base
+        assert mock_payload(faulty) != mock_payload(base)
 
 
 def test_no_driver_profile_has_empty_payload():

@@ -16,6 +16,7 @@ def healthy_gpu(i: int, **kw) -> GpuInfo:
     g.ecc_errors = {"uncorrected_volatile": 0, "uncorrected_aggregate": 0}
     g.retired_pages = {"single_bit": 0, "double_bit": 0, "pending": False}
     g.remapped_rows = {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
+    g.xid_errors = []  # the kernel log was read and holds no Xid for it
     for k, v in kw.items():
         setattr(g, k, v)
     return g

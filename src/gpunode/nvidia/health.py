@@ -108,17 +108,17 @@ def _judge(check: str, gpu) -> tuple[str, str]:
             return PASS, "enabled"
         return WARN, "disabled: enable nvidia-persistenced"
     if check == "gpu.xid":
-        return _judge_xid(gpu.xid_errors)
+        return _judge_xid(gpu.xid_errors, gpu.xid_sources)
     raise KeyError(check)  # a check in CHECKS without its branch: a bug, caught by tests
 
 
-def _judge_xid(errors: list[dict] | None) -> tuple[str, str]:
+def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str, str]:
     """Xid errors (gpunode.nvidia.xid's classes): any but an application error fails; the
     detail counts each code and says what the worst one asks for."""
     if errors is None:
         return SKIP, "the kernel log could not be read (see the inventory's kernel_log_error)"
     if not errors:
-        return PASS, "no Xid error in the kernel log since boot"
+        return PASS, f"no Xid error in {' or '.join(sources) or 'the kernel log'}"
     counts: dict[int, int] = {}
     for e in errors:
         counts[e["xid"]] = counts.get(e["xid"], 0) + 1

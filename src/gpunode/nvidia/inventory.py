@@ -46,6 +46,7 @@ class GpuInfo:
     # Xid errors the kernel log holds for this GPU since boot (gpunode.nvidia.xid), oldest
     # first; None: the log could not be read (Inventory.kernel_log says why)
     xid_errors: list[dict[str, Any]] | None = None
+    xid_sources: list[str] = field(default_factory=list)  # where they were looked for
     lost: bool = False  # NVML: GPU_IS_LOST (fallen off the bus); nothing else could be read
     # The kernel lists it, but /dev/nvidia<minor> is missing: why (NVML cannot show it; only
     # Inventory.every_gpu gives such records, Inventory.gpus never does)
@@ -247,9 +248,11 @@ def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:
     gpus = inv.every_gpu()
     for gpu in inv.gpus:
         gpu.xid_errors = []
+        gpu.xid_sources.append("the kernel log since boot")
     for event in events:
         entry = {"xid": event.xid, "kind": event.kind, "verdict": event.verdict,
-                 "pid": event.pid, "process": event.process, "message": event.message}  # fmt: skip
+                 "pid": event.pid, "process": event.process, "message": event.message,
+                 "source": "kernel log"}  # fmt: skip
         owner = next((g for g in gpus if g.pci_bus_id and event.matches(g.pci_bus_id)), None)
         if owner is not None and owner.xid_errors is not None:
             owner.xid_errors.append(entry)
@@ -259,6 +262,32 @@ def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:
                  "detail": f"Xid {event.xid} on {event.bus.procfs}, a bus no GPU here has: "
                            f"{event.message or 'no message'}"}
             )  # fmt: skip
+
+
+def attach_xid_events(inv: Inventory, events: list[tuple[str, int, int | None, int | None]],
+                      what: str) -> None:  # fmt: skip
+    """Xid events NVML delivered (gpunode.nvidia.xidevents: bus id, code, GPU and compute
+    instance of a MIG device) added to the GPUs' Xid errors; ``what`` names the watch
+    ("NVML events while validating"). One that was also in the kernel log when it was read
+    counts twice: the log is read once, right after the watch starts."""
+    for gpu in inv.gpus:
+        if gpu.lost:
+            continue
+        if gpu.xid_errors is None:
+            gpu.xid_errors = []
+        gpu.xid_sources.append(what)
+    for bus, code, gi, ci in events:
+        owner = next((g for g in inv.gpus if g.pci_bus_id == bus and not g.lost), None)
+        kind, verdict, _ = xid.classify(code)
+        where = f" (MIG GPU instance {gi}, compute instance {ci})" if gi is not None else ""
+        entry = {"xid": code, "kind": kind, "verdict": verdict, "pid": "", "process": "",
+                 "message": f"delivered by NVML{where}", "source": "nvml"}  # fmt: skip
+        if owner is not None:
+            owner.xid_errors.append(entry)
+        else:
+            inv.problems.append({"issue": "xid_unmatched", "pci_bus_id": bus,
+                                 "detail": f"Xid {code} delivered by NVML for {bus}, a bus no "
+                                           "GPU here has"})  # fmt: skip
 
 
 def collect(

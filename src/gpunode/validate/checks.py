@@ -9,6 +9,8 @@ import socket
 import time
 
 from .. import __version__
+from ..nvidia.inventory import attach_xid_events
+from ..nvidia.xidevents import XidWatch
 from .expect import Expectations
 from .model import Result
 
@@ -24,24 +26,29 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
     result = Result(node=node or host, hostname=host,
                     started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
                     gpunode_version=__version__)  # fmt: skip
-    inv, no_driver, seconds = gpus.collect()
-    result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
-    result.checks += checks
-    result.versions, checks = versions.evaluate(inv, expect)
-    result.checks += checks
-    info, checks = engine.evaluate(expect)
-    result.checks += checks
-    cri_client = (info or {}).get("cri") if expect.engine == "cri" else None
-    runner = None
-    if cri_client is not None:
-        from . import cri
-
-        runner = cri.runner(cri_client, expect.runtime_name)
-    try:
-        result.checks += container.evaluate(inv, expect, engine_up=info is not None, runner=runner)
-    finally:
+    # NVML's Xid events are watched from before the inventory until the containers are done:
+    # an Xid the smoke tests provoke is judged with the GPU's other Xid errors
+    with XidWatch() as watch:
+        inv, no_driver, seconds = gpus.collect()
+        result.versions, checks = versions.evaluate(inv, expect)
+        later = checks
+        info, checks = engine.evaluate(expect)
+        later += checks
+        cri_client = (info or {}).get("cri") if expect.engine == "cri" else None
+        runner = None
         if cri_client is not None:
-            cri_client.close()
+            from . import cri
+
+            runner = cri.runner(cri_client, expect.runtime_name)
+        try:
+            later += container.evaluate(inv, expect, engine_up=info is not None, runner=runner)
+        finally:
+            if cri_client is not None:
+                cri_client.close()
+        if inv is not None and watch.unavailable is None:
+            attach_xid_events(inv, watch.drain(), "NVML events while validating")
+    result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
+    result.checks += checks + later
     # after the containers: what the runtime cached and generated for them is compared
     result.checks += node_checks.evaluate(inv)
     result.duration_s = time.monotonic() - t0

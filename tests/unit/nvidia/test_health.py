@@ -94,4 +94,7 @@ def test_xid_detail_counts_codes_and_says_what_the_worst_asks_for():
     assert detail.startswith("Xid 13 x2, 79; last 79 (bus): GPU has fallen off the bus.")
     assert "drain" in detail
     assert health._judge_xid(None)[0] == "skip"
-    assert health._judge_xid([]) == ("pass", "no Xid error in the kernel log since boot")
+    assert health._judge_xid([], ["the kernel log since boot"]) == (
+        "pass",
+        "no Xid error in the kernel log since boot",
+    )

@@ -22,11 +22,12 @@ MAY_USE = {
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
     "report": {"util", "report"},
-    # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
-    "engines": {"util", "runtime", "engines"},
-    # validate reuses the inventory and the engines' daemon.json rules, and the CRI client
-    # for --engine cri
-    "validate": {"util", "nvidia", "provision", "engines", "cri", "validate", ""},
+    # the engines' editors and the runtime role's setup (runtime.toml, CDI spec, the driver
+    # nodes' /dev/char links)
+    "engines": {"util", "nvidia", "runtime", "engines"},
+    # validate reuses the inventory and the engines' daemon.json rules, the CRI client for
+    # --engine cri, and the runtime's config, cache and CDI generator for the drift checks
+    "validate": {"util", "nvidia", "runtime", "provision", "engines", "cri", "validate", ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",

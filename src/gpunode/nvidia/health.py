@@ -15,6 +15,8 @@ A new check is one entry in CHECKS (id, title, its flag per status) and one bran
 
 from __future__ import annotations
 
+from .xid import classify
+
 # ``gpu`` below is an inventory record (gpunode.nvidia.inventory.GpuInfo); not imported,
 # not even for typing: the inventory imports this module.
 
@@ -28,7 +30,8 @@ CHECKS = {
     "gpu.retired_pages_pending": "Retired pages pending",
     "gpu.row_remap_failure": "Row remapping",
     "gpu.persistence": "Persistence mode",
-    # the checks below name their DCGM counterpart (dcgmi diag, DCGM health watches)
+    "gpu.xid": "Xid errors since boot (DCGM_FR_XID_ERROR)",
+    # links and state from NVML, each naming its DCGM counterpart (dcgmi diag, health watches)
     "gpu.pcie_link": "PCIe link width and generation (DCGM_FR_PCIE_WIDTH/GENERATION)",
     "gpu.pcie_replay": "PCIe replays (DCGM_FR_PCI_REPLAY_RATE)",
     "gpu.clocks_event": "Clock event reasons (DCGM_FR_CLOCKS_EVENT_VIOLATION)",
@@ -44,6 +47,8 @@ FLAGS = {
     ("gpu.row_remap_failure", FAIL): "row_remap_failure",
     ("gpu.row_remap_failure", WARN): "row_remap_pending",
     ("gpu.persistence", WARN): "persistence_off",
+    ("gpu.xid", FAIL): "xid_error",
+    ("gpu.xid", WARN): "xid_application_error",
     ("gpu.pcie_link", WARN): "pcie_link_degraded",
     ("gpu.pcie_replay", WARN): "pcie_replays",
     ("gpu.clocks_event", FAIL): "clocks_hw_slowdown",
@@ -162,7 +167,26 @@ def _judge(check: str, gpu) -> tuple[str, str]:
         return _fabric_manager(gpu)
     if check == "gpu.inforom":
         return _inforom(gpu)
+    if check == "gpu.xid":
+        return _judge_xid(gpu.xid_errors, gpu.xid_sources)
     raise KeyError(check)  # a check in CHECKS without its branch: a bug, caught by tests
+
+
+def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str, str]:
+    """Xid errors (gpunode.nvidia.xid's classes): any but an application error fails; the
+    detail counts each code and says what the worst one asks for."""
+    if errors is None:
+        return SKIP, "the kernel log could not be read (see the inventory's kernel_log_error)"
+    if not errors:
+        return PASS, f"no Xid error in {' or '.join(sources) or 'the kernel log'}"
+    counts: dict[int, int] = {}
+    for e in errors:
+        counts[e["xid"]] = counts.get(e["xid"], 0) + 1
+    worst = next((e for e in errors if e["verdict"] == FAIL), errors[-1])
+    codes = ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in counts.items())
+    what = classify(worst["xid"])[2]
+    text = f"Xid {codes}; last {worst['xid']} ({worst['kind']}): {worst['message'] or '-'}"
+    return (FAIL if worst["verdict"] == FAIL else WARN), f"{text} — {what}"
 
 
 def _pcie_link(gpu) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import health, nvml, procfs
+from . import health, nvml, procfs, xid
 from .busid import BusId
 from .devices import is_gpu_node
 from .facts import nvml_text
@@ -43,6 +43,10 @@ class GpuInfo:
     retired_pages: dict[str, Any] = field(default_factory=dict)
     remapped_rows: dict[str, int] = field(default_factory=dict)
     temperature_c: int | None = None
+    # Xid errors the kernel log holds for this GPU since boot (gpunode.nvidia.xid), oldest
+    # first; None: the log could not be read (Inventory.kernel_log says why)
+    xid_errors: list[dict[str, Any]] | None = None
+    xid_sources: list[str] = field(default_factory=list)  # where they were looked for
     # links and state read for gpunode.nvidia.health (empty / None: NVML does not report it)
     # gen, max_gen, gpu_max_gen, width, max_width
     pcie_link: dict[str, int] = field(default_factory=dict)
@@ -77,6 +81,7 @@ class Inventory:
     gpus: list[GpuInfo]
     problems: list[dict[str, Any]] = field(default_factory=list)
     hostname: str = field(default_factory=socket.gethostname)
+    kernel_log: str | None = None  # why the kernel log could not be read (None: it was)
 
     def every_gpu(self) -> list[GpuInfo]:
         """Every GPU the node has: NVML's (lost ones included) and those the kernel lists
@@ -107,6 +112,7 @@ class Inventory:
             "gpu_count": len(self.gpus),
             "gpus": [g.to_dict() for g in self.gpus],
             "problems": self.problems,
+            "kernel_log_error": self.kernel_log,
             "healthy": self.healthy,
         }
 
@@ -307,12 +313,74 @@ def _cross_check(inv: Inventory, proc_root: str | os.PathLike, dev_root: Path) -
                 gpu.pci_bus_id = BusId.parse(pg.bus_id).nvml
 
 
+def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:
+    """Each GPU's Xid errors from the kernel log (read once); an Xid for a bus no GPU of the
+    inventory has becomes a problem (``xid_unmatched``), so none goes unseen."""
+    try:
+        events = xid.parse_log(xid.read_kernel_log(kernel_log))
+    except xid.LogUnreadable as exc:
+        inv.kernel_log = f"the kernel log cannot be read: {exc}"
+        return
+    gpus = inv.every_gpu()
+    for gpu in inv.gpus:
+        gpu.xid_errors = []
+        gpu.xid_sources.append("the kernel log since boot")
+    for event in events:
+        entry = {"xid": event.xid, "kind": event.kind, "verdict": event.verdict,
+                 "pid": event.pid, "process": event.process, "message": event.message,
+                 "source": "kernel log"}  # fmt: skip
+        owner = next((g for g in gpus if g.pci_bus_id and event.matches(g.pci_bus_id)), None)
+        if owner is not None and owner.xid_errors is not None:
+            owner.xid_errors.append(entry)
+        elif owner is None:
+            inv.problems.append(
+                {"issue": "xid_unmatched", "pci_bus_id": event.bus.nvml,
+                 "detail": f"Xid {event.xid} on {event.bus.procfs}, a bus no GPU here has: "
+                           f"{event.message or 'no message'}"}
+            )  # fmt: skip
+
+
+def attach_xid_events(inv: Inventory, events: list[tuple[str, int, int | None, int | None]],
+                      what: str) -> None:  # fmt: skip
+    """Xid events NVML delivered (gpunode.nvidia.xidevents: bus id, code, GPU and compute
+    instance of a MIG device) added to the GPUs' Xid errors; ``what`` names the watch
+    ("NVML events while validating"). One that was also in the kernel log when it was read
+    counts twice: the log is read once, right after the watch starts."""
+    for gpu in inv.gpus:
+        if gpu.lost:
+            continue
+        if gpu.xid_errors is None:
+            gpu.xid_errors = []
+        gpu.xid_sources.append(what)
+    for bus, code, gi, ci in events:
+        owner = next((g for g in inv.gpus if g.pci_bus_id == bus and not g.lost), None)
+        kind, verdict, _ = xid.classify(code)
+        where = f" (MIG GPU instance {gi}, compute instance {ci})" if gi is not None else ""
+        entry = {"xid": code, "kind": kind, "verdict": verdict, "pid": "", "process": "",
+                 "message": f"delivered by NVML{where}", "source": "nvml"}  # fmt: skip
+        if owner is not None:
+            owner.xid_errors.append(entry)
+        else:
+            inv.problems.append({"issue": "xid_unmatched", "pci_bus_id": bus,
+                                 "detail": f"Xid {code} delivered by NVML for {bus}, a bus no "
+                                           "GPU here has"})  # fmt: skip
+
+
 def collect(
     proc_root: str | os.PathLike = procfs.PROC_DRIVER_NVIDIA,
     dev_root: Path = Path("/dev"),
     use_nvml: bool = True,
+    kernel_log: str | None = xid.KMSG,
 ) -> Inventory:
-    """NVML when it works, else procfs. Raises NoDriver when neither shows a driver."""
+    """NVML when it works, else procfs, then the kernel log's Xid errors (``kernel_log``
+    None: not read). Raises NoDriver when neither shows a driver."""
+    inv = _collect(proc_root, dev_root, use_nvml)
+    if kernel_log is not None:
+        attach_xid_errors(inv, kernel_log)
+    return inv
+
+
+def _collect(proc_root: str | os.PathLike, dev_root: Path, use_nvml: bool) -> Inventory:
     nvml_error = None
     if use_nvml:
         try:

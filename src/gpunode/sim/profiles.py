@@ -56,6 +56,8 @@ FAULTS = {
     "row_remap_failure": "row remapping failed (no spare rows left)",
     "persistence_off": "persistence mode disabled",
     "device_node_missing": "the /dev/nvidia<minor> node was not created",
+    "xid_application": "an application's Xid 13 (graphics exception) in the kernel log",
+    "xid_nvlink": "an Xid 74 (NVLink error) in the kernel log",
     # links and state (gpunode.nvidia.health), as NVML shows them
     "pcie_degraded": "the PCIe link trained at half its width (x8 of x16)",
     "pcie_replays": f"the PCIe replay counter reads {PCIE_REPLAYS} (a marginal link)",

@@ -74,7 +74,9 @@ def test_removed_device_node_hides_the_gpu_and_is_reported(private_dev, tmp_path
 def test_faults_show_as_health_flags(private_dev, tmp_path, mock_lib):
     inv = json.loads(inventory(private_dev, tmp_path, mock_lib, "t4x2-faulty").stdout)
     assert inv["gpus"][0]["health"] == []
-    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending"}
+    # the double-bit errors were also logged by the driver as Xid 48 (the simulated /dev/kmsg)
+    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending", "xid_error"}
+    assert [e["xid"] for e in inv["gpus"][1]["xid_errors"]] == [48] and inv["gpus"][0]["xid_errors"] == []
     assert inv["gpus"][1]["ecc_errors"]["uncorrected_volatile"] == 2
     assert inv["gpus"][1]["retired_pages"] == {"single_bit": 0, "double_bit": 2, "pending": True}
 
@@ -103,7 +105,7 @@ def test_every_fault_kind_is_detected(private_dev, tmp_path, mock_lib):
         "1": ["fallen_off_bus"],
         "2": ["row_remap_failure"],
         "3": ["persistence_off"],
-        "5": ["ecc_uncorrectable"],
+        "5": ["ecc_uncorrectable", "xid_error"],
         "6": ["retired_pages_pending"],
     }
     # the lost GPU has no NVML handle; the kernel's view fills in who it is
@@ -141,7 +143,7 @@ def test_human_table(private_dev, tmp_path, mock_lib):
     lines = proc.stdout.splitlines()
     assert "NVIDIA driver 535.261.03, CUDA 12.2 (source: nvml), 2 GPU(s)" in lines[0]
     assert "Tesla T4 [ok]" in lines[2]
-    assert "[ecc_uncorrectable, retired_pages_pending]" in lines[3]
+    assert "[ecc_uncorrectable, retired_pages_pending, xid_error]" in lines[3]
 
 
 @pytest.mark.parametrize("argv", [["inventory", "--bogus"], ["profile", "show", "zzz"], ["sim"]])

@@ -10,6 +10,11 @@ from gpunode.nvidia.inventory import GpuInfo
 
 from ..validate.fakes import healthy_gpu
 
+XID79 = {"xid": 79, "kind": "bus", "verdict": "fail", "pid": "1", "process": "python3",
+         "message": "GPU has fallen off the bus."}  # fmt: skip
+XID13 = {"xid": 13, "kind": "application", "verdict": "warn", "pid": "2", "process": "app",
+         "message": "Graphics Exception"}  # fmt: skip
+
 FAULTS = [
     ({"lost": True}, "gpu.lost", "fail", ["fallen_off_bus"]),
     ({"ecc_errors": {"uncorrected_volatile": 3}}, "gpu.ecc_uncorrectable", "fail",
@@ -21,6 +26,8 @@ FAULTS = [
     ({"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": 1, "failure": 0}},
      "gpu.row_remap_failure", "warn", ["row_remap_pending"]),
     ({"persistence_mode": False}, "gpu.persistence", "warn", ["persistence_off"]),
+    ({"xid_errors": [XID79]}, "gpu.xid", "fail", ["xid_error"]),
+    ({"xid_errors": [XID13, XID13]}, "gpu.xid", "warn", ["xid_application_error"]),
     ({"pcie_link": {"gen": 4, "max_gen": 4, "width": 8, "max_width": 16}}, "gpu.pcie_link",
      "warn", ["pcie_link_degraded"]),
     ({"pcie_replays": 9}, "gpu.pcie_replay", "warn", ["pcie_replays"]),
@@ -175,3 +182,16 @@ def test_every_new_check_names_its_dcgm_counterpart_in_its_title():
     for check in ("gpu.pcie_link", "gpu.pcie_replay", "gpu.clocks_event", "gpu.nvlink",
                   "gpu.fabric_manager", "gpu.inforom"):  # fmt: skip
         assert "DCGM_FR_" in health.CHECKS[check]
+
+
+def test_xid_detail_counts_codes_and_says_what_the_worst_asks_for():
+    gpu = healthy_gpu(0, xid_errors=[XID13, XID79, XID13])
+    status, detail = health._judge_xid(gpu.xid_errors)
+    assert status == "fail"
+    assert detail.startswith("Xid 13 x2, 79; last 79 (bus): GPU has fallen off the bus.")
+    assert "drain" in detail
+    assert health._judge_xid(None)[0] == "skip"
+    assert health._judge_xid([], ["the kernel log since boot"]) == (
+        "pass",
+        "no Xid error in the kernel log since boot",
+    )

@@ -80,3 +80,28 @@ def test_reading_stops_at_the_end_of_a_nonblocking_source(tmp_path):
         assert len(xid.parse_log(xid.read_kernel_log(str(fifo)))) == 3
     finally:
         os.close(writer)
+
+
+def test_the_inventory_gives_each_gpu_its_xids_and_names_the_rest(tmp_path):
+    from gpunode.nvidia.inventory import Inventory, attach_xid_errors
+
+    from ..validate.fakes import healthy_gpu
+
+    gpus = [healthy_gpu(0, pci_bus_id="00000000:3B:00.0", xid_errors=None),
+            healthy_gpu(1, pci_bus_id="00000000:D8:00.0", xid_errors=None)]  # fmt: skip
+    inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", gpus)
+    log = tmp_path / "kmsg"
+    log.write_text(KMSG)
+    attach_xid_errors(inv, str(log))
+    assert [e["xid"] for e in gpus[0].xid_errors] == [79]
+    assert [(e["xid"], e["verdict"]) for e in gpus[1].xid_errors] == [(13, "warn")]
+    (problem,) = inv.problems  # Xid 48 names bus 07, which no GPU here has
+    assert problem["issue"] == "xid_unmatched" and problem["pci_bus_id"] == "00000000:07:00.0"
+    assert inv.kernel_log is None and not inv.healthy
+
+    unread = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03",
+                       [healthy_gpu(0, xid_errors=None)])  # fmt: skip
+    attach_xid_errors(unread, str(tmp_path / "none"))
+    assert unread.gpus[0].xid_errors is None
+    assert "the kernel log cannot be read" in unread.kernel_log
+    assert unread.to_dict()["kernel_log_error"] == unread.kernel_log

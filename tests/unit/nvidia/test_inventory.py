@@ -134,3 +134,15 @@ def test_older_bindings_and_drivers_fall_back():
                     nvmlDeviceGetCurrentClocksThrottleReasons=None,
                     nvmlDeviceValidateInforom=None, nvmlDeviceGetNvLinkState=None))  # fmt: skip
     assert gpu.clocks_event_reasons is None and gpu.inforom_valid is None and gpu.nvlinks == {}
+
+
+def test_links_nvml_does_not_have_are_skipped_not_the_end():
+    """A link in the middle NVML says NOT_SUPPORTED (not connected) for: the walk goes on."""
+
+    def nvlink(h, link):
+        if link in (2, 3) or link >= 8:
+            raise (E.NVMLError_NotSupported if link < 8 else E.NVMLError_InvalidArgument)()
+        return 1
+
+    gpu = read(fake(nvmlDeviceGetNvLinkState=nvlink))
+    assert sorted(gpu.nvlinks) == [0, 1, 4, 5, 6, 7]

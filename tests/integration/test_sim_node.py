@@ -210,7 +210,9 @@ def test_every_container_sees_the_driver_tree(node):
     """As the kernel module shows /proc/driver/nvidia in every procfs, containers of the
     node's engines (Docker with plain runc, podman with crun, containerd) see the node's
     driver tree, read-only, and its /proc/devices."""
-    want = (["gpus", "params", "registry", "version"], sorted(g.bus_id.procfs for g in A100.gpus))
+    # capabilities/: the driver's nvidia-caps files (MIG config and monitor), as on a server
+    top = ["capabilities", "gpus", "params", "registry", "version"]
+    want = (top, sorted(g.bus_id.procfs for g in A100.gpus))
     docker = node.sh(f"docker run --rm --runtime runc {node.workload} sh -c '{DRIVER_TREE}'")
     top, gpus, modify = driver_tree(docker.stdout)
     assert (top, gpus) == want and modify == "ModifyDeviceFiles: 1"
@@ -311,3 +313,74 @@ def test_proc_devices_shows_the_drivers_majors_to_every_process(node):
         assert node.sh("findmnt -n /proc/devices", check=False).stdout == ""
     finally:
         node.sh("docker rm -f t-devices", check=False)
+
+
+MIG_MAKE = textwrap.dedent(
+    """
+    import json, pynvml as N
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(1)  # a100x2-mig: GPU 1 is MIG-capable, MIG disabled
+    N.nvmlDeviceSetMigMode(h, 1)
+    gi = N.nvmlDeviceCreateGpuInstance(h, 19)  # 1g.10gb
+    ci = N.nvmlGpuInstanceCreateComputeInstance(gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE)
+    gi_id, ci_id = N.nvmlGpuInstanceGetInfo(gi).id, N.nvmlComputeInstanceGetInfo(ci).id
+    m = N.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
+    print(json.dumps({"uuid": N.nvmlDeviceGetUUID(m), "gi": gi_id, "ci": ci_id,
+                      "minor": N.nvmlDeviceGetMinorNumber(h)}))
+    """
+)
+
+MIG_SEEN = textwrap.dedent(
+    """
+    import json, pynvml as N
+    N.nvmlInit()
+    seen = []
+    for i in range(N.nvmlDeviceGetCount()):
+        h = N.nvmlDeviceGetHandleByIndex(i)
+        for j in range(N.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                seen.append(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, j)))
+            except N.NVMLError_NotFound:
+                pass
+    print(json.dumps(seen))
+    """
+)
+
+
+def cap_minor(node, path: str) -> int:
+    text = node.sh(f"cat {path}").stdout
+    return int(next(ln for ln in text.splitlines() if ln.startswith("DeviceFileMinor:")).split()[1])
+
+
+def test_a_mig_device_made_on_the_node_reaches_a_container_with_its_cap_nodes(node):
+    node.apply("a100x2-mig")
+    made = node.pynvml(MIG_MAKE)
+    # the driver's footprint: read the minors as product code does, from the access files
+    where = f"/proc/driver/nvidia/capabilities/gpu{made['minor']}/mig/gi{made['gi']}"
+    gi_minor = cap_minor(node, f"{where}/access")
+    ci_minor = cap_minor(node, f"{where}/ci{made['ci']}/access")
+    caps = [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (gi_minor, ci_minor)]
+    listing = node.sh(f"stat -c '%F %t:%T' {' '.join(caps)}").stdout.split("\n")
+    assert listing[:2] == [f"character special file 1ff:{m:x}" for m in (gi_minor, ci_minor)]
+    # MIG mode is kept on the node's disk too (real GPUs keep it across reboots)
+    modes = node.sh("cat /var/lib/gpunode-sim/mig-mode").stdout
+    assert "GPU-7c41e0a2-5f3b-4d19-a8e6-2b9d0c4f6a52\t1\n" in modes
+    # every process of the node sees it, and re-applying the same profile keeps it
+    assert made["uuid"] in node.pynvml(MIG_SEEN)
+    node.apply("a100x2-mig")
+    assert made["uuid"] in node.pynvml(MIG_SEEN)
+
+    pynvml_file = node.sh(
+        "/opt/gpunode/bin/python -c 'import pynvml; print(pynvml.__file__)'"
+    ).stdout.strip()
+    lib = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03"
+    run = (
+        "docker run --rm --runtime runc --network none --device /dev/nvidiactl "
+        f"--device /dev/nvidia{made['minor']} {{devices}} "
+        f"-v {lib}:/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1:ro "
+        f"-v {pynvml_file}:/opt/pynvml/pynvml.py:ro -e PYTHONPATH=/opt/pynvml "
+        f"{node.workload} python3 -c {shlex.quote(MIG_SEEN)}"
+    )
+    given = " ".join(f"--device {c}" for c in caps)
+    assert json.loads(node.sh(run.format(devices=given)).stdout) == [made["uuid"]]
+    assert json.loads(node.sh(run.format(devices="")).stdout) == []

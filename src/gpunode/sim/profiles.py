@@ -492,6 +492,12 @@ def _parse_mig(
                     f"mig[{used_memory[slot]}]"
                 )
             used_memory[slot] = i
+        same = sum(1 for inst in instances if inst.shape == shape)
+        if same >= shape.instances:
+            raise ProfileError(
+                f"{at}: a GPU holds at most {shape.instances} {entry['profile']} instance(s); "
+                f"this is number {same + 1}"
+            )
         instances.append(MigInstance(str(entry["profile"]), start, uuid, shape))
     return enabled, tuple(instances)
 
@@ -682,6 +688,8 @@ def _gip_fields(g: Gpu, shape: MigShape) -> dict[str, Any]:
         "slices": shape.slices,
         "instances": shape.instances,
         "placement_size": shape.size,
+        "starts": ":".join(map(str, shape.starts)),
+        "first_gi": shape.first_gi,
         "memory_mib": shape.memory_mib(g.memory_mib),
         "sm": shape.sm,
         "ce": shape.ce,

@@ -249,3 +249,39 @@ def test_a_missing_dev_char_link_warns_and_refresh_makes_it(vnode):
     assert vnode.sh("readlink /dev/char/195:1").stdout.strip() == "../nvidia1"
     _, res = validate(vnode)
     assert next(c for c in res["checks"] if c["id"] == "node.dev_char")["status"] == "pass"
+
+
+WATCH = """
+import json, subprocess
+from gpunode.nvidia.xidevents import XidWatch
+with XidWatch() as w:
+    subprocess.run(["gpunode-sim-xid", "0000:47:00.0", "79"], check=True, capture_output=True)
+    print(json.dumps(w.drain()))
+"""
+
+
+def test_a_live_xid_reaches_nvml_watchers_and_the_kernel_log(vnode, tmp_path):
+    """The simulator raises an Xid as the driver does: gpunode's NVML watch (the installed
+    product, in the node) gets the event, and validate then fails that GPU's gpu.xid from the
+    kernel log, naming the code; re-applying the profile is a fresh boot's log."""
+    vnode.apply("a100x4")
+    bus = _profile("a100x4")["gpus"][FAULTY]["bus_id"]
+    assert bus == "0000:47:00.0"
+    vnode.sh(
+        "printf '#!/bin/sh\\nexec env PYTHONPATH=/opt/gpunode-sim python3 -m gpunode sim "
+        "xid-local \"$@\"\\n' > /usr/local/bin/gpunode-sim-xid && chmod +x /usr/local/bin/gpunode-sim-xid"
+    )
+    (tmp_path / "watch.py").write_text(WATCH)
+    docker(["cp", str(tmp_path / "watch.py"), f"{vnode.name}:/tmp/watch.py"])
+    events = json.loads(vnode.sh("/opt/gpunode/bin/python /tmp/watch.py").stdout)
+    assert events == [["00000000:47:00.0", 79, None, None]]
+    try:
+        rc, res = validate(vnode)
+        check = by_gpu(res)[FAULTY]["gpu.xid"]
+        assert check["status"] == "fail" and check["detail"].startswith("Xid 79; last 79 (bus)")
+        others = [c for g, cs in by_gpu(res).items() if g not in (None, FAULTY) for c in cs.values()
+                  if c["id"] == "gpu.xid"]  # fmt: skip
+        assert {c["status"] for c in others} == {"pass"} and rc == 1
+    finally:
+        vnode.apply("a100x4")
+    assert "Xid" not in vnode.sh("cat /dev/kmsg").stdout

@@ -6,6 +6,10 @@ containers need, and drift between what gpunode wrote and the driver the node ru
   (gpunode.nvidia.devchar says why they matter).
 * ``node.drift_cache``: the runtime's inventory cache describes this driver and these GPUs.
 * ``node.drift_cdi``: the installed CDI spec is what ``gpunode cdi generate`` makes now.
+* ``node.drift_containerd``: where gpunode's containerd drop-in is installed, containerd's
+  merged configuration (``containerd config dump``) still has each handler it registers, with
+  gpunode's runtime (another tool rewriting config.toml's imports or the CRI section is
+  caught). Docker's daemon.json is engine.runtime_registered's.
 
 Each reads what the runtime itself reads (runtime.toml, its cache, its spec); a node without
 gpunode's runtime set up skips the drift checks with the reason.
@@ -14,9 +18,14 @@ gpunode's runtime set up skips the drift checks with the reason.
 from __future__ import annotations
 
 import os
+import shutil
+import tomllib
 
+from ..engines import containerd
 from ..nvidia import devchar, inventory
 from ..nvidia.devices import under
+from ..util import tool
+from ..util.tool import one_line
 from .model import FAIL, PASS, SKIP, WARN, Check, titled
 
 TITLES = {
@@ -24,6 +33,7 @@ TITLES = {
     "node.dev_char": "/dev/char links of the driver's nodes",
     "node.drift_cache": "Runtime inventory cache matches the driver",
     "node.drift_cdi": "CDI spec matches the driver",
+    "node.drift_containerd": "containerd still runs gpunode's handlers",
 }
 PROC_MODULES = "/proc/modules"
 
@@ -34,7 +44,7 @@ def evaluate(inv: inventory.Inventory | None, proc_modules: str = PROC_MODULES) 
     add(*nouveau(proc_modules))
     if inv is None:
         why = "no NVIDIA driver"
-        for cid in ("node.dev_char", "node.drift_cache", "node.drift_cdi"):
+        for cid in ("node.dev_char", "node.drift_cache", "node.drift_cdi", "node.drift_containerd"):
             add(cid, SKIP, why)
         return out
     from ..runtime import config as runtime_config
@@ -47,9 +57,11 @@ def evaluate(inv: inventory.Inventory | None, proc_modules: str = PROC_MODULES) 
     if cfg is None:
         add("node.drift_cache", SKIP, why)
         add("node.drift_cdi", SKIP, why)
+        add(*drift_containerd())
         return out
     add(*drift_cache(cfg, inv))
     add(*drift_cdi(cfg))
+    add(*drift_containerd())
     return out
 
 
@@ -148,3 +160,63 @@ def _first_difference(old: str, new: str) -> str:
         if a != b:
             return f"line {n}: {a.strip()!r}, now {b.strip()!r}"
     return "one is longer"
+
+
+def drift_containerd(
+    config: str = containerd.CONFIG_TOML, drop_in_dir: str = containerd.DROP_IN_DIR
+) -> tuple[str, str, str]:
+    cid = "node.drift_containerd"
+    drop_in = os.path.join(drop_in_dir, containerd.DROP_IN_NAME)
+    try:
+        with open(drop_in, "rb") as f:
+            ours = tomllib.load(f)
+    except FileNotFoundError:
+        return cid, SKIP, f"no {drop_in}: containerd is not set up for gpunode"
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return cid, FAIL, f"{drop_in} cannot be read ({one_line(str(exc))}): run the runtime role"
+    wanted = {name: binary for name, binary in _handlers(ours).items() if binary}
+    exe = shutil.which(containerd.CONTAINERD)
+    if exe is None:
+        return cid, SKIP, f"{drop_in} is there but containerd is not installed"
+    ran = tool.run([exe, "--config", config, "config", "dump"], timeout=60)
+    if ran.returncode != 0:
+        why = one_line(ran.stderr) or f"exit {ran.returncode}"
+        return cid, FAIL, f"`containerd config dump` failed: {why}"
+    try:
+        merged = _handlers(tomllib.loads(ran.stdout))
+    except tomllib.TOMLDecodeError as exc:
+        return cid, FAIL, f"`containerd config dump` printed no TOML ({one_line(str(exc))})"
+    fix = "run `gpunode runtime configure containerd` (the runtime role) and restart containerd"
+    for name, binary in sorted(wanted.items()):
+        if name not in merged:
+            return (
+                cid,
+                FAIL,
+                (
+                    f"containerd's merged config has no handler {name!r} (is {drop_in} still "
+                    f"imported by {config}?): {fix}"
+                ),
+            )
+        if merged[name] != binary:
+            return (
+                cid,
+                FAIL,
+                (
+                    f"containerd's handler {name!r} runs {merged[name] or 'runc'}, not {binary}: {fix}"
+                ),
+            )
+    names = ", ".join(sorted(wanted))
+    return cid, PASS, f"containerd's merged config has {names} running gpunode's runtime"
+
+
+def _handlers(config: dict) -> dict[str, str]:
+    """{handler: its BinaryName, "" when unset (runc's)} of the CRI runtimes, config version
+    2 or 3."""
+    out: dict[str, str] = {}
+    for plugin in containerd.CRI_PLUGINS.values():
+        section = (config.get("plugins") or {}).get(plugin) or {}
+        runtimes = (section.get("containerd") or {}).get("runtimes") or {}
+        for name, entry in runtimes.items():
+            binary = ((entry or {}).get("options") or {}).get("BinaryName")
+            out[name] = binary if isinstance(binary, str) else ""
+    return out

@@ -76,3 +76,55 @@ def test_a_stale_cdi_spec_fails_naming_the_first_difference(tmp_path, monkeypatc
     cdi.write({"cdiVersion": "0.3.0", "kind": "nvidia.com/gpu"}, path)
     status, detail = node.drift_cdi(cfg)[1:]
     assert status == "fail" and "0.3.0" in detail and "gpunode cdi generate --install" in detail
+
+
+DROP_IN = """
+version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpunode]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpunode.options]
+BinaryName = "/usr/local/bin/gpunode-container-runtime"
+"""
+
+
+def _fake_containerd(tmp_path, monkeypatch, dump: str, rc: int = 0):
+    exe = tmp_path / "bin" / "containerd"
+    exe.parent.mkdir(exist_ok=True)
+    (tmp_path / "dump.toml").write_text(dump)
+    exe.write_text(f"#!/bin/sh\ncat {tmp_path}/dump.toml\nexit {rc}\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
+
+
+def test_containerd_must_still_run_gpunodes_handlers(tmp_path, monkeypatch):
+    conf = tmp_path / "conf.d"
+    conf.mkdir()
+    config = str(tmp_path / "config.toml")
+    assert node.drift_containerd(config, str(conf))[1] == "skip"  # not set up for gpunode
+    (conf / "99-gpunode.toml").write_text(DROP_IN)
+    _fake_containerd(tmp_path, monkeypatch, DROP_IN)
+    assert node.drift_containerd(config, str(conf))[1:] == (
+        "pass",
+        "containerd's merged config has gpunode running gpunode's runtime",
+    )
+    # another tool rewrote config.toml without the imports: the dump has runc only
+    _fake_containerd(
+        tmp_path,
+        monkeypatch,
+        DROP_IN.split('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpunode]')[0],
+    )
+    status, detail = node.drift_containerd(config, str(conf))[1:]
+    assert status == "fail" and "no handler 'gpunode'" in detail and "still imported" in detail
+    _fake_containerd(
+        tmp_path,
+        monkeypatch,
+        DROP_IN.replace(
+            "/usr/local/bin/gpunode-container-runtime", "/usr/bin/nvidia-container-runtime"
+        ),
+    )
+    status, detail = node.drift_containerd(config, str(conf))[1:]
+    assert status == "fail" and "runs /usr/bin/nvidia-container-runtime" in detail
+    _fake_containerd(tmp_path, monkeypatch, "", rc=1)
+    assert node.drift_containerd(config, str(conf))[1] == "fail"

@@ -400,3 +400,14 @@ def test_validate_through_the_cri(default_runtime):
     iso = checks["container.isolation"]
     assert iso["status"] == "pass" and "and all 4: exactly those" in iso["detail"], iso
     assert validate_cri(node)["container.image"]["detail"].endswith("(cached)")
+    drift = checks["node.drift_containerd"]
+    assert drift["status"] == "pass" and "gpunode running gpunode's runtime" in drift["detail"]
+    # another tool rewrites config.toml without gpunode's import: caught, with the fix named
+    node.sh("cp /etc/containerd/config.toml /tmp/config.toml.keep && "
+            "sed -i '/conf.d/d' /etc/containerd/config.toml")  # fmt: skip
+    try:
+        drift = validate_cri(node)["node.drift_containerd"]
+    finally:
+        node.sh("cp /tmp/config.toml.keep /etc/containerd/config.toml")
+    assert drift["status"] == "fail" and "no handler 'gpunode'" in drift["detail"], drift
+    assert "gpunode runtime configure containerd" in drift["detail"]

@@ -51,6 +51,9 @@ def mnode(artifacts, image_tags) -> Node:
     start_nodes([spec], artifacts, image_tags)
     node = Node(spec.name, spec.release, "")
     node.sh("gpunode runtime configure docker --set-as-default --json")
+    # as the gpu_mig role after a layout change: the runtime's inventory and the /dev/char
+    # links of the new cap nodes (node.dev_char)
+    node.sh("gpunode runtime refresh")
     node.sh(
         "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 "
         "&& break; sleep 0.5; done"

@@ -24,11 +24,14 @@ MAY_USE = {
     # MIG layouts: the NVML walker's profiles and instances, its own writes
     "mig": {"util", "nvidia", "mig"},
     "report": {"util", "report"},
-    # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
-    "engines": {"util", "runtime", "engines"},
-    # validate reuses the inventory and the engines' daemon.json rules, the CRI client
-    # for --engine cri, and gpunode mig's parser of mig-parted files (mig.layout)
-    "validate": {"util", "nvidia", "provision", "engines", "cri", "mig", "validate", ""},
+    # the engines' editors and the runtime role's setup (runtime.toml, CDI spec, the driver
+    # nodes' /dev/char links)
+    "engines": {"util", "nvidia", "runtime", "engines"},
+    # validate reuses the inventory and the engines' daemon.json rules, the CRI client for
+    # --engine cri, the runtime's config, cache and CDI generator for the drift checks, and
+    # gpunode mig's parser of mig-parted files (mig.layout)
+    "validate": {"util", "nvidia", "runtime", "provision", "engines", "cri", "mig", "validate",
+                 ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",

@@ -52,7 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"containerd: where the {DROP_IN_NAME} drop-in goes",
     )
     conf.add_argument("--json", action="store_true")
-    ref = rtsub.add_parser("refresh", help="rediscover the driver and rewrite the cache")
+    ref = rtsub.add_parser(
+        "refresh",
+        help="rediscover the driver, rewrite the cache, link the driver's nodes in /dev/char",
+    )
     ref.add_argument("--config", help="runtime.toml (default /etc/gpunode/runtime.toml)")
     ref.add_argument("--json", action="store_true")
     setup = rtsub.add_parser(
@@ -115,14 +118,20 @@ def run(args: argparse.Namespace) -> int:
         from ..runtime import config, discovery
 
         cfg = config.load(args.config, first_stage_force=True)  # and the sh stage's file
+        from ..nvidia import devchar
+        from ..nvidia.devices import under
+
         disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
+        links = devchar.create(under(cfg.dev_root, "/dev"))
         result = {
             "cache_file": cfg.cache_file,
             "driver_version": disc.node.driver_version,
             "gpus": len(disc.node.gpus),
+            "dev_char_links": links,
         }
         print_json(result) if args.json else print(
             f"{cfg.cache_file}: driver {disc.node.driver_version}, {len(disc.node.gpus)} GPU(s)"
+            + (f"; linked {', '.join(links)}" if links else "")
         )
         return EXIT_OK
     if args.action == "install-links":

@@ -1,4 +1,4 @@
-"""`gpunode sim images|up|down|apply|apply-local|check-report|playbook`: the simulated GPU
+"""`gpunode sim images|up|down|apply|apply-local|xid|xid-local|check-report|playbook`: the simulated GPU
 cluster (development and tests)."""
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ("apply", "apply a profile to a running node"),
         ("apply-local", "apply a profile on this machine (inside a node, as root)"),
         ("check-report", "does a cluster report show exactly the faults the profiles inject?"),
+        ("xid", "raise an Xid on a GPU of a running node, as the driver reports one"),
+        ("xid-local", "raise an Xid on this machine (inside a node, as root)"),
         (
             "playbook",
             "ansible-playbook on the simulated nodes; a rerun with the same inputs must not "
@@ -34,8 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ),
     ):
         sp = simsub.add_parser(name, help=helptext)
-        if name == "apply":
+        if name in ("apply", "xid"):
             sp.add_argument("node")
+        if name in ("xid", "xid-local"):
+            sp.add_argument("bus", help="the GPU's PCI bus id, e.g. 0000:07:00.0")
+            sp.add_argument("code", help="the Xid, e.g. 79")
         if name in ("apply", "apply-local"):
             sp.add_argument("profile", help="built-in profile name or path to a .yaml file")
         if name in ("up", "down", "check-report", "playbook"):
@@ -74,6 +79,14 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(res.changed) if res.changed else "unchanged")
         return EXIT_OK
 
+    if args.action == "xid-local":
+        from ..sim.xidraise import raise_xid
+
+        if os.geteuid() != 0:
+            raise UsageError("gpunode sim xid-local must run as root (it writes the driver's log)")
+        line = raise_xid(args.bus, args.code)
+        print_json({"logged": line}) if args.json else print(line)
+        return EXIT_OK
     if args.action == "check-report":
         return check_report(Path(args.inventory), args.report, args.json)
     if args.action == "playbook":
@@ -100,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "apply":
         cluster.apply(args.node, args.profile)
+        return EXIT_OK
+    if args.action == "xid":
+        print(cluster.raise_xid(args.node, args.bus, args.code))
         return EXIT_OK
     raise UsageError(f"unknown sim action {args.action!r}")
 

@@ -3,7 +3,8 @@ module execution for the gpu_container_runtime role):
 
 1. runtime.toml from the given content, checked by gpunode's config loader before it
    replaces the file (unchanged content: no write);
-2. the CDI spec in the first of cdi-spec-dirs, from a fresh discovery that also rewrites
+2. the CDI spec in the first of cdi-spec-dirs (and the driver nodes' /dev/char links,
+   gpunode.nvidia.devchar), from a fresh discovery that also rewrites
    the inventory cache (gpunode.runtime.plan, gpunode.runtime.cdi);
 3. systemd units from the given content; ``daemon-reload`` only when one changed (or
    systemd still has an older one loaded), ``enable`` and ``start`` only for a unit that is
@@ -39,6 +40,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+from ..nvidia import devchar
+from ..nvidia.devices import under
 from ..runtime import config as runtime_config
 from ..util import files, tool
 from ..util.command import UsageError
@@ -154,11 +157,16 @@ class Result:
     daemon_reload: bool = False
     enabled: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
+    dev_char_links: list[str] = field(default_factory=list)  # made (a dry run: would make)
 
     @property
     def changed(self) -> bool:
         return bool(
-            any(f.changed for f in self.files) or self.daemon_reload or self.enabled or self.started
+            any(f.changed for f in self.files)
+            or self.daemon_reload
+            or self.enabled
+            or self.started
+            or self.dev_char_links
         )
 
     def to_dict(self) -> dict:
@@ -168,6 +176,7 @@ class Result:
             "files": [f.to_dict(self.dry_run) for f in self.files],
             "changed_files": [f.path for f in self.files if f.changed],
             "restart": self.restart,
+            "dev_char_links": self.dev_char_links,
             "systemd": {
                 "daemon_reload": self.daemon_reload,
                 "enabled": self.enabled,
@@ -443,6 +452,9 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
         result.files.append(_owned_file("runtime.toml", target, s.config_text, dry_run))
     if s.cdi_spec:
         _cdi_spec(s, new, dry_run, result)
+    # the driver's nodes as they are now: their /dev/char links (gpunode.nvidia.devchar)
+    dev_root = _runtime_config(s, new, dry_run).dev_root
+    result.dev_char_links = devchar.create(under(dev_root, "/dev"), dry_run=dry_run)
     for name, text in s.units.items():
         result.files.append(_owned_file("unit", os.path.join(s.unit_dir, name), text, dry_run))
     if s.units or s.enable or s.start:

@@ -15,6 +15,8 @@ A new check is one entry in CHECKS (id, title, its flag per status) and one bran
 
 from __future__ import annotations
 
+from .xid import classify
+
 # ``gpu`` below is an inventory record (gpunode.nvidia.inventory.GpuInfo); not imported,
 # not even for typing: the inventory imports this module.
 
@@ -28,6 +30,14 @@ CHECKS = {
     "gpu.retired_pages_pending": "Retired pages pending",
     "gpu.row_remap_failure": "Row remapping",
     "gpu.persistence": "Persistence mode",
+    "gpu.xid": "Xid errors since boot (DCGM_FR_XID_ERROR)",
+    # links and state from NVML, each naming its DCGM counterpart (dcgmi diag, health watches)
+    "gpu.pcie_link": "PCIe link width and generation (DCGM_FR_PCIE_WIDTH/GENERATION)",
+    "gpu.pcie_replay": "PCIe replays (DCGM_FR_PCI_REPLAY_RATE)",
+    "gpu.clocks_event": "Clock event reasons (DCGM_FR_CLOCKS_EVENT_VIOLATION)",
+    "gpu.nvlink": "NVLink links up (DCGM_FR_NVLINK_DOWN)",
+    "gpu.fabric_manager": "Fabric manager training (DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR)",
+    "gpu.inforom": "InfoROM valid (DCGM_FR_CORRUPT_INFOROM)",
 }
 # (check id, status) -> the inventory's health flag for it
 FLAGS = {
@@ -37,7 +47,50 @@ FLAGS = {
     ("gpu.row_remap_failure", FAIL): "row_remap_failure",
     ("gpu.row_remap_failure", WARN): "row_remap_pending",
     ("gpu.persistence", WARN): "persistence_off",
+    ("gpu.xid", FAIL): "xid_error",
+    ("gpu.xid", WARN): "xid_application_error",
+    ("gpu.pcie_link", WARN): "pcie_link_degraded",
+    ("gpu.pcie_replay", WARN): "pcie_replays",
+    ("gpu.clocks_event", FAIL): "clocks_hw_slowdown",
+    ("gpu.clocks_event", WARN): "clocks_sw_thermal",
+    ("gpu.nvlink", FAIL): "nvlink_down",
+    ("gpu.fabric_manager", FAIL): "fabric_manager_failed",
+    ("gpu.fabric_manager", WARN): "fabric_manager_training",
+    ("gpu.inforom", FAIL): "inforom_corrupt",
 }
+
+# PCIe replays: DCGM's health watch warns above 8 replays a minute (DCGM_LIMIT_MAX_PCIREPLAY_RATE,
+# "the maximum recommended by RM"). validate sees one reading of a counter that counts since
+# the driver loaded, with no time base to make a rate of; a healthy link replays rarely if
+# ever, so more replays in total than DCGM tolerates in a single minute is a warning: look at
+# the rate (DCGM's PCIe watch, dcgm-exporter's DCGM_FI_DEV_PCIE_REPLAY_COUNTER).
+PCIE_REPLAY_WARN = 8
+
+# nvmlClocksEventReason* bits (the deprecated ...ThrottleReason* have the same values, plus
+# 0x200 and 0x400): which mean trouble. HW slowdown, HW thermal slowdown and HW power brake:
+# the hardware protects itself (overheating, a power supply or cable fault) -> fail; SW
+# thermal slowdown: the driver holds clocks down for temperature -> warn; the rest are the
+# GPU doing what it was told or has to (idle, application clocks, power cap, sync boost,
+# display) and are normal.
+CLOCK_REASONS = {
+    0x1: "GPU idle",
+    0x2: "application clocks setting",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+    0x100: "display clock setting",
+    0x200: "board limit",
+    0x400: "reliability",
+}
+CLOCKS_FAIL = 0x8 | 0x40 | 0x80
+CLOCKS_WARN = 0x20
+CLOCKS_IDLE = 0x1
+
+# nvmlGpuFabricState_t
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 0, 1, 2, 3
 
 Verdict = tuple[str, str, str]  # (check id, status, detail)
 
@@ -102,7 +155,167 @@ def _judge(check: str, gpu) -> tuple[str, str]:
         if gpu.persistence_mode:
             return PASS, "enabled"
         return WARN, "disabled: enable nvidia-persistenced"
+    if check == "gpu.pcie_link":
+        return _pcie_link(gpu)
+    if check == "gpu.pcie_replay":
+        return _pcie_replay(gpu)
+    if check == "gpu.clocks_event":
+        return _clocks_event(gpu)
+    if check == "gpu.nvlink":
+        return _nvlink(gpu)
+    if check == "gpu.fabric_manager":
+        return _fabric_manager(gpu)
+    if check == "gpu.inforom":
+        return _inforom(gpu)
+    if check == "gpu.xid":
+        return _judge_xid(gpu.xid_errors, gpu.xid_sources)
     raise KeyError(check)  # a check in CHECKS without its branch: a bug, caught by tests
+
+
+def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str, str]:
+    """Xid errors (gpunode.nvidia.xid's classes): any but an application error fails; the
+    detail counts each code and says what the worst one asks for."""
+    if errors is None:
+        return SKIP, "the kernel log could not be read (see the inventory's kernel_log_error)"
+    if not errors:
+        return PASS, f"no Xid error in {' or '.join(sources) or 'the kernel log'}"
+    counts: dict[int, int] = {}
+    for e in errors:
+        counts[e["xid"]] = counts.get(e["xid"], 0) + 1
+    worst = next((e for e in errors if e["verdict"] == FAIL), errors[-1])
+    codes = ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in counts.items())
+    what = classify(worst["xid"])[2]
+    text = f"Xid {codes}; last {worst['xid']} ({worst['kind']}): {worst['message'] or '-'}"
+    return (FAIL if worst["verdict"] == FAIL else WARN), f"{text} — {what}"
+
+
+def _pcie_link(gpu) -> tuple[str, str]:
+    """Width below the maximum is the classic fault (a badly seated GPU or riser, a damaged
+    slot) and warns whenever it is seen. Generation below the maximum warns only when the
+    GPU is not idle: an idle GPU retrains its link to a lower generation to save power (and
+    back to full speed under load), so Gen1 on an idle GPU is normal; whether it is idle is
+    NVML's "GPU idle" clock event reason. The maxima are NVML's for this GPU in this slot
+    (nvmlDeviceGetMaxPcieLinkGeneration/Width); a slot slower than the GPU is a property of
+    the server, not a fault, and is only named."""
+    pl = gpu.pcie_link
+    have_width, have_gen = {"width", "max_width"} <= pl.keys(), {"gen", "max_gen"} <= pl.keys()
+    if not (have_width or have_gen):
+        return SKIP, "NVML gives no PCIe link information"
+    now = " ".join(
+        ([f"Gen{pl['gen']}"] if have_gen else []) + ([f"x{pl['width']}"] if have_width else [])
+    )
+    status, notes = PASS, []
+    if have_width and pl["width"] < pl["max_width"]:
+        status = WARN
+        notes.append(
+            f"link width x{pl['width']} of x{pl['max_width']}: reseat the GPU and its riser or "
+            "try another slot (DCGM_FR_PCIE_WIDTH)"
+        )
+    if have_gen and pl["gen"] < pl["max_gen"]:
+        reasons = gpu.clocks_event_reasons
+        if reasons is not None and reasons & CLOCKS_IDLE:
+            notes.append(f"Gen{pl['gen']} of Gen{pl['max_gen']} while idle (power saving)")
+        else:
+            status = WARN
+            why = "under load" if reasons is not None else "(NVML cannot tell if it is idle)"
+            notes.append(
+                f"Gen{pl['gen']} of Gen{pl['max_gen']} {why}: check the slot's PCIe speed in "
+                "the BIOS, the riser and the seating (DCGM_FR_PCIE_GENERATION)"
+            )
+    if status == PASS and pl.get("gpu_max_gen", 0) > pl.get("max_gen", 99):
+        notes.append(f"the slot limits the GPU's Gen{pl['gpu_max_gen']} to Gen{pl['max_gen']}")
+    return status, "; ".join([now, *notes]) if notes else f"{now}, the maximum"
+
+
+def _pcie_replay(gpu) -> tuple[str, str]:
+    n = gpu.pcie_replays
+    if n is None:
+        return SKIP, "NVML gives no PCIe replay counter"
+    text = f"{n} PCIe replays since the driver loaded"
+    if n > PCIE_REPLAY_WARN:
+        return WARN, (
+            f"{text} (more than {PCIE_REPLAY_WARN}): a marginal link; watch the rate (DCGM "
+            "warns above 8 a minute) and reseat or replace the riser or GPU if it grows "
+            "(DCGM_FR_PCI_REPLAY_RATE)"
+        )
+    return PASS, text
+
+
+def clock_reason_names(reasons: int) -> list[str]:
+    """The names of the bits set in ``reasons`` (unknown bits in hex)."""
+    names = [name for bit, name in CLOCK_REASONS.items() if reasons & bit]
+    rest = reasons & ~sum(CLOCK_REASONS)
+    return names + ([f"0x{rest:x}"] if rest else [])
+
+
+def _clocks_event(gpu) -> tuple[str, str]:
+    reasons = gpu.clocks_event_reasons
+    if reasons is None:
+        return SKIP, "NVML gives no clock event reasons"
+    if reasons & CLOCKS_FAIL:
+        bad = ", ".join(clock_reason_names(reasons & CLOCKS_FAIL))
+        return FAIL, (
+            f"clocks held down by {bad}: the hardware protects itself; check cooling, the "
+            "power supply and the GPU's power cables, then reset the GPU "
+            "(DCGM_FR_CLOCKS_EVENT_VIOLATION)"
+        )
+    if reasons & CLOCKS_WARN:
+        return WARN, (
+            "clocks held down by SW thermal slowdown: the GPU runs hot; check airflow, fans "
+            "and the inlet temperature (DCGM_FR_CLOCKS_EVENT_THERMAL)"
+        )
+    return PASS, "no slowdown (" + (", ".join(clock_reason_names(reasons)) or "none") + ")"
+
+
+def _nvlink(gpu) -> tuple[str, str]:
+    links = gpu.nvlinks
+    if not links:
+        return SKIP, "the GPU has no NVLink"
+    down = sorted(int(link) for link, up in links.items() if not up)
+    if down:
+        names = ", ".join(map(str, down))
+        return FAIL, (
+            f"NVLink {names} down ({len(down)} of {len(links)} links): reset the GPU; if a "
+            "link stays down, check the NVLink bridge or NVSwitch baseboard and the fabric "
+            "manager (DCGM_FR_NVLINK_DOWN)"
+        )
+    return PASS, f"all {len(links)} links up"
+
+
+def _fabric_manager(gpu) -> tuple[str, str]:
+    fab = gpu.fabric
+    if not fab or fab.get("state") == FABRIC_NOT_SUPPORTED:
+        return SKIP, "NVML reports no NVSwitch fabric for this GPU"
+    state = fab.get("state")
+    if state == FABRIC_NOT_STARTED:
+        return FAIL, (
+            "fabric manager has not trained this GPU: start nvidia-fabricmanager (CUDA fails "
+            "with 'system not yet initialized' until it has) "
+            "(DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR)"
+        )
+    if state == FABRIC_IN_PROGRESS:
+        return WARN, "fabric training in progress: check again in a minute"
+    if state == FABRIC_COMPLETED:
+        if not fab.get("status"):
+            return PASS, "fabric training completed"
+        text = fab.get("status_text") or f"NVML error {fab.get('status')}"
+        return FAIL, (
+            f"fabric training failed ({text}): read nvidia-fabricmanager's log, restart it "
+            "and reset the GPUs (DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR)"
+        )
+    return WARN, f"unknown fabric state {state}"
+
+
+def _inforom(gpu) -> tuple[str, str]:
+    if gpu.inforom_valid is None:
+        return SKIP, "InfoROM validation is not supported"
+    if gpu.inforom_valid:
+        return PASS, "InfoROM checksums are valid"
+    return FAIL, (
+        "InfoROM is corrupted (NVML_ERROR_CORRUPTED_INFOROM): its ECC and page-retirement "
+        "records cannot be trusted; drain the node and have the board's InfoROM reflashed or "
+        "the GPU replaced (DCGM_FR_CORRUPT_INFOROM)"
+    )
 
 
 def flags(gpu) -> list[str]:

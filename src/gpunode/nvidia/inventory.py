@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.record import asdict as record_asdict
-from . import health, nvml, procfs
+from . import health, nvml, procfs, xid
 from .busid import BusId
 from .devices import is_gpu_node
 from .facts import MigFacts, nvml_text
@@ -50,6 +50,18 @@ class GpuInfo:
     retired_pages: dict[str, Any] = field(default_factory=dict)
     remapped_rows: dict[str, int] = field(default_factory=dict)
     temperature_c: int | None = None
+    # Xid errors the kernel log holds for this GPU since boot (gpunode.nvidia.xid), oldest
+    # first; None: the log could not be read (Inventory.kernel_log says why)
+    xid_errors: list[dict[str, Any]] | None = None
+    xid_sources: list[str] = field(default_factory=list)  # where they were looked for
+    # links and state read for gpunode.nvidia.health (empty / None: NVML does not report it)
+    # gen, max_gen, gpu_max_gen, width, max_width
+    pcie_link: dict[str, int] = field(default_factory=dict)
+    pcie_replays: int | None = None
+    clocks_event_reasons: int | None = None  # nvmlClocksEventReason* bits
+    nvlinks: dict[int, bool] = field(default_factory=dict)  # link -> active, the links it has
+    fabric: dict[str, Any] = field(default_factory=dict)  # state, status, status_text
+    inforom_valid: bool | None = None
     lost: bool = False  # NVML: GPU_IS_LOST (fallen off the bus); nothing else could be read
     # The kernel lists it, but /dev/nvidia<minor> is missing: why (NVML cannot show it; only
     # Inventory.every_gpu gives such records, Inventory.gpus never does)
@@ -76,6 +88,7 @@ class Inventory:
     gpus: list[GpuInfo]
     problems: list[dict[str, Any]] = field(default_factory=list)
     hostname: str = field(default_factory=socket.gethostname)
+    kernel_log: str | None = None  # why the kernel log could not be read (None: it was)
 
     def every_gpu(self) -> list[GpuInfo]:
         """Every GPU the node has: NVML's (lost ones included) and those the kernel lists
@@ -106,6 +119,7 @@ class Inventory:
             "gpu_count": len(self.gpus),
             "gpus": [g.to_dict() for g in self.gpus],
             "problems": self.problems,
+            "kernel_log_error": self.kernel_log,
             "healthy": self.healthy,
         }
 
@@ -182,7 +196,75 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
             "pending": is_pending,
             "failure": failure,
         }
+    _read_links(pynvml, h, gpu)
     return gpu
+
+
+def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
+    """PCIe link, replays, clock event reasons, NVLink, fabric and InfoROM into ``gpu``.
+    A call NVML does not support on this GPU (NOT_SUPPORTED), or that the bindings or the
+    driver do not have (FUNCTION_NOT_FOUND), leaves its field empty: the check skips."""
+    absent = tuple(
+        getattr(nv, n) for n in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound")
+        if hasattr(nv, n)
+    )  # fmt: skip
+
+    def get(name: str, *args: Any) -> Any:
+        fn = getattr(nv, name, None)
+        try:
+            return None if fn is None else fn(h, *args)
+        except absent:
+            return None
+
+    for key, name in (("gen", "CurrPcieLinkGeneration"), ("max_gen", "MaxPcieLinkGeneration"),
+                      ("gpu_max_gen", "GpuMaxPcieLinkGeneration"),
+                      ("width", "CurrPcieLinkWidth"), ("max_width", "MaxPcieLinkWidth")):  # fmt: skip
+        value = get(f"nvmlDeviceGet{name}")
+        if value is not None:
+            gpu.pcie_link[key] = int(value)
+    gpu.pcie_replays = get("nvmlDeviceGetPcieReplayCounter")
+    # ...ClocksThrottleReasons: the deprecated name, all that older bindings and drivers have
+    gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksEventReasons")
+    if gpu.clocks_event_reasons is None:
+        gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksThrottleReasons")
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:  # NOT_SUPPORTED / INVALID_ARGUMENT: the GPU has no such link
+            gpu.nvlinks[link] = bool(nv.nvmlDeviceGetNvLinkState(h, link))
+        except (nv.NVMLError_NotSupported, nv.NVMLError_InvalidArgument, *absent):
+            continue
+        except AttributeError:
+            break
+    gpu.fabric = _fabric(nv, h, absent)
+    try:
+        nv.nvmlDeviceValidateInforom(h)
+        gpu.inforom_valid = True
+    except nv.NVMLError_CorruptedInforom:
+        gpu.inforom_valid = False
+    except (AttributeError, *absent):
+        gpu.inforom_valid = None
+
+
+def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> dict[str, Any]:
+    """nvmlDeviceGetGpuFabricInfoV (v2), else nvmlDeviceGetGpuFabricInfo: {} when neither
+    reports a fabric (no NVSwitch, pre-Hopper). pynvml hands the structure over as given:
+    it must be passed by reference."""
+    info: Any = None
+    mismatch = getattr(nv, "NVMLError_ArgumentVersionMismatch", AttributeError)
+    try:
+        info = nv.c_nvmlGpuFabricInfo_v2_t()
+        info.version = nv.nvmlGpuFabricInfo_v2
+        nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info))
+    except (AttributeError, mismatch, *absent):
+        try:
+            info = nv.c_nvmlGpuFabricInfo_t()
+            nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info))
+        except (AttributeError, *absent):
+            return {}
+    if not info.state:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+        return {}
+    status = int(info.status)
+    text = nvml_text(nv.nvmlErrorString(status)) if status else "Success"
+    return {"state": int(info.state), "status": status, "status_text": text}
 
 
 def from_nvml() -> Inventory:
@@ -242,12 +324,74 @@ def _cross_check(inv: Inventory, proc_root: str | os.PathLike, dev_root: Path) -
                 gpu.pci_bus_id = BusId.parse(pg.bus_id).nvml
 
 
+def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:
+    """Each GPU's Xid errors from the kernel log (read once); an Xid for a bus no GPU of the
+    inventory has becomes a problem (``xid_unmatched``), so none goes unseen."""
+    try:
+        events = xid.parse_log(xid.read_kernel_log(kernel_log))
+    except xid.LogUnreadable as exc:
+        inv.kernel_log = f"the kernel log cannot be read: {exc}"
+        return
+    gpus = inv.every_gpu()
+    for gpu in inv.gpus:
+        gpu.xid_errors = []
+        gpu.xid_sources.append("the kernel log since boot")
+    for event in events:
+        entry = {"xid": event.xid, "kind": event.kind, "verdict": event.verdict,
+                 "pid": event.pid, "process": event.process, "message": event.message,
+                 "source": "kernel log"}  # fmt: skip
+        owner = next((g for g in gpus if g.pci_bus_id and event.matches(g.pci_bus_id)), None)
+        if owner is not None and owner.xid_errors is not None:
+            owner.xid_errors.append(entry)
+        elif owner is None:
+            inv.problems.append(
+                {"issue": "xid_unmatched", "pci_bus_id": event.bus.nvml,
+                 "detail": f"Xid {event.xid} on {event.bus.procfs}, a bus no GPU here has: "
+                           f"{event.message or 'no message'}"}
+            )  # fmt: skip
+
+
+def attach_xid_events(inv: Inventory, events: list[tuple[str, int, int | None, int | None]],
+                      what: str) -> None:  # fmt: skip
+    """Xid events NVML delivered (gpunode.nvidia.xidevents: bus id, code, GPU and compute
+    instance of a MIG device) added to the GPUs' Xid errors; ``what`` names the watch
+    ("NVML events while validating"). One that was also in the kernel log when it was read
+    counts twice: the log is read once, right after the watch starts."""
+    for gpu in inv.gpus:
+        if gpu.lost:
+            continue
+        if gpu.xid_errors is None:
+            gpu.xid_errors = []
+        gpu.xid_sources.append(what)
+    for bus, code, gi, ci in events:
+        owner = next((g for g in inv.gpus if g.pci_bus_id == bus and not g.lost), None)
+        kind, verdict, _ = xid.classify(code)
+        where = f" (MIG GPU instance {gi}, compute instance {ci})" if gi is not None else ""
+        entry = {"xid": code, "kind": kind, "verdict": verdict, "pid": "", "process": "",
+                 "message": f"delivered by NVML{where}", "source": "nvml"}  # fmt: skip
+        if owner is not None:
+            owner.xid_errors.append(entry)
+        else:
+            inv.problems.append({"issue": "xid_unmatched", "pci_bus_id": bus,
+                                 "detail": f"Xid {code} delivered by NVML for {bus}, a bus no "
+                                           "GPU here has"})  # fmt: skip
+
+
 def collect(
     proc_root: str | os.PathLike = procfs.PROC_DRIVER_NVIDIA,
     dev_root: Path = Path("/dev"),
     use_nvml: bool = True,
+    kernel_log: str | None = xid.KMSG,
 ) -> Inventory:
-    """NVML when it works, else procfs. Raises NoDriver when neither shows a driver."""
+    """NVML when it works, else procfs, then the kernel log's Xid errors (``kernel_log``
+    None: not read). Raises NoDriver when neither shows a driver."""
+    inv = _collect(proc_root, dev_root, use_nvml)
+    if kernel_log is not None:
+        attach_xid_errors(inv, kernel_log)
+    return inv
+
+
+def _collect(proc_root: str | os.PathLike, dev_root: Path, use_nvml: bool) -> Inventory:
     nvml_error = None
     if use_nvml:
         try:

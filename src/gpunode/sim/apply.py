@@ -6,6 +6,7 @@ Runs as root *inside* the node container (``gpunode sim apply-local``). It produ
   ``/dev/nvidia-uvm`` / ``/dev/nvidia-uvm-tools`` (a dynamic major, like the real module
   registers) and ``/dev/nvidia<minor>`` (195:minor) per GPU;
 * a ``/proc/driver/nvidia`` tree on a tmpfs mounted over ``/proc/driver``;
+* the driver's kernel log lines (its load line, an Xid per fault) in ``/dev/kmsg``;
 * the driver's MIG state and its footprint (capability files, ``mig-minors``,
   ``/dev/nvidia-caps``; see :mod:`gpunode.sim.migstate`): set from the profile's ``mig:``,
   kept when the same profile is applied again;
@@ -262,6 +263,22 @@ def apply_proc_devices(profile: Profile, paths: Paths, res: Result) -> None:
         res.note(f"mounted {target} on {paths.proc_devices}")
 
 
+def apply_kernel_log(profile: Profile, paths: Paths, res: Result) -> None:
+    """The driver's lines in the node's kernel log. A node container has no /dev/kmsg of its
+    own (Docker creates none), so the simulator renders the records the driver would have
+    logged (:func:`procfs.render_kmsg`: its load line, an Xid per fault) to a read-only
+    ``/dev/kmsg`` file; gpunode reads it as it reads the kernel's (record by record until the
+    end). A real /dev/kmsg (a character device) is never touched."""
+    kmsg = paths.dev / "kmsg"
+    if kmsg.is_char_device():
+        return
+    if profile.driver is None:
+        if kmsg.exists():
+            _remove(kmsg, res)
+        return
+    _write_if_changed(kmsg, procfs.render_kmsg(profile), res, mode=0o400)
+
+
 def _divert(path: Path, res: Result) -> None:
     """Divert a path Debian's driver packages ship, so our file wins over theirs."""
     listed = subprocess.run(
@@ -366,6 +383,7 @@ def apply_profile(profile: Profile, paths: Paths | None = None) -> Result:
     apply_procfs(profile, paths, res)
     apply_proc_devices(profile, paths, res)
     apply_devices(profile, paths, res)
+    apply_kernel_log(profile, paths, res)
     apply_library(profile, paths, res)
     apply_procdriver(paths, res)
     state = json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"

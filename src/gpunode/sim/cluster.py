@@ -398,6 +398,16 @@ def apply(name: str, profile: str, log=print) -> dict:
     return result
 
 
+def raise_xid(name: str, bus: str, code: str) -> str:
+    """Raise Xid ``code`` on the GPU at ``bus`` of a running node (gpunode.sim.xidraise);
+    the kernel log line the driver would print."""
+    sim = ["env", f"PYTHONPATH={SIM_IN_NODE}", "python3", "-m", "gpunode", "sim"]
+    proc = exec_(name, [*sim, "xid-local", bus, code], check=False)
+    if proc.returncode != 0:
+        raise SimError(f"{name}: raising Xid {code} failed: {proc.stderr.decode().strip()}")
+    return proc.stdout.decode().strip()
+
+
 def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
     nodes = read_inventory(inventory)
     releases = sorted({n.release for n in nodes})

@@ -15,6 +15,29 @@ from .profiles import ProfileError, load_profile
 
 BAD = ("fail", "warn")
 
+# What a link or state fault (gpunode.nvidia.health's checks) must show: its check at this
+# status. A GPU whose faults are all listed here must show exactly those checks bad (two
+# faults on one check: the worse status), nothing else.
+SHOWS = {
+    "pcie_degraded": ("gpu.pcie_link", "warn"),
+    "pcie_replays": ("gpu.pcie_replay", "warn"),
+    "clocks_hw_slowdown": ("gpu.clocks_event", "fail"),
+    "clocks_sw_thermal": ("gpu.clocks_event", "warn"),
+    "nvlink_down": ("gpu.nvlink", "fail"),
+    "inforom_corrupt": ("gpu.inforom", "fail"),
+    "fabric_manager_failed": ("gpu.fabric_manager", "fail"),
+}
+
+
+def shows(faults: list[str]) -> dict[str, str] | None:
+    """check id -> status the faults must show, or None when one of them is not in SHOWS."""
+    if not faults or any(f not in SHOWS for f in faults):
+        return None
+    want: dict[str, str] = {}
+    for check, status in (SHOWS[f] for f in faults):
+        want[check] = "fail" if "fail" in (status, want.get(check)) else status
+    return want
+
 
 def injected(inventory: Path) -> dict[str, dict[int, list[str]]]:
     """node -> {GPU index: its faults} for every simulated node of the inventory (GPUs
@@ -58,13 +81,25 @@ def compare(model: dict, expected: dict[str, dict[int, list[str]]]) -> list[str]
                 )
             for c in bad if not faults else []:
                 problems.append(f"{name}: GPU {i} (no fault injected): {c['id']} {c['status']}")
+            want = shows(faults)
+            got = {c["id"]: c["status"] for c in bad}
+            if want is not None and bad and got != want:
+                problems.append(
+                    f"{name}: GPU {i} has faults {', '.join(faults)}: shows {_checks(got)}; "
+                    f"expected {_checks(want)}"
+                )
     return problems
+
+
+def _checks(statuses: dict[str, str]) -> str:
+    return ", ".join(f"{c} {s}" for c, s in sorted(statuses.items())) or "nothing"
 
 
 def describe(expected: dict[str, dict[int, list[str]]]) -> list[str]:
     """One line per injected fault: what the report is meant to show red."""
     return [
         f"{name} GPU {i}: {', '.join(faults)}"
+        + (f" ({_checks(want)})" if (want := shows(faults)) else "")
         for name, gpus in sorted(expected.items())
         for i, faults in sorted(gpus.items())
         if faults

@@ -315,6 +315,10 @@ typedef struct {
     unsigned int remap_corrected, remap_uncorrected, remap_pending, remap_failure;
     char serial[STR_LEN];
     char vbios[STR_LEN];
+    /* links and state (gpunode.nvidia.health): PCIe, clock event reasons, NVLink, fabric */
+    unsigned int pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, pcie_replays;
+    unsigned long long clocks_reasons, nvlink_down; /* nvlink_down: a bit per link down */
+    unsigned int nvlinks, fabric_state, fabric_status, inforom_corrupt;
     /* runtime state */
     int visible;
     unsigned int index;
@@ -364,6 +368,8 @@ struct nvmlComputeInstance_st {
 
 struct nvmlEventSet_st {
     int in_use;
+    unsigned long long mask[MAX_GPUS]; /* event types registered, per GPU (g_gpus index) */
+    long cursor;                       /* bytes of the node's event log already seen */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -472,6 +478,17 @@ static void set_gpu_field(gpu_t *g, const char *key, const char *val)
     UINT_FIELD("remap_failure", remap_failure)
     STR_FIELD("serial", serial)
     STR_FIELD("vbios", vbios)
+    UINT_FIELD("pcie_gen", pcie_gen)
+    UINT_FIELD("pcie_gen_max", pcie_gen_max)
+    UINT_FIELD("pcie_width", pcie_width)
+    UINT_FIELD("pcie_width_max", pcie_width_max)
+    UINT_FIELD("pcie_replays", pcie_replays)
+    ULL_FIELD("clocks_reasons", clocks_reasons)
+    UINT_FIELD("nvlinks", nvlinks)
+    ULL_FIELD("nvlink_down", nvlink_down)
+    UINT_FIELD("fabric_state", fabric_state)
+    UINT_FIELD("fabric_status", fabric_status)
+    UINT_FIELD("inforom_corrupt", inforom_corrupt)
 #undef UINT_FIELD
 #undef INT_FIELD
 #undef ULL_FIELD
@@ -2860,7 +2877,7 @@ EXPORT nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, void *i
 }
 
 /* ------------------------------------------------------------------ */
-/* events: a set can be created and registered; no event ever fires    */
+/* events: Xid critical errors the simulator raises on the node       */
 
 static int valid_event_set(nvmlEventSet_t set)
 {
@@ -2878,6 +2895,7 @@ EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
     pthread_mutex_lock(&g_lock);
     for (unsigned int i = 0; i < MAX_EVENT_SETS; i++) {
         if (!g_event_sets[i].in_use) {
+            memset(&g_event_sets[i], 0, sizeof(g_event_sets[i]));
             g_event_sets[i].in_use = 1;
             *set = &g_event_sets[i];
             rc = NVML_SUCCESS;
@@ -2918,6 +2936,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* Events are driver state like MIG: the simulator appends "xid<TAB>bus=<NVML bus id><TAB>
+ * code=<n>" lines to the node's event log when it raises an Xid (`gpunode sim xid`, as the
+ * driver reports one); a set delivers the lines written after it was registered, for the
+ * GPUs and types registered on it, one per wait. */
+#define EVENT_LOG SIM_DIR "/events"
+
+static long event_log_size(void)
+{
+    struct stat st;
+    return stat(EVENT_LOG, &st) == 0 ? (long)st.st_size : 0;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                              nvmlEventSet_t set)
 {
@@ -2925,7 +2955,58 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
     REQUIRE(valid_event_set(set));
     if (eventTypes & ~supported_events(g))
         return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g_lock);
+    unsigned int idx = (unsigned int)((const struct nvmlDevice_st *)device - g_gpus);
+    if (idx < MAX_GPUS) {
+        int first = 1;
+        for (unsigned int i = 0; i < MAX_GPUS; i++)
+            first = first && set->mask[i] == 0;
+        if (first)
+            set->cursor = event_log_size(); /* only what happens from now on */
+        set->mask[idx] |= eventTypes;
+    }
+    pthread_mutex_unlock(&g_lock);
     return NVML_SUCCESS;
+}
+
+/* The next event for `set` in the log after its cursor (advanced past what was read). */
+static int next_event(nvmlEventSet_t set, nvmlEventData_t *data)
+{
+    FILE *f = fopen(EVENT_LOG, "re");
+    if (!f)
+        return 0;
+    if (event_log_size() < set->cursor)
+        set->cursor = 0; /* a new log (the node restarted) */
+    int found = 0;
+    char line[256];
+    if (fseek(f, set->cursor, SEEK_SET) == 0) {
+        while (!found && fgets(line, sizeof(line), f)) {
+            size_t n = strlen(line);
+            if (n == 0 || line[n - 1] != '\n')
+                break; /* a line still being written: read it next time */
+            set->cursor += (long)n;
+            char bus[64];
+            unsigned long long code;
+            if (sscanf(line, "xid\tbus=%63[^\t]\tcode=%llu", bus, &code) != 2)
+                continue;
+            for (unsigned int i = 0; i < g_ngpus; i++) {
+                gpu_t *g = &g_gpus[i].gpu;
+                if (!g->visible || !(set->mask[i] & EVENT_XID_CRITICAL) ||
+                    strcasecmp(g->bus_id, bus) != 0)
+                    continue;
+                memset(data, 0, sizeof(*data));
+                data->device = &g_gpus[i];
+                data->eventType = EVENT_XID_CRITICAL;
+                data->eventData = code;
+                data->gpuInstanceId = 0xFFFFFFFFu;
+                data->computeInstanceId = 0xFFFFFFFFu;
+                found = 1;
+                break;
+            }
+        }
+    }
+    fclose(f);
+    return found;
 }
 
 EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
@@ -2933,10 +3014,21 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
 {
     CHECK_INIT();
     REQUIRE(valid_event_set(set) && data);
-    struct timespec ts = {(time_t)(timeoutms / 1000), (long)(timeoutms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-    return NVML_ERROR_TIMEOUT;
+    unsigned int waited = 0;
+    for (;;) {
+        pthread_mutex_lock(&g_lock);
+        int found = next_event(set, data);
+        pthread_mutex_unlock(&g_lock);
+        if (found)
+            return NVML_SUCCESS;
+        if (waited >= timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        unsigned int step = timeoutms - waited < 10 ? timeoutms - waited : 10;
+        struct timespec ts = {0, (long)step * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+        waited += step;
+    }
 }
 
 EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
@@ -3073,4 +3165,123 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device
                                                              unsigned int *defaultLimit)
 {
     return nvmlDeviceGetPowerManagementLimit(device, defaultLimit);
+}
+
+/* ------------------------------------------------------------------ */
+/* PCIe link, clock event reasons, NVLink, fabric, InfoROM              */
+/* (gpunode.nvidia.health's checks; a profile without these fields: a  */
+/* GPU with no PCIe data, no NVLink, no fabric, a valid InfoROM)        */
+
+#define NVLINK_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
+#define FABRIC_INFO_V2_VERSION 0x02000024u
+#define FABRIC_INFO_V3_VERSION 0x03000028u
+#define FABRIC_HEALTH_SUMMARY_HEALTHY 1
+
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned int state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned int state;
+    unsigned int healthMask;
+    unsigned char healthSummary; /* v3 */
+} nvmlGpuFabricInfoV_t;
+
+_Static_assert(sizeof(nvmlGpuFabricInfo_t) == 28, "nvmlGpuFabricInfo_t layout");
+_Static_assert(offsetof(nvmlGpuFabricInfoV_t, healthSummary) ==
+                   (FABRIC_INFO_V2_VERSION & 0xffffff),
+               "nvmlGpuFabricInfo_v2_t layout");
+_Static_assert(sizeof(nvmlGpuFabricInfoV_t) == (FABRIC_INFO_V3_VERSION & 0xffffff),
+               "nvmlGpuFabricInfo_v3_t layout");
+
+/* A PCIe value the profile does not give: NOT_SUPPORTED, as on a GPU NVML cannot read. */
+#define PCIE_GETTER(fn, f)                                      \
+    EXPORT nvmlReturn_t fn(nvmlDevice_t device, unsigned int *out) \
+    {                                                           \
+        GET_GPU(device, g);                                     \
+        REQUIRE(out);                                           \
+        if (!g->f)                                              \
+            return NVML_ERROR_NOT_SUPPORTED;                    \
+        *out = g->f;                                            \
+        return NVML_SUCCESS;                                    \
+    }
+
+PCIE_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, pcie_gen)
+PCIE_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, pcie_gen_max)
+PCIE_GETTER(nvmlDeviceGetGpuMaxPcieLinkGeneration, pcie_gen_max)
+PCIE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, pcie_width)
+PCIE_GETTER(nvmlDeviceGetMaxPcieLinkWidth, pcie_width_max)
+
+GPU_GETTER(nvmlDeviceGetPcieReplayCounter, unsigned int, g->pcie_replays)
+
+GPU_GETTER(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, g->clocks_reasons)
+GPU_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, g->clocks_reasons)
+GPU_GETTER(nvmlDeviceGetSupportedClocksEventReasons, unsigned long long, 0x1ffULL)
+GPU_GETTER(nvmlDeviceGetSupportedClocksThrottleReasons, unsigned long long, 0x1ffULL)
+
+/* A GPU without NVLink: NOT_SUPPORTED; a link it does not have: INVALID_ARGUMENT. */
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                             unsigned int *isActive)
+{
+    GET_GPU(device, g);
+    REQUIRE(isActive);
+    if (!g->nvlinks)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= g->nvlinks || link >= NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = (g->nvlink_down >> link) & 1ULL ? 0 : 1; /* NVML_FEATURE_DISABLED/ENABLED */
+    return NVML_SUCCESS;
+}
+
+/* The fabric probe of a GPU on an NVSwitch baseboard (fabric_state != 0):
+ * state NVML_GPU_FABRIC_STATE_*, status the probe's nvmlReturn_t once completed. */
+static nvmlReturn_t fabric_of(nvmlDevice_t device, nvmlReturn_t *status, unsigned int *state,
+                              unsigned int *clique)
+{
+    GET_GPU(device, g);
+    if (!g->fabric_state)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *state = g->fabric_state;
+    *status = (nvmlReturn_t)g->fabric_status;
+    *clique = 1;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+    CHECK_INIT();
+    REQUIRE(info);
+    nvmlReturn_t rc = fabric_of(device, &info->status, &info->state, &info->cliqueId);
+    if (rc == NVML_SUCCESS)
+        memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *info)
+{
+    CHECK_INIT();
+    REQUIRE(info);
+    if (info->version != FABRIC_INFO_V2_VERSION && info->version != FABRIC_INFO_V3_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlReturn_t rc = fabric_of(device, &info->status, &info->state, &info->cliqueId);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
+    info->healthMask = 0;
+    if (info->version == FABRIC_INFO_V3_VERSION)
+        info->healthSummary = FABRIC_HEALTH_SUMMARY_HEALTHY;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    GET_GPU(device, g);
+    return g->inforom_corrupt ? NVML_ERROR_CORRUPTED_INFOROM : NVML_SUCCESS;
 }

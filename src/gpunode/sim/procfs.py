@@ -173,3 +173,36 @@ def render_devices(kernel: str, chrdevs: list[tuple[int, str]]) -> str:
     merged.sort(key=lambda entry: entry[0])  # stable: same-major lines keep their order
     body = [line for _, line in merged]
     return "\n".join(lines[: start + 1] + body + lines[blank:])
+
+
+# The driver's Xid report per fault (nv.c prints "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ...";
+# since the 470 branch with "pid=..., name=..." of the process involved, '<unknown>' when
+# none is). A fault that also shows through NVML (a lost GPU, uncorrectable ECC) gets the Xid
+# the driver logs when it happens, so the log and NVML tell one story.
+XID_OF_FAULT = {
+    "fallen_off_bus": (79, "'<unknown>'", "<unknown>", "GPU has fallen off the bus."),
+    "ecc_uncorrectable": (48, "4211", "python3", "An uncorrectable double bit error (DBE) has "
+                          "been detected on GPU in the framebuffer at partition 0, subpartition 0."),
+    "xid_application": (13, "4211", "python3", "Graphics SM Warp Exception on (GPC 0, TPC 0, "
+                        "SM 0): Out Of Range Address"),
+    "xid_nvlink": (74, "'<unknown>'", "<unknown>", "NVLink: fatal error detected on link 3(0x0, "
+                   "0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"),
+}  # fmt: skip
+
+
+def render_kmsg(profile: Profile) -> str:
+    """The kernel log a node with this driver shows, as /dev/kmsg records
+    (``prio,seq,usec,flags;text``): the driver's load line, then an Xid per fault that the
+    driver reports (XID_OF_FAULT), GPUs in bus order."""
+    assert profile.driver is not None
+    records = [(6, f"NVRM: loading {render_version(profile).splitlines()[0][len('NVRM version: '):]}")]
+    for gpu in sorted(profile.gpus, key=lambda g: g.bus_id.nvml):
+        b = gpu.bus_id
+        where = f"PCI:{b.domain:04x}:{b.bus:02x}:{b.device:02x}"
+        for fault in sorted(gpu.faults & XID_OF_FAULT.keys()):
+            code, pid, name, text = XID_OF_FAULT[fault]
+            records.append((4, f"NVRM: Xid ({where}): {code}, pid={pid}, name={name}, {text}"))
+    return "".join(
+        f"{prio},{seq},{5_000_000 + 1_000_000 * seq},-;{text}\n"
+        for seq, (prio, text) in enumerate(records)
+    )

@@ -21,6 +21,9 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
         bus_id: "0000:07:00.0"        # required, domain:bus:device.function
         minor: 0                      # default: position in the list
         faults: [ecc_uncorrectable]   # see FAULTS
+        pcie_gen: 5                   # the link's maximum generation and width, and the
+        pcie_width: 16                #   NVLinks (all up): defaults by compute capability
+        nvlinks: 18                   #   (LINK_DEFAULTS); NVSwitch fabric: 9.0+ with NVLinks
         mig:                          # false (default), true (enabled, no instances) or
           - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
             placement: 0              #   its start slot (see MIG_SHAPES)
@@ -44,6 +47,8 @@ from ..nvidia.busid import BusId
 from ..nvidia.nvml import BRANDS
 from ..util.command import InputError
 
+PCIE_REPLAYS = 120  # the pcie_replays fault's counter (gpunode warns above 8)
+
 FAULTS = {
     "fallen_off_bus": "the GPU fell off the bus: NVML reports GPU_IS_LOST",
     "ecc_uncorrectable": "uncorrectable (double-bit) ECC errors counted",
@@ -51,6 +56,16 @@ FAULTS = {
     "row_remap_failure": "row remapping failed (no spare rows left)",
     "persistence_off": "persistence mode disabled",
     "device_node_missing": "the /dev/nvidia<minor> node was not created",
+    "xid_application": "an application's Xid 13 (graphics exception) in the kernel log",
+    "xid_nvlink": "an Xid 74 (NVLink error) in the kernel log",
+    # links and state (gpunode.nvidia.health), as NVML shows them
+    "pcie_degraded": "the PCIe link trained at half its width (x8 of x16)",
+    "pcie_replays": f"the PCIe replay counter reads {PCIE_REPLAYS} (a marginal link)",
+    "clocks_hw_slowdown": "clocks held down by HW slowdown (clock event reason 0x8)",
+    "clocks_sw_thermal": "clocks held down by SW thermal slowdown (clock event reason 0x20)",
+    "nvlink_down": "NVLink 0 is down (a GPU with NVLinks only)",
+    "inforom_corrupt": "the InfoROM is corrupted: nvmlDeviceValidateInforom fails",
+    "fabric_manager_failed": "fabric training completed with an error (NVSwitch GPUs only)",
 }
 
 # nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).
@@ -88,6 +103,9 @@ GPU_KEYS = {
     "bus_id",
     "minor",
     "faults",
+    "pcie_gen",
+    "pcie_width",
+    "nvlinks",
 }
 DEFAULTABLE = GPU_KEYS - {"uuid", "bus_id", "minor", "faults"}
 MIG_INSTANCE_KEYS = {"profile", "placement", "uuid"}
@@ -188,6 +206,15 @@ class Gpu:
     irq: int
     faults: frozenset[str] = field(default_factory=frozenset)
     mig_instances: tuple[MigInstance, ...] = ()
+    pcie_gen: int = 4  # the link's maximum (the GPU's in its slot); healthy: trained at it
+    pcie_width: int = 16
+    nvlinks: int = 0  # NVLink links, all up when healthy
+
+    @property
+    def fabric(self) -> bool:
+        """On an NVSwitch baseboard (Hopper or newer with NVLinks: HGX): NVML reports the
+        fabric manager's training of this GPU."""
+        return self.compute_capability >= (9, 0) and self.nvlinks > 0
 
     @property
     def mig_capable(self) -> bool:
@@ -377,7 +404,45 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
         irq=_int(f"{where}.irq", raw.get("irq", 100 + position)),
         faults=frozenset(faults_raw),
         mig_instances=instances,
+        **_parse_links(where, raw, compute_capability, frozenset(faults_raw)),
     )
+
+
+# Healthy links by compute capability: (PCIe generation, width, NVLinks) of the SXM boards
+# (V100, A100, H100/H200, B200; T4 and other PCIe cards: no NVLink); a profile can override
+# each with pcie_gen, pcie_width and nvlinks.
+LINK_DEFAULTS = {
+    (7, 0): (3, 16, 6),
+    (7, 5): (3, 16, 0),
+    (8, 0): (4, 16, 12),
+    (9, 0): (5, 16, 18),
+    (10, 0): (5, 16, 18),
+}
+PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
+NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS
+
+
+def _parse_links(
+    where: str, raw: dict[str, Any], cc: tuple[int, int], faults: frozenset[str]
+) -> dict[str, int]:
+    """pcie_gen, pcie_width and nvlinks of a GPU, and the faults that need them."""
+    gen, width, links = LINK_DEFAULTS.get(cc, (4 if cc >= (8, 0) else 3, 16, 0))
+    gen = _int(f"{where}.pcie_gen", raw.get("pcie_gen", gen), 1, 6)
+    width = _int(f"{where}.pcie_width", raw.get("pcie_width", width), 1, 32)
+    if width not in PCIE_WIDTHS:
+        widths = ", ".join(map(str, PCIE_WIDTHS))
+        raise _err(f"{where}.pcie_width", raw["pcie_width"], f"one of {widths}")
+    links = _int(f"{where}.nvlinks", raw.get("nvlinks", links), 0, NVLINK_MAX_LINKS)
+    if "nvlink_down" in faults and not links:
+        raise ProfileError(f"{where}.faults: nvlink_down needs a GPU with NVLinks (nvlinks is 0)")
+    if "pcie_degraded" in faults and width == 1:
+        raise ProfileError(f"{where}.faults: pcie_degraded needs a link wider than x1")
+    if "fabric_manager_failed" in faults and not (cc >= (9, 0) and links):
+        raise ProfileError(
+            f"{where}.faults: fabric_manager_failed needs an NVSwitch GPU (compute capability "
+            f"9.0 or later with NVLinks); this one has {cc[0]}.{cc[1]} and {links} NVLinks"
+        )
+    return {"pcie_gen": gen, "pcie_width": width, "nvlinks": links}
 
 
 def _parse_mig(
@@ -571,6 +636,7 @@ def mock_payload(profile: Profile) -> str:
             "remap_failure": int("row_remap_failure" in f),
             "serial": g.serial,
             "vbios": g.vbios,
+            **_link_fields(g),
         }
         lines.append(_record("gpu", fields))
         if g.mig_capable:
@@ -586,6 +652,27 @@ def mock_payload(profile: Profile) -> str:
             }
             lines.append(_record("mig", mig))
     return "\n".join(lines) + "\n"
+
+
+def _link_fields(g: Gpu) -> dict[str, Any]:
+    """PCIe, clock event reasons, NVLink, fabric and InfoROM as NVML shows them: a healthy
+    GPU idle (clock event reason 0x1) on a link trained at its maximum, every NVLink up, the
+    fabric (NVSwitch GPUs) trained, the InfoROM valid; each fault changes its value."""
+    f = g.faults
+    reasons = (0x8 if "clocks_hw_slowdown" in f else 0) | (0x20 if "clocks_sw_thermal" in f else 0)
+    return {
+        "pcie_gen_max": g.pcie_gen,
+        "pcie_gen": g.pcie_gen,
+        "pcie_width_max": g.pcie_width,
+        "pcie_width": g.pcie_width // 2 if "pcie_degraded" in f else g.pcie_width,
+        "pcie_replays": PCIE_REPLAYS if "pcie_replays" in f else 0,
+        "clocks_reasons": reasons or 0x1,
+        "nvlinks": g.nvlinks,
+        "nvlink_down": int("nvlink_down" in f),  # a bit per link: link 0
+        "fabric_state": 3 if g.fabric else 0,  # NVML_GPU_FABRIC_STATE_COMPLETED
+        "fabric_status": 999 if "fabric_manager_failed" in f else 0,  # NVML_ERROR_UNKNOWN
+        "inforom_corrupt": int("inforom_corrupt" in f),
+    }
 
 
 def _record(kind: str, fields: dict[str, Any]) -> str:

@@ -74,7 +74,9 @@ def test_removed_device_node_hides_the_gpu_and_is_reported(private_dev, tmp_path
 def test_faults_show_as_health_flags(private_dev, tmp_path, mock_lib):
     inv = json.loads(inventory(private_dev, tmp_path, mock_lib, "t4x2-faulty").stdout)
     assert inv["gpus"][0]["health"] == []
-    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending"}
+    # the double-bit errors were also logged by the driver as Xid 48 (the simulated /dev/kmsg)
+    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending", "xid_error"}
+    assert [e["xid"] for e in inv["gpus"][1]["xid_errors"]] == [48] and inv["gpus"][0]["xid_errors"] == []
     assert inv["gpus"][1]["ecc_errors"]["uncorrected_volatile"] == 2
     assert inv["gpus"][1]["retired_pages"] == {"single_bit": 0, "double_bit": 2, "pending": True}
 
@@ -103,7 +105,7 @@ def test_every_fault_kind_is_detected(private_dev, tmp_path, mock_lib):
         "1": ["fallen_off_bus"],
         "2": ["row_remap_failure"],
         "3": ["persistence_off"],
-        "5": ["ecc_uncorrectable"],
+        "5": ["ecc_uncorrectable", "xid_error"],
         "6": ["retired_pages_pending"],
     }
     # the lost GPU has no NVML handle; the kernel's view fills in who it is
@@ -141,7 +143,7 @@ def test_human_table(private_dev, tmp_path, mock_lib):
     lines = proc.stdout.splitlines()
     assert "NVIDIA driver 535.261.03, CUDA 12.2 (source: nvml), 2 GPU(s)" in lines[0]
     assert "Tesla T4 [ok]" in lines[2]
-    assert "[ecc_uncorrectable, retired_pages_pending]" in lines[3]
+    assert "[ecc_uncorrectable, retired_pages_pending, xid_error]" in lines[3]
 
 
 @pytest.mark.parametrize("argv", [["inventory", "--bogus"], ["profile", "show", "zzz"], ["sim"]])
@@ -151,3 +153,24 @@ def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpunode: error:")
+
+
+def test_link_and_state_faults_show_as_health_flags(private_dev, tmp_path, mock_lib):
+    """h100x8-degraded through the real mock NVML: each GPU's one fault is its one flag, and
+    the values NVML gave are in the JSON."""
+    proc = inventory(private_dev, tmp_path, mock_lib, "h100x8-degraded")
+    assert proc.returncode == 0, proc.stderr
+    gpus = json.loads(proc.stdout)["gpus"]
+    assert [g["health"] for g in gpus] == [
+        ["pcie_link_degraded"], ["pcie_replays"], ["clocks_hw_slowdown"], ["clocks_sw_thermal"],
+        ["nvlink_down"], ["inforom_corrupt"], ["fabric_manager_failed"], [],
+    ]  # fmt: skip
+    assert gpus[0]["pcie_link"] == {"gen": 5, "max_gen": 5, "gpu_max_gen": 5, "width": 8,
+                                    "max_width": 16}  # fmt: skip
+    assert gpus[1]["pcie_replays"] == 120 and gpus[2]["clocks_event_reasons"] == 0x8
+    assert gpus[4]["nvlinks"] == {str(i): i != 0 for i in range(18)}
+    assert gpus[6]["fabric"] == {"state": 3, "status": 999, "status_text": "Unknown Error"}
+    assert gpus[5]["inforom_valid"] is False and gpus[7]["inforom_valid"] is True
+    healthy = json.loads(inventory(private_dev, tmp_path, mock_lib, "t4x2-faulty").stdout)
+    t4 = healthy["gpus"][0]
+    assert (t4["nvlinks"], t4["fabric"], t4["clocks_event_reasons"]) == ({}, {}, 1)

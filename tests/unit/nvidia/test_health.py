@@ -10,6 +10,11 @@ from gpunode.nvidia.inventory import GpuInfo
 
 from ..validate.fakes import healthy_gpu
 
+XID79 = {"xid": 79, "kind": "bus", "verdict": "fail", "pid": "1", "process": "python3",
+         "message": "GPU has fallen off the bus."}  # fmt: skip
+XID13 = {"xid": 13, "kind": "application", "verdict": "warn", "pid": "2", "process": "app",
+         "message": "Graphics Exception"}  # fmt: skip
+
 FAULTS = [
     ({"lost": True}, "gpu.lost", "fail", ["fallen_off_bus"]),
     ({"ecc_errors": {"uncorrected_volatile": 3}}, "gpu.ecc_uncorrectable", "fail",
@@ -21,6 +26,23 @@ FAULTS = [
     ({"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": 1, "failure": 0}},
      "gpu.row_remap_failure", "warn", ["row_remap_pending"]),
     ({"persistence_mode": False}, "gpu.persistence", "warn", ["persistence_off"]),
+    ({"xid_errors": [XID79]}, "gpu.xid", "fail", ["xid_error"]),
+    ({"xid_errors": [XID13, XID13]}, "gpu.xid", "warn", ["xid_application_error"]),
+    ({"pcie_link": {"gen": 4, "max_gen": 4, "width": 8, "max_width": 16}}, "gpu.pcie_link",
+     "warn", ["pcie_link_degraded"]),
+    ({"pcie_replays": 9}, "gpu.pcie_replay", "warn", ["pcie_replays"]),
+    ({"clocks_event_reasons": 0x8}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
+    ({"clocks_event_reasons": 0x40}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
+    ({"clocks_event_reasons": 0x80 | 0x4}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
+    ({"clocks_event_reasons": 0x20}, "gpu.clocks_event", "warn", ["clocks_sw_thermal"]),
+    ({"nvlinks": {0: True, 1: False, 2: True}}, "gpu.nvlink", "fail", ["nvlink_down"]),
+    ({"fabric": {"state": 3, "status": 999, "status_text": "Unknown Error"}},
+     "gpu.fabric_manager", "fail", ["fabric_manager_failed"]),
+    ({"fabric": {"state": 1, "status": 0}}, "gpu.fabric_manager", "fail",
+     ["fabric_manager_failed"]),
+    ({"fabric": {"state": 2, "status": 0}}, "gpu.fabric_manager", "warn",
+     ["fabric_manager_training"]),
+    ({"inforom_valid": False}, "gpu.inforom", "fail", ["inforom_corrupt"]),
 ]  # fmt: skip
 
 
@@ -78,3 +100,98 @@ def test_every_gpu_lists_the_missing_ones_in_bus_order():
     assert [g.pci_bus_id for g in every] == ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0"]
     assert every[1].missing == "/dev/nvidia1 is missing" and inv.gpus == gpus  # usable ones only
     assert health.flags(every[1]) == [] and not inv.healthy  # a problem, not a flag
+
+
+def verdict(check, **fault):
+    return {c: (s, d) for c, s, d in health.verdicts(healthy_gpu(0, **fault))}[check]
+
+
+def test_pcie_width_below_the_maximum_warns_whatever_the_load():
+    for reasons in (0x1, 0x0, None):
+        status, detail = verdict("gpu.pcie_link", clocks_event_reasons=reasons,
+                                 pcie_link={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16})
+        assert status == "warn" and "x8 of x16" in detail and "DCGM_FR_PCIE_WIDTH" in detail
+
+
+def test_pcie_generation_below_the_maximum_is_normal_only_while_idle():
+    link = {"gen": 1, "max_gen": 4, "width": 16, "max_width": 16}
+    status, detail = verdict("gpu.pcie_link", pcie_link=link, clocks_event_reasons=0x1)
+    assert status == "pass" and "Gen1 of Gen4 while idle" in detail
+    status, detail = verdict("gpu.pcie_link", pcie_link=link, clocks_event_reasons=0x0)
+    assert status == "warn" and "under load" in detail and "DCGM_FR_PCIE_GENERATION" in detail
+    status, detail = verdict("gpu.pcie_link", pcie_link=link, clocks_event_reasons=None)
+    assert status == "warn" and "cannot tell" in detail
+
+
+def test_pcie_link_at_the_maximum_and_a_slower_slot():
+    assert verdict("gpu.pcie_link") == ("pass", "Gen4 x16, the maximum")
+    link = {"gen": 4, "max_gen": 4, "gpu_max_gen": 5, "width": 16, "max_width": 16}
+    status, detail = verdict("gpu.pcie_link", pcie_link=link)
+    assert status == "pass" and "slot limits the GPU's Gen5 to Gen4" in detail
+    assert verdict("gpu.pcie_link", pcie_link={"width": 16, "max_width": 16}) == (
+        "pass", "x16, the maximum")  # fmt: skip
+
+
+def test_pcie_replays_threshold():
+    assert verdict("gpu.pcie_replay", pcie_replays=health.PCIE_REPLAY_WARN)[0] == "pass"
+    status, detail = verdict("gpu.pcie_replay", pcie_replays=health.PCIE_REPLAY_WARN + 1)
+    assert status == "warn" and "DCGM_FR_PCI_REPLAY_RATE" in detail
+
+
+def test_clock_reasons_are_named_and_normal_ones_pass():
+    normal = 0x1 | 0x2 | 0x4 | 0x10 | 0x100
+    status, detail = verdict("gpu.clocks_event", clocks_event_reasons=normal)
+    assert status == "pass"
+    assert detail == ("no slowdown (GPU idle, application clocks setting, SW power cap, "
+                      "sync boost, display clock setting)")  # fmt: skip
+    assert verdict("gpu.clocks_event", clocks_event_reasons=0) == ("pass", "no slowdown (none)")
+    status, detail = verdict("gpu.clocks_event", clocks_event_reasons=0x8 | 0x40 | 0x20)
+    assert status == "fail" and "HW slowdown, HW thermal slowdown" in detail
+    assert "DCGM_FR_CLOCKS_EVENT_VIOLATION" in detail
+    assert health.clock_reason_names(0x1 | 0x8000) == ["GPU idle", "0x8000"]
+
+
+def test_nvlink_names_the_links_down():
+    links = dict.fromkeys(range(18), True) | {3: False, 17: False}
+    status, detail = verdict("gpu.nvlink", nvlinks=links)
+    assert status == "fail" and detail.startswith("NVLink 3, 17 down (2 of 18 links)")
+    assert "DCGM_FR_NVLINK_DOWN" in detail
+    assert verdict("gpu.nvlink") == ("pass", "all 12 links up")
+    assert verdict("gpu.nvlink", nvlinks={}) == ("skip", "the GPU has no NVLink")
+
+
+def test_fabric_manager_states():
+    assert verdict("gpu.fabric_manager")[0] == "pass"
+    assert verdict("gpu.fabric_manager", fabric={})[0] == "skip"
+    assert verdict("gpu.fabric_manager", fabric={"state": 0, "status": 0})[0] == "skip"
+    status, detail = verdict("gpu.fabric_manager",
+                             fabric={"state": 3, "status": 999, "status_text": "Unknown Error"})
+    assert status == "fail" and "(Unknown Error)" in detail
+    assert "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR" in detail
+    status, detail = verdict("gpu.fabric_manager", fabric={"state": 1, "status": 0})
+    assert status == "fail" and "nvidia-fabricmanager" in detail
+
+
+def test_inforom():
+    assert verdict("gpu.inforom")[0] == "pass"
+    assert verdict("gpu.inforom", inforom_valid=None)[0] == "skip"
+    assert "DCGM_FR_CORRUPT_INFOROM" in verdict("gpu.inforom", inforom_valid=False)[1]
+
+
+def test_every_new_check_names_its_dcgm_counterpart_in_its_title():
+    for check in ("gpu.pcie_link", "gpu.pcie_replay", "gpu.clocks_event", "gpu.nvlink",
+                  "gpu.fabric_manager", "gpu.inforom"):  # fmt: skip
+        assert "DCGM_FR_" in health.CHECKS[check]
+
+
+def test_xid_detail_counts_codes_and_says_what_the_worst_asks_for():
+    gpu = healthy_gpu(0, xid_errors=[XID13, XID79, XID13])
+    status, detail = health._judge_xid(gpu.xid_errors)
+    assert status == "fail"
+    assert detail.startswith("Xid 13 x2, 79; last 79 (bus): GPU has fallen off the bus.")
+    assert "drain" in detail
+    assert health._judge_xid(None)[0] == "skip"
+    assert health._judge_xid([], ["the kernel log since boot"]) == (
+        "pass",
+        "no Xid error in the kernel log since boot",
+    )

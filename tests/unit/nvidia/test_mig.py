@@ -24,7 +24,11 @@ class MigNvml(types.SimpleNamespace):
     class NVMLError_NotFound(NVMLError):
         pass
 
-    slots = {0: (1, 0, "3g.40gb", 40192), 2: (5, 0, "1g.10gb", 9856), 5: (2, 1, "1c.3g.40gb", 40192)}
+    slots = {
+        0: (1, 0, "3g.40gb", 40192),
+        2: (5, 0, "1g.10gb", 9856),
+        5: (2, 1, "1c.3g.40gb", 40192),
+    }
 
     def nvmlDeviceGetMigMode(self, h):
         return (1, 1) if h == "gpu" else (0, 1)  # a pending enable is not on

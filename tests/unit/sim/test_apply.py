@@ -60,6 +60,26 @@ def test_nothing_outside_a_node_unless_asked(tmp_path):
     assert apply("a100x4", where) == []  # not even read
 
 
+def test_the_kernel_log_holds_the_drivers_xid_for_each_fault(tmp_path):
+    """t4x2-faulty's GPU 1 (bus d8) has uncorrectable ECC: the driver logs Xid 48 for it, and
+    gpunode's reader maps it to exactly that GPU; a100x4 logs only the driver's load line."""
+    from gpunode.nvidia import xid
+    from gpunode.sim.apply import apply_kernel_log
+
+    where = Paths(dev=tmp_path, real_system=False)
+    res = Result()
+    apply_kernel_log(load_profile("t4x2-faulty"), where, res)
+    kmsg = tmp_path / "kmsg"
+    assert res.changed == [f"wrote {kmsg}"]
+    events = xid.parse_log(xid.read_kernel_log(str(kmsg)))
+    assert [(e.xid, e.bus.procfs) for e in events] == [(48, "0000:d8:00.0")]
+    assert kmsg.read_text().startswith("6,0,5000000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.261.03")
+    res = Result()
+    apply_kernel_log(load_profile("a100x4"), where, res)
+    assert xid.parse_log(kmsg.read_text()) == [] and res.changed == [f"wrote {kmsg}"]
+    res = Result()
+    apply_kernel_log(load_profile("nogpu"), where, res)
+    assert not kmsg.exists() and res.changed == [f"removed {kmsg}"]
 # ---- MIG state and footprint (gpunode.sim.migstate) ----
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="makes device nodes (mknod)")

@@ -10,7 +10,8 @@ import yaml
 
 from gpunode.cli.main import main
 from gpunode.report import results
-from gpunode.sim.expected import compare, injected
+from gpunode.sim.expected import compare, describe, injected, shows
+from gpunode.sim.profiles import load_profile
 
 from ..report.synthetic import result
 
@@ -71,3 +72,42 @@ def test_check_report_cli(inventory, tmp_path, capsys):
     assert main(["sim", "check-report", "-i", str(inventory), str(f)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gpunode: error: sim check-report: {f}: not a gpunode.report/v1 report.json"]
+
+
+def h100_report(shown: dict[int, dict[str, str]]) -> tuple[dict, dict]:
+    """A report of one h100x8-degraded node whose GPUs show ``shown`` (GPU -> check ->
+    status) beside passing checks, and what its profile injects."""
+    doc = result("h100", "H100", 8)
+    for i, checks in shown.items():
+        for cid, status in checks.items():
+            doc["checks"].append({"id": cid, "title": cid, "gpu": i, "uuid": None,
+                                  "status": status, "detail": "x", "duration_s": 0.0})  # fmt: skip
+    model = results.merge([("h100.json", results.check_result(doc, "x"))])
+    profile = load_profile("h100x8-degraded")
+    gpus = sorted(profile.gpus, key=lambda g: g.bus_id.nvml.lower())
+    return model, {"h100": {i: sorted(g.faults) for i, g in enumerate(gpus)}}
+
+
+EXACT = {
+    0: {"gpu.pcie_link": "warn"}, 1: {"gpu.pcie_replay": "warn"},
+    2: {"gpu.clocks_event": "fail"}, 3: {"gpu.clocks_event": "warn"}, 4: {"gpu.nvlink": "fail"},
+    5: {"gpu.inforom": "fail"}, 6: {"gpu.fabric_manager": "fail"},
+}  # fmt: skip
+
+
+def test_the_link_faults_must_show_exactly_their_check_and_status():
+    assert compare(*h100_report(EXACT)) == []
+    wrong = {**EXACT, 3: {"gpu.clocks_event": "fail"}, 4: {"gpu.nvlink": "fail", "gpu.lost": "fail"}}
+    assert compare(*h100_report(wrong)) == [
+        "h100: GPU 3 has faults clocks_sw_thermal: shows gpu.clocks_event fail; expected "
+        "gpu.clocks_event warn",
+        "h100: GPU 4 has faults nvlink_down: shows gpu.lost fail, gpu.nvlink fail; expected "
+        "gpu.nvlink fail",
+    ]
+    assert compare(*h100_report({**EXACT, 7: {"gpu.nvlink": "fail"}})) == [
+        "h100: GPU 7 (no fault injected): gpu.nvlink fail"
+    ]
+    assert shows(["clocks_sw_thermal", "clocks_hw_slowdown"]) == {"gpu.clocks_event": "fail"}
+    assert shows(["nvlink_down", "ecc_uncorrectable"]) is None  # not all known: looser rule
+    lines = describe(h100_report(EXACT)[1])
+    assert lines[0] == "h100 GPU 0: pcie_degraded (gpu.pcie_link warn)" and len(lines) == 7

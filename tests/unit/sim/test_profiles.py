@@ -142,15 +142,23 @@ def test_payload_carries_faults_as_nvml_counters():
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_every_fault_changes_the_payload_or_device_nodes(fault):
-    data = copy.deepcopy(GOOD)
+def test_every_fault_changes_the_payload_device_nodes_or_kernel_log(fault):
+    from gpunode.sim.procfs import XID_OF_FAULT, render_kmsg
+
+    good = copy.deepcopy(GOOD)
+    if fault in ("nvlink_down", "fabric_manager_failed"):  # faults of an NVSwitch GPU
+        good["gpus"][0] |= {"compute_capability": "9.0", "nvlinks": 18}
+    data = copy.deepcopy(good)
     data["gpus"][0]["faults"] = [fault]
-    base = mock_payload(parse_profile(GOOD))
+    base = parse_profile(good)
     faulty = parse_profile(data)
     if fault == "device_node_missing":
         assert faulty.gpus[0].faults == {"device_node_missing"}  # applied by the simulator
+    elif fault.startswith("xid_"):  # the kernel log only: NVML shows nothing of these
+        assert mock_payload(faulty) == mock_payload(base)
+        assert render_kmsg(faulty) != render_kmsg(base) and fault in XID_OF_FAULT
     else:
-        assert mock_payload(faulty) != base
+        assert mock_payload(faulty) != mock_payload(base)
 
 
 def test_no_driver_profile_has_empty_payload():

@@ -16,6 +16,11 @@ def healthy_gpu(i: int, **kw) -> GpuInfo:
     g.ecc_errors = {"uncorrected_volatile": 0, "uncorrected_aggregate": 0}
     g.retired_pages = {"single_bit": 0, "double_bit": 0, "pending": False}
     g.remapped_rows = {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
+    g.xid_errors = []  # the kernel log was read and holds no Xid for it
+    g.pcie_link = {"gen": 4, "max_gen": 4, "gpu_max_gen": 4, "width": 16, "max_width": 16}
+    g.pcie_replays, g.clocks_event_reasons, g.inforom_valid = 0, 0x1, True  # idle
+    g.nvlinks = dict.fromkeys(range(12), True)
+    g.fabric = {"state": 3, "status": 0, "status_text": "Success"}
     for k, v in kw.items():
         setattr(g, k, v)
     return g

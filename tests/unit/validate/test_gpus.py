@@ -66,12 +66,16 @@ def test_missing_device_node_keeps_indices_in_bus_order():
 
 
 def test_unsupported_features_skip_with_reason():
-    g = healthy_gpu(0, ecc_mode=False, retired_pages={}, remapped_rows={}, persistence_mode=None)
+    g = healthy_gpu(0, ecc_mode=False, retired_pages={}, remapped_rows={}, persistence_mode=None,
+                    pcie_link={}, pcie_replays=None, clocks_event_reasons=None, nvlinks={},
+                    fabric={}, inforom_valid=None, xid_errors=None)  # fmt: skip
     _, grid = run(inventory([g]), expect_gpus=1)
     assert {k: c.status for k, c in grid[0].items()} == {
         "gpu.lost": "pass", "gpu.device_node": "pass", "gpu.ecc_uncorrectable": "skip",
         "gpu.retired_pages_pending": "skip", "gpu.row_remap_failure": "skip",
-        "gpu.persistence": "skip"}  # fmt: skip
+        "gpu.persistence": "skip", "gpu.pcie_link": "skip", "gpu.pcie_replay": "skip",
+        "gpu.clocks_event": "skip", "gpu.nvlink": "skip", "gpu.fabric_manager": "skip",
+        "gpu.inforom": "skip", "gpu.xid": "skip"}  # fmt: skip
     assert grid[0]["gpu.ecc_uncorrectable"].detail == "ECC is disabled"
 
 

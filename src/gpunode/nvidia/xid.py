@@ -1,0 +1,176 @@
+"""Xid errors: the driver's error reports in the kernel log, read back and judged.
+
+The driver logs each one as a kernel message (``NVRM`` prefix, bus id without the function)::
+
+    NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
+
+Where the log comes from: ``/dev/kmsg``, the kernel's ring buffer as records
+(``prio,seq,usec,flags;message``, one record per read, continuation lines starting with a
+blank), read without waiting: what the kernel still holds since boot. A plain text log
+(``dmesg`` output, a journal export) is read line by line with the same pattern.
+
+Classes follow NVIDIA's Xid catalogue: the codes NVIDIA's device plugin ignores because an
+application caused them (13, 31, 43, 45, 68, 109) only warn; memory, bus, NVLink, GSP and
+every other code fail the GPU.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from ..util.record import record
+from .busid import BusId
+
+KMSG = "/dev/kmsg"
+_MAX_LOG_BYTES = 16 * 1024 * 1024  # the kernel's ring buffer is at most a few MiB
+
+_XID = re.compile(
+    r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): "
+    r"(?P<xid>\d{1,5})(?P<rest>.*)"
+)
+_PID = re.compile(r"\bpid=(?P<pid>'?[^,\s']*'?)")
+_NAME = re.compile(r"\bname=(?P<name>[^,]*)")
+_KMSG_RECORD = re.compile(r"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)")
+
+# (class, verdict, what to do)
+_APPLICATION = (
+    "application",
+    "warn",
+    "an application error (bad kernel, page fault, timeout); look at the process named; the GPU "
+    "itself is not suspect unless it repeats across jobs",
+)
+_CLASSES: dict[int, tuple[str, str, str]] = {
+    13: _APPLICATION,
+    31: _APPLICATION,
+    43: _APPLICATION,
+    45: _APPLICATION,
+    68: _APPLICATION,
+    109: _APPLICATION,
+    48: ("memory", "fail", "double-bit ECC error: drain the node and reset the GPU"),
+    63: ("memory", "fail", "ECC page retirement or row remap pending: drain, then reset the GPU"),
+    64: (
+        "memory",
+        "fail",
+        "page retirement or row remap failed: drain and reset; RMA if it repeats",
+    ),
+    92: ("memory", "fail", "high single-bit ECC error rate: drain and reset; RMA if it repeats"),
+    94: ("memory", "fail", "contained ECC error: restart the affected applications, then reset"),
+    95: ("memory", "fail", "uncontained ECC error: drain the node and reset the GPU"),
+    79: (
+        "bus",
+        "fail",
+        "GPU has fallen off the bus: drain, reboot, check PCIe seating/power/cooling",
+    ),
+    74: ("nvlink", "fail", "NVLink error: drain, reset the GPUs of the link; check the fabric"),
+    119: ("gsp", "fail", "GSP RPC timeout: drain and reset the GPU (reboot if reset fails)"),
+    120: ("gsp", "fail", "GSP error: drain and reset the GPU (reboot if reset fails)"),
+}
+_OTHER = (
+    "other",
+    "fail",
+    "a driver error: drain the node, reset the GPU and look it up in NVIDIA's Xid catalogue",
+)
+
+
+def classify(xid: int) -> tuple[str, str, str]:
+    """(class, verdict "warn"/"fail", what to do) of an Xid code."""
+    return _CLASSES.get(xid, _OTHER)
+
+
+@record(frozen=True)
+class XidEvent:
+    bus: BusId  # function 0: the log names domain:bus:device only
+    xid: int
+    pid: str = ""
+    process: str = ""
+    message: str = ""  # the driver's text after the code
+    usec: int | None = None  # since boot, for /dev/kmsg records
+
+    @property
+    def kind(self) -> str:
+        return classify(self.xid)[0]
+
+    @property
+    def verdict(self) -> str:
+        return classify(self.xid)[1]
+
+    def matches(self, bus_id: str) -> bool:
+        """Whether this event is about the GPU at ``bus_id`` (any form BusId parses)."""
+        try:
+            gpu = BusId.parse(bus_id)
+        except ValueError:
+            return False
+        return (gpu.domain, gpu.bus, gpu.device) == (self.bus.domain, self.bus.bus, self.bus.device)
+
+
+def parse_line(text: str, usec: int | None = None) -> XidEvent | None:
+    """The Xid event a kernel message (or a dmesg/journal line holding one) reports."""
+    m = _XID.search(text)
+    if m is None:
+        return None
+    bus = BusId.parse(m["bus"] + ".0")
+    rest = m["rest"].lstrip(",").strip()
+    pid = _PID.search(rest)
+    name = _NAME.search(rest)
+    message = rest
+    for found in (pid, name):
+        if found is not None:
+            message = message.replace(found.group(0), "")
+    message = message.strip(" ,")
+    return XidEvent(
+        bus,
+        int(m["xid"]),
+        pid=pid["pid"].strip("'") if pid else "",
+        process=name["name"].strip() if name else "",
+        message=message,
+        usec=usec,
+    )
+
+
+def parse_log(text: str) -> list[XidEvent]:
+    """Every Xid event in a log: /dev/kmsg records or plain lines, in order."""
+    events = []
+    for line in text.splitlines():
+        usec = None
+        record_match = _KMSG_RECORD.fullmatch(line)
+        if record_match is not None:
+            line, usec = record_match["text"], int(record_match["usec"])
+        event = parse_line(line, usec)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+class LogUnreadable(RuntimeError):
+    """The kernel log cannot be read (permission, no such file); one line."""
+
+
+def read_kernel_log(path: str = KMSG) -> str:
+    """What the kernel's log holds now, without waiting for more: /dev/kmsg is read one
+    record per read() until EAGAIN (a record the buffer overwrote meanwhile, EPIPE, is
+    skipped); a regular file is read whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogUnreadable(f"{path}: {exc.strerror or exc}") from None
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while total < _MAX_LOG_BYTES:
+            try:
+                data = os.read(fd, 65536)
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue
+                if exc.errno == errno.EAGAIN:
+                    break
+                raise LogUnreadable(f"{path}: {exc.strerror or exc}") from None
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")

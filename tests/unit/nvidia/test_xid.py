@@ -1,0 +1,107 @@
+"""Xid errors read back from the kernel log and judged by NVIDIA's classes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gpunode.nvidia import xid
+
+KMSG = (
+    "6,1021,5011223,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.261.03\n"
+    " SUBSYSTEM=module\n"
+    "4,1022,9123456,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, "
+    "GPU has fallen off the bus.\n"
+    "4,1023,9200000,-;NVRM: Xid (PCI:0000:d8:00): 13, pid='<unknown>', name=<unknown>, "
+    "Graphics Exception: ESR 0x404600=0x80000001\n"
+    "4,1024,9300000,c;NVRM: Xid (PCI:00000000:07:00): 48, pid=77, name=train, "
+    "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer\n"
+)
+
+
+def test_kmsg_records_give_each_xid_with_its_gpu_and_time():
+    events = xid.parse_log(KMSG)
+    assert [(e.xid, e.kind, e.verdict, e.usec) for e in events] == [
+        (79, "bus", "fail", 9123456),
+        (13, "application", "warn", 9200000),
+        (48, "memory", "fail", 9300000),
+    ]
+    fell = events[0]
+    assert (fell.pid, fell.process, fell.message) == (
+        "1234",
+        "python3",
+        "GPU has fallen off the bus.",
+    )
+    assert events[1].pid == "<unknown>"
+    assert fell.matches("00000000:3B:00.0") and fell.matches("0000:3b:00.0")
+    assert not fell.matches("0000:3c:00.0") and not fell.matches("garbage")
+    assert events[2].matches("00000000:07:00.0")
+
+
+def test_dmesg_and_journal_lines_are_read_the_same_way():
+    line = "[ 9.123456] NVRM: Xid (PCI:0000:3b:00): 74, pid=1, name=nccl, NVLink: fatal error"
+    journal = "Nov 25 06:00:01 node1 kernel: " + line.split("] ", 1)[1]
+    for text in (line, journal):
+        (event,) = xid.parse_log(text)
+        assert (event.xid, event.kind, event.message) == (74, "nvlink", "NVLink: fatal error")
+    assert xid.parse_log("NVRM: GPU at PCI:0000:3b:00: GPU-abc\nusb 1-1: new device\n") == []
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 68, 109])
+def test_application_xids_only_warn(code):
+    assert xid.classify(code)[:2] == ("application", "warn")
+
+
+@pytest.mark.parametrize("code,kind", [(48, "memory"), (63, "memory"), (64, "memory"),
+                                       (92, "memory"), (94, "memory"), (95, "memory"),
+                                       (79, "bus"), (74, "nvlink"), (119, "gsp"), (999, "other")])  # fmt: skip
+def test_other_xids_fail_with_what_to_do(code, kind):
+    got_kind, verdict, action = xid.classify(code)
+    assert (got_kind, verdict) == (kind, "fail") and action
+
+
+def test_reading_a_log_file_and_a_missing_one(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_text(KMSG)
+    assert len(xid.parse_log(xid.read_kernel_log(str(log)))) == 3
+    with pytest.raises(xid.LogUnreadable, match=f"{tmp_path}/none: No such file"):
+        xid.read_kernel_log(str(tmp_path / "none"))
+
+
+def test_reading_stops_at_the_end_of_a_nonblocking_source(tmp_path):
+    """/dev/kmsg answers EAGAIN at its end when opened non-blocking; a FIFO with no more data
+    does the same, so the reader must return what it has instead of waiting."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # keeps the FIFO open: a read would block forever
+    try:
+        os.write(writer, KMSG.encode())
+        assert len(xid.parse_log(xid.read_kernel_log(str(fifo)))) == 3
+    finally:
+        os.close(writer)
+
+
+def test_the_inventory_gives_each_gpu_its_xids_and_names_the_rest(tmp_path):
+    from gpunode.nvidia.inventory import Inventory, attach_xid_errors
+
+    from ..validate.fakes import healthy_gpu
+
+    gpus = [healthy_gpu(0, pci_bus_id="00000000:3B:00.0", xid_errors=None),
+            healthy_gpu(1, pci_bus_id="00000000:D8:00.0", xid_errors=None)]  # fmt: skip
+    inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", gpus)
+    log = tmp_path / "kmsg"
+    log.write_text(KMSG)
+    attach_xid_errors(inv, str(log))
+    assert [e["xid"] for e in gpus[0].xid_errors] == [79]
+    assert [(e["xid"], e["verdict"]) for e in gpus[1].xid_errors] == [(13, "warn")]
+    (problem,) = inv.problems  # Xid 48 names bus 07, which no GPU here has
+    assert problem["issue"] == "xid_unmatched" and problem["pci_bus_id"] == "00000000:07:00.0"
+    assert inv.kernel_log is None and not inv.healthy
+
+    unread = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03",
+                       [healthy_gpu(0, xid_errors=None)])  # fmt: skip
+    attach_xid_errors(unread, str(tmp_path / "none"))
+    assert unread.gpus[0].xid_errors is None
+    assert "the kernel log cannot be read" in unread.kernel_log
+    assert unread.to_dict()["kernel_log_error"] == unread.kernel_log

@@ -1,0 +1,163 @@
+"""The mock NVML's PCIe link, clock event reasons, NVLink, fabric and InfoROM answers
+(gpunode.nvidia.health's checks), read through an unmodified pynvml from the built library
+with a built-in profile's payload, each value with and without its fault."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpunode.sim.profiles import (
+    PCIE_REPLAYS,
+    ProfileError,
+    load_profile,
+    mock_payload,
+    parse_profile,
+)
+
+from .test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
+    built_lib,
+    in_private_dev,
+    install_lib,
+    needs_unshare,
+    pynvml_ready,
+)
+
+PROBE = textwrap.dedent(
+    r"""
+    import json
+    import pynvml as N
+
+    def call(fn, *a):
+        try:
+            return fn(*a)
+        except N.NVMLError as e:
+            return "error:" + type(e).__name__
+
+    def fabric(h, version):
+        info = N.c_nvmlGpuFabricInfo_v3_t() if version == 3 else N.c_nvmlGpuFabricInfo_v2_t()
+        if version == 0:
+            info.version = 0x01000024
+        got = call(N.nvmlDeviceGetGpuFabricInfoV, h, N.byref(info))
+        return got if isinstance(got, str) else [info.state, info.status, info.cliqueId,
+                                                 getattr(info, "healthSummary", None)]
+
+    def fabric_v1(h):
+        info = N.c_nvmlGpuFabricInfo_t()
+        got = call(N.nvmlDeviceGetGpuFabricInfo, h, N.byref(info))
+        return got if isinstance(got, str) else [info.state, info.status]
+
+    N.nvmlInit()
+    out = []
+    for i in range(N.nvmlDeviceGetCount()):
+        h = N.nvmlDeviceGetHandleByIndex(i)
+        out.append({
+            "pcie": [call(f, h) for f in (
+                N.nvmlDeviceGetCurrPcieLinkGeneration, N.nvmlDeviceGetMaxPcieLinkGeneration,
+                N.nvmlDeviceGetGpuMaxPcieLinkGeneration, N.nvmlDeviceGetCurrPcieLinkWidth,
+                N.nvmlDeviceGetMaxPcieLinkWidth)],
+            "replays": call(N.nvmlDeviceGetPcieReplayCounter, h),
+            "events": call(N.nvmlDeviceGetCurrentClocksEventReasons, h),
+            "throttle": call(N.nvmlDeviceGetCurrentClocksThrottleReasons, h),
+            "links": [call(N.nvmlDeviceGetNvLinkState, h, l) for l in range(N.NVML_NVLINK_MAX_LINKS)],
+            "fabric": [fabric(h, 2), fabric(h, 3), fabric(h, 0), fabric_v1(h)],
+            "inforom": call(N.nvmlDeviceValidateInforom, h),
+        })
+    N.nvmlShutdown()
+    print(json.dumps(out))
+    """
+)
+
+
+def probe(lib: Path, tmp_path: Path, payload: str, gpus: int) -> list[dict]:
+    libdir = install_lib(lib, payload, tmp_path)
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    proc = in_private_dev([sys.executable, str(script)], list(range(gpus)), env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+UP18 = [1] * 18 + ["error:NVMLError_InvalidArgument"] * 18
+HEALTHY_H100 = {
+    "pcie": [5, 5, 5, 16, 16], "replays": 0, "events": 0x1, "throttle": 0x1, "links": UP18,
+    "fabric": [[3, 0, 1, None], [3, 0, 1, 1], "error:NVMLError_ArgumentVersionMismatch", [3, 0]],
+    "inforom": None,
+}  # fmt: skip
+
+
+@needs_unshare
+def test_each_fault_changes_exactly_its_value(built_lib, tmp_path, pynvml_ready):  # noqa: F811
+    """h100x8-degraded: GPU i carries one fault (GPU 7 none); every other value is healthy."""
+    got = probe(built_lib, tmp_path, mock_payload(load_profile("h100x8-degraded")), 8)
+    link0_down = [0, *UP18[1:]]
+    fabric_failed = [[3, 999, 1, None], [3, 999, 1, 1], HEALTHY_H100["fabric"][2], [3, 999]]
+    faulty = [
+        {"pcie": [5, 5, 5, 8, 16]},  # pcie_degraded: x8 of x16
+        {"replays": PCIE_REPLAYS},  # pcie_replays
+        {"events": 0x8, "throttle": 0x8},  # clocks_hw_slowdown
+        {"events": 0x20, "throttle": 0x20},  # clocks_sw_thermal
+        {"links": link0_down},  # nvlink_down
+        {"inforom": "error:NVMLError_CorruptedInforom"},  # inforom_corrupt
+        {"fabric": fabric_failed},  # fabric_manager_failed
+        {},
+    ]
+    assert got == [HEALTHY_H100 | fault for fault in faulty]
+
+
+@needs_unshare
+def test_gpus_without_nvlink_or_fabric(built_lib, tmp_path, pynvml_ready):  # noqa: F811
+    a100, t4 = (
+        probe(built_lib, tmp_path / n, mock_payload(load_profile(n)), 4)
+        for n in ("a100x4", "t4x2-faulty")
+    )
+    not_supported = "error:NVMLError_NotSupported"
+    assert a100[0]["pcie"] == [4, 4, 4, 16, 16] and a100[0]["links"][:13] == [1] * 12 + [
+        "error:NVMLError_InvalidArgument"
+    ]
+    assert a100[0]["fabric"] == [not_supported, not_supported,
+                                 "error:NVMLError_ArgumentVersionMismatch", not_supported]  # fmt: skip
+    assert [g["pcie"] for g in t4] == [[3, 3, 3, 16, 16]] * 2
+    assert {json.dumps(g["links"]) for g in t4} == {json.dumps([not_supported] * 36)}
+    assert all(g["inforom"] is None and g["events"] == 0x1 for g in t4 + a100)
+
+
+def h100(**gpu) -> dict:
+    src = Path(__file__).resolve().parents[3] / "src/gpunode/data/profiles/h100x8.yaml"
+    data = yaml.safe_load(src.read_text())
+    data["gpus"] = [data["gpus"][0] | gpu]
+    return data
+
+
+@pytest.mark.parametrize(
+    ("gpu", "message"),
+    [
+        ({"pcie_width": 12}, "gpus[0].pcie_width: 12 is not valid; expected one of 1, 2, 4, 8, 16, 32"),
+        ({"pcie_gen": 7}, "gpus[0].pcie_gen: 7 is not valid; expected an integer 1..6"),
+        ({"nvlinks": 37}, "gpus[0].nvlinks: 37 is not valid; expected an integer 0..36"),
+        ({"nvlinks": 0, "faults": ["nvlink_down"]},
+         "gpus[0].faults: nvlink_down needs a GPU with NVLinks (nvlinks is 0)"),
+        ({"pcie_width": 1, "faults": ["pcie_degraded"]},
+         "gpus[0].faults: pcie_degraded needs a link wider than x1"),
+        ({"nvlinks": 0, "faults": ["fabric_manager_failed"]},
+         "gpus[0].faults: fabric_manager_failed needs an NVSwitch GPU (compute capability 9.0 "
+         "or later with NVLinks); this one has 9.0 and 0 NVLinks"),
+    ],
+)  # fmt: skip
+def test_bad_link_values_are_one_line(gpu, message):
+    with pytest.raises(ProfileError) as info:
+        parse_profile(h100(**gpu), "p.yaml")
+    assert str(info.value) == f"p.yaml: {message}"
+
+
+def test_link_defaults_and_overrides():
+    t4 = load_profile("t4x2-faulty").gpus[0]
+    assert (t4.pcie_gen, t4.pcie_width, t4.nvlinks, t4.fabric) == (3, 16, 0, False)
+    g = parse_profile(h100(pcie_gen=4, pcie_width=8, nvlinks=0)).gpus[0]
+    assert (g.pcie_gen, g.pcie_width, g.nvlinks, g.fabric) == (4, 8, 0, False)

@@ -34,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gpunode must be the engine's default runtime")  # fmt: skip
     p.add_argument("--runtime-name", help="the runtime's name in the engine (default gpunode)")
     p.add_argument("--engine", help=f"{'|'.join(ENGINES)} (default docker)")
+    p.add_argument("--expect-mig-config", metavar="FILE",
+                   help="mig-parted config file (v1) holding the expected MIG layout")  # fmt: skip
+    p.add_argument("--expect-mig-name", metavar="NAME",
+                   help="the config of --expect-mig-config to expect (as mig-parted -c)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
             runtime_default=args.runtime_default,
             runtime_name=args.runtime_name,
             engine=args.engine,
+            mig_config_file=args.expect_mig_config,
+            mig_config_name=args.expect_mig_name,
         )
         if args.textfile and (why := output.check_textfile_path(args.textfile)):
             raise BadInput(why)

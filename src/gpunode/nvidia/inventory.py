@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..util.record import asdict as record_asdict
 from . import health, nvml, procfs, xid
 from .busid import BusId
 from .devices import is_gpu_node
-from .facts import nvml_text
+from .facts import MigFacts, nvml_text
 
 SCHEMA = "gpunode.inventory/v1"
 
@@ -38,7 +39,10 @@ class GpuInfo:
     compute_capability: str | None = None
     persistence_mode: bool | None = None
     ecc_mode: bool | None = None
-    mig_mode: bool | None = None
+    mig_mode: bool | None = None  # current MIG mode; None: the GPU cannot do MIG
+    mig_mode_pending: bool | None = None  # the mode after the next GPU reset
+    # its MIG devices in NVML's order (index n of "<gpu>:<n>"), while MIG mode is on
+    mig_devices: list[MigFacts] = field(default_factory=list)
     ecc_errors: dict[str, int] = field(default_factory=dict)
     retired_pages: dict[str, Any] = field(default_factory=dict)
     remapped_rows: dict[str, int] = field(default_factory=dict)
@@ -66,7 +70,7 @@ class GpuInfo:
         return health.flags(self)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: record_asdict(getattr(self, f.name)) for f in fields(self)}
         del d["lost"], d["missing"]  # shown as the flag fallen_off_bus; missing: `problems`
         d["health"] = self.health
         return d
@@ -155,6 +159,8 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
     gpu.ecc_mode = None if ecc is None else bool(ecc[0])
     mig = opt(pynvml.nvmlDeviceGetMigMode)
     gpu.mig_mode = None if mig is None else bool(mig[0])
+    gpu.mig_mode_pending = None if mig is None else bool(mig[1])
+    gpu.mig_devices = list(facts.mig)
     gpu.temperature_c = opt(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
     if gpu.ecc_mode:
         for kind, err in (("corrected", 0), ("uncorrected", 1)):
@@ -418,8 +424,23 @@ def format_table(inv: Inventory) -> str:
         lines.append(
             f"{g.index if g.index is not None else '-':>3}  "
             f"{g.minor if g.minor is not None else '-':>5}  {g.pci_bus_id or '-':<16}  "
-            f"{g.uuid or '-':<40}  {mem:>9}  {g.name or '-'} [{health}]"
+            f"{g.uuid or '-':<40}  {mem:>9}  {g.name or '-'} [{health}]{_mig_mode(g)}"
         )
+        for m in g.mig_devices:  # under their GPU, named as a container requests them
+            lines.append(
+                f"{f'{g.index}:{m.index}':>10}  {'':<16}  {m.uuid:<40}  "
+                f"{f'{m.memory_mib} MiB':>9}  MIG {m.profile or '?'} (GI {m.gi}, CI {m.ci})"
+            )
     for p in inv.problems:
         lines.append(f"problem: {p['issue']}: {p['detail']}")
     return "\n".join(lines)
+
+
+def _mig_mode(g: GpuInfo) -> str:
+    """The GPU line's MIG note: nothing for a GPU that cannot do MIG."""
+    if g.mig_mode is None:
+        return ""
+    now = "on" if g.mig_mode else "off"
+    if g.mig_mode_pending is not None and g.mig_mode_pending != g.mig_mode:
+        return f" MIG {now} ({'on' if g.mig_mode_pending else 'off'} after a GPU reset)"
+    return f" MIG {now}, {len(g.mig_devices)} MIG device(s)" if g.mig_mode else f" MIG {now}"

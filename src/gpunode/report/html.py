@@ -1,5 +1,6 @@
 """The cluster report as one self-contained HTML page: a node-by-check grid (a row per node,
-a row per GPU under it for the per-GPU checks), coloured by status, details on click.
+a row per GPU under it for the per-GPU checks, a row per MIG device under its GPU for the
+checks about that MIG device), coloured by status, details on click.
 
 No external assets and no framework: inline CSS, and a dozen lines of JS that show a cell's
 details in a panel; without JS each node's <details> list below the grid has them all.
@@ -28,7 +29,10 @@ table.grid{border-collapse:collapse;margin:1em 0}
 .grid th.node small,.grid th.gpu small{display:block;font-weight:400;color:#555}
 .grid th.gpu{text-align:left;font-weight:400;padding-left:1.6em;background:#fff;
  white-space:nowrap}
-.grid tr.gpurow th.gpu.bad{box-shadow:inset 4px 0 0 #c62828}
+.grid th.mig{text-align:left;font-weight:400;padding-left:3em;background:#fbfbfb;
+ white-space:nowrap;font-size:.92em}
+.grid th.mig small{display:block;font-weight:400;color:#555}
+.grid tr.gpurow th.gpu.bad,.grid tr.migrow th.mig.bad{box-shadow:inset 4px 0 0 #c62828}
 .grid tr.noderow th.node.bad{box-shadow:inset 4px 0 0 #c62828}
 td.cell{min-width:1.6em;cursor:pointer;font-weight:700}
 .s-pass{background:#2e7d32;color:#fff}
@@ -67,6 +71,13 @@ def _gpu_label(gpu: dict) -> str:
     return f"GPU {gpu.get('index', '?')}"
 
 
+def where(c: dict) -> str:
+    """What a check is about, as a row names it: "", "GPU 1", "MIG 1:0" (<gpu>:<n>)."""
+    if c["gpu"] is None:
+        return ""
+    return f"GPU {c['gpu']}" if c.get("mig") is None else f"MIG {c['gpu']}:{c['mig']}"
+
+
 def _node_header(n: dict) -> str:
     v = n.get("versions") or {}
     models = Counter(g.get("model") or "unknown" for g in n.get("gpus") or [])
@@ -84,7 +95,9 @@ def _node_header(n: dict) -> str:
         cuda = ", ".join(v.get("cuda_installed") or []) or "none"
         lines.append(f"driver {driver}{extra} · CUDA max {v.get('cuda_driver_max') or '?'}")
         lines.append(f"toolkit {cuda} · gpunode {n.get('gpunode_version') or '?'}")
-        lines.append(", ".join(f"{c}x {m}" for m, c in models.items()) if models else "no GPUs")
+        gpus = ", ".join(f"{c}x {m}" for m, c in models.items()) if models else "no GPUs"
+        migs = sum(len(g.get("mig") or []) for g in n.get("gpus") or [])
+        lines.append(f"{gpus} · {migs} MIG device(s)" if migs else gpus)
     small = "".join(f"<small>{escape(t)}</small>" for t in lines)
     bad = " bad" if n["status"] == "fail" else ""
     return f'<th class="node{bad}" scope="row">{escape(n["node"])}{small}</th>'
@@ -96,8 +109,8 @@ def _cell(node: str, label: str, col: dict, checks: list[dict]) -> str:
     status = worst(c["status"] for c in checks)
     lines = []
     for c in checks:
-        where = "" if c["gpu"] is None else f"GPU {c['gpu']} "
-        lines.append(f"{c['status'].upper():5} {where}{c['detail']}".rstrip())
+        about = f"{where(c)} " if c["gpu"] is not None else ""
+        lines.append(f"{c['status'].upper():5} {about}{c['detail']}".rstrip())
     detail = "\n".join(lines)
     head = f"{node} · {label} · {col['title']} ({col['id']})"
     text = f"{head}\n{detail}"
@@ -111,7 +124,7 @@ def _cell(node: str, label: str, col: dict, checks: list[dict]) -> str:
 def _rows(n: dict, columns: list[dict]) -> list[str]:
     by: dict[tuple[str, int | None], list[dict]] = {}
     for c in n["checks"]:
-        by.setdefault((c["id"], c["gpu"]), []).append(c)
+        by.setdefault((c["id"], c["gpu"], c.get("mig")), []).append(c)
     node = n["node"]
     cells = []
     for col in columns:  # the node row: node checks, and per-GPU checks summed up
@@ -127,9 +140,10 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
     for i in indices:
         g = gpus.get(i, {"index": i})
         label = _gpu_label(g)
-        row_checks = [c for c in n["checks"] if c["gpu"] == i]
+        row_checks = [c for c in n["checks"] if c["gpu"] == i and c.get("mig") is None]
         bad = " bad" if worst(c["status"] for c in row_checks) == "fail" else ""
-        info = " · ".join(escape(str(x)) for x in (g.get("model"), g.get("pci_bus_id")) if x)
+        mig = f"MIG on · {len(g.get('mig') or [])} MIG device(s)" if g.get("mig_enabled") else None
+        info = " · ".join(escape(str(x)) for x in (g.get("model"), g.get("pci_bus_id"), mig) if x)
         uuid = escape(str(g.get("uuid") or ""))
         head = (
             f'<th class="gpu{bad}" scope="row">{escape(label)}<small>{info}</small>'
@@ -138,19 +152,57 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
         cells = []
         for col in columns:
             if col["per_gpu"]:
-                cells.append(_cell(node, label, col, by.get((col["id"], i), [])))
+                cells.append(_cell(node, label, col, by.get((col["id"], i, None), [])))
             else:
                 cells.append('<td class="cell s-none">·</td>')
         rows.append(
             f'<tr class="gpurow" data-node="{escape(node)}" data-gpu="{i}">{head}{"".join(cells)}</tr>'
         )
+        rows += _mig_rows(n, g, i, columns, by)
     return rows
+
+
+def _mig_rows(n: dict, g: dict, i: int, columns: list[dict], by: dict) -> list[str]:
+    """A row per MIG device of GPU ``i``, under it: its name <gpu>:<n>, profile, memory and
+    UUID, and the cells of the checks about it."""
+    devices = {m["index"]: m for m in g.get("mig") or [] if isinstance(m.get("index"), int)}
+    found = {c["mig"] for c in n["checks"] if c["gpu"] == i and c.get("mig") is not None}
+    node = n["node"]
+    rows = []
+    for k in sorted(set(devices) | found):
+        m = devices.get(k, {})
+        label = f"MIG {i}:{k}"
+        checks = [c for c in n["checks"] if c["gpu"] == i and c.get("mig") == k]
+        bad = " bad" if worst(c["status"] for c in checks) == "fail" else ""
+        mem = f"{m['memory_mib']} MiB" if isinstance(m.get("memory_mib"), int) else None
+        gi_ci = (f"GI {m['gi']} · CI {m['ci']}"
+                 if m.get("gi") is not None and m.get("ci") is not None else None)  # fmt: skip
+        info = " · ".join(escape(str(x)) for x in (m.get("profile"), mem, gi_ci) if x)
+        uuid = escape(str(m.get("uuid") or ""))
+        head = (
+            f'<th class="mig{bad}" scope="row">{escape(label)}<small>{info}</small>'
+            f'<small class="uuid">{uuid}</small></th>'
+        )
+        cells = [
+            _cell(node, label, col, by.get((col["id"], i, k), []))
+            if col["per_gpu"] else '<td class="cell s-none">·</td>'
+            for col in columns
+        ]  # fmt: skip
+        rows.append(f'<tr class="migrow" data-node="{escape(node)}" data-gpu="{i}" '
+                    f'data-mig="{k}">{head}{"".join(cells)}</tr>')  # fmt: skip
+    return rows
+
+
+def _gpu_cell(c: dict) -> str:
+    if c["gpu"] is None:
+        return ""
+    return escape(str(c["gpu"]) if c.get("mig") is None else f"{c['gpu']}:{c['mig']}")
 
 
 def _details(n: dict) -> str:
     rows = "".join(
         f'<tr><td class="st s-{c["status"]}">{c["status"]}</td><td>{escape(c["id"])}</td>'
-        f"<td>{'' if c['gpu'] is None else c['gpu']}</td><td>{escape(c['title'])}</td>"
+        f"<td>{_gpu_cell(c)}</td><td>{escape(c['title'])}</td>"
         f"<td>{escape(c['detail'])}</td></tr>"
         for c in n["checks"]
     )

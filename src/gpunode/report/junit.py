@@ -35,7 +35,12 @@ def _time(seconds) -> str:
 
 
 def case_name(check: dict) -> str:
-    return check["id"] if check["gpu"] is None else f"{check['id']}[gpu{check['gpu']}]"
+    """``id``, ``id[gpu1]``, or for a check about a MIG device ``id[gpu1:0]`` (<gpu>:<n>)."""
+    if check["gpu"] is None:
+        return check["id"]
+    if check.get("mig") is None:
+        return f"{check['id']}[gpu{check['gpu']}]"
+    return f"{check['id']}[gpu{check['gpu']}:{check['mig']}]"
 
 
 def render(model: dict) -> bytes:
@@ -73,6 +78,13 @@ def render(model: dict) -> bytes:
                 name=f"gpu{g.get('index')}",
                 value=f"{g.get('model')} {g.get('uuid')}",
             )
+            for m in g.get("mig") or []:
+                _element(
+                    props,
+                    "property",
+                    name=f"gpu{g.get('index')}:{m.get('index')}",
+                    value=f"MIG {m.get('profile')} {m.get('uuid')}",
+                )
         for c in checks:
             case = _element(
                 suite,

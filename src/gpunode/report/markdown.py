@@ -1,5 +1,5 @@
-"""The cluster report as a short Markdown summary: a line per node, then the failures and
-warnings with their details.
+"""The cluster report as a short Markdown summary: a line per node, the MIG devices under
+their GPU (when a node has any), then the failures and warnings with their details.
 
 Names, versions and details come from the nodes' result files and are text, never markup:
 each goes through ``md`` (line breaks and control characters become one space; every
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+
+from .results import worst
 
 _BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 # CommonMark's backslash escapes cover all ASCII punctuation; these are the characters that
@@ -26,7 +28,34 @@ def md(value) -> str:
 
 
 def _where(c: dict) -> str:
-    return md(c["id"]) if c["gpu"] is None else f"{md(c['id'])} (GPU {md(c['gpu'])})"
+    if c["gpu"] is None:
+        return md(c["id"])
+    if c.get("mig") is None:
+        return f"{md(c['id'])} (GPU {md(c['gpu'])})"
+    return f"{md(c['id'])} (MIG {md(c['gpu'])}:{md(c['mig'])})"
+
+
+def _mig_table(model: dict) -> list[str]:
+    """A row per MIG device, under its GPU: node, GPU, <gpu>:<n>, profile, memory, UUID and
+    the worst verdict of the checks about it (mig.isolation)."""
+    rows = []
+    for n in model["nodes"]:
+        for g in n.get("gpus") or []:
+            for m in g.get("mig") or []:
+                i, k = g.get("index"), m.get("index")
+                checks = [c["status"] for c in n["checks"]
+                          if c["gpu"] == i and c.get("mig") == k]  # fmt: skip
+                status = worst(checks) or "—"
+                mem = f"{md(m['memory_mib'])} MiB" if m.get("memory_mib") is not None else "—"
+                gpu = f"{md(i)} {md(g.get('model') or '')}".strip()
+                rows.append(f"| {md(n['node'])} | {gpu} | {md(i)}:{md(k)} | "
+                            f"{md(m.get('profile') or '—')} | {mem} | {md(m.get('uuid') or '—')} "
+                            f"| {md(status)} |")  # fmt: skip
+    if not rows:
+        return []
+    return ["", "## MIG devices", "",
+            "| node | GPU | MIG device | profile | memory | UUID | status |",
+            "| --- | --- | --- | --- | --- | --- | --- |", *rows]  # fmt: skip
 
 
 def render(model: dict) -> str:
@@ -48,6 +77,7 @@ def render(model: dict) -> str:
         status = "could not run" if n.get("error") else status
         driver = md(v.get("driver_loaded")) if v.get("driver_loaded") else "—"
         out.append(f"| {md(n['node'])} | {status} | {driver} | {cuda} | {gpus} |")
+    out += _mig_table(model)
     problems = [
         f"- {md(n['node'])}: {md(c['status'])} {_where(c)}: {md(c['detail'])}"
         for n in model["nodes"]

@@ -14,6 +14,11 @@ A results file (schema gpunode.results/v1, what playbooks/validate.yml writes) h
 node's: {"schema": "gpunode.results/v1", "results": [entry, ...]}, each entry one of the
 documents above. ``-`` names standard input, which holds either kind.
 
+MIG (issue 20): a GPU of a result may list its MIG devices (``mig``: objects with an integer
+``index``, the n of ``<gpu>:<n>``, and uuid, gi, ci, profile, memory_mib) and a check may be
+about one (``mig``: that n, with ``gpu`` its parent's index); results of a gpunode without
+MIG have neither and read as GPUs without MIG devices, checks with ``mig`` null.
+
 Any file that is not such a document is refused with one line naming the file and what is
 wrong (in a results file, also the entry: FILE results[i] (node NAME)); nothing is merged
 from a file with one bad entry.
@@ -90,10 +95,28 @@ def check_result(doc: object, source: str) -> dict:
     gpus = doc.get("gpus", [])
     if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
         raise _fail(source, "gpus is not a list of objects")
+    gpus = [_gpu(source, g, i) for i, g in enumerate(gpus)]
     versions = doc.get("versions", {})
     if not isinstance(versions, dict):
         raise _fail(source, "versions is not an object")
     return {**doc, "node": node, "checks": checks, "gpus": gpus, "versions": versions}
+
+
+def _gpu(source: str, g: dict, i: int) -> dict:
+    """A GPU of a result; its MIG devices (``mig``: a list of objects, each with an integer
+    index; absent in results of a gpunode without MIG) checked and kept in their order."""
+    mig = g.get("mig", [])
+    if mig is None:
+        mig = []
+    if not isinstance(mig, list) or not all(isinstance(m, dict) for m in mig):
+        raise _fail(source, f"gpus[{i}].mig is {json.dumps(mig)[:40]}; expected a list of "
+                            "MIG devices (objects)")  # fmt: skip
+    for j, m in enumerate(mig):
+        n = m.get("index")
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise _fail(source, f"gpus[{i}].mig[{j}].index is {json.dumps(n)[:40]}; expected "
+                                "the MIG device's n in <gpu>:<n> (an integer)")  # fmt: skip
+    return {**g, "mig": mig}
 
 
 def _engine_answer(source: str, engine: object) -> dict:
@@ -132,10 +155,15 @@ def _check(source: str, c: object, i: int) -> dict:
     gpu = c.get("gpu")
     if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool)):
         raise _fail(source, f"{where}gpu is {json.dumps(gpu)}; expected a GPU index or null")
+    mig = c.get("mig")
+    if mig is not None and (not isinstance(mig, int) or isinstance(mig, bool) or gpu is None):
+        raise _fail(source, f"{where}mig is {json.dumps(mig)}; expected a MIG device's n in "
+                            "<gpu>:<n> (an integer, with gpu set) or null")  # fmt: skip
     return {
         "id": c["id"],
         "title": str(c.get("title") or c["id"]),
         "gpu": gpu,
+        "mig": mig,
         "uuid": c.get("uuid"),
         "status": status,
         "detail": str(c.get("detail") or ""),
@@ -242,7 +270,8 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
             raise _fail(source, f"node {r['node']!r} is also in {seen[r['node']]}")
         seen[r["node"]] = source
         if not r.get("unreachable"):
-            reach = {"id": REACHABLE, "title": "Node reachable", "gpu": None, "uuid": None}
+            reach = {"id": REACHABLE, "title": "Node reachable", "gpu": None, "mig": None,
+                     "uuid": None}
             reach |= {"status": "pass", "detail": "results received", "duration_s": None}
             r = {**r, "checks": [reach] + [c for c in r["checks"] if c["id"] != REACHABLE]}
         status = worst(c["status"] for c in r["checks"]) or "skip"
@@ -262,7 +291,8 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
     for n in nodes:
         if n.get("no_gpu"):  # what was not checked there is a skip saying why
             have = {c["id"] for c in n["checks"]}
-            skip = {"gpu": None, "uuid": None, "status": "skip", "detail": n["detail"]}
+            skip = {"gpu": None, "mig": None, "uuid": None, "status": "skip",
+                    "detail": n["detail"]}
             n["checks"] += [
                 {"id": c, "title": titles[c], **skip, "duration_s": None}
                 for c in columns

@@ -7,7 +7,9 @@ Modules:
   gpus       node.gpu_count and the per-GPU health checks, from gpunode's inventory
   versions   driver loaded / installed / pinned, CUDA installed and compatible
   engine     daemon.json, the runtime's registration, the engine answering
-  container  the probe image (built on the node) and the isolation and CUDA smoke tests
+  mig        the MIG layout (mig.mode, mig.layout) against a mig-parted config
+  container  the probe image (built on the node) and the isolation and CUDA smoke tests,
+             and mig.isolation per MIG device
   probe      what runs inside the containers (stdlib only: ctypes on the injected NVML)
   output     JSON, the human table, the Prometheus textfile
   command    the CLI subcommand

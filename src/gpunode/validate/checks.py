@@ -17,7 +17,7 @@ from .model import Result
 
 def validate(expect: Expectations, node: str | None = None) -> Result:
     """Run every check (no output). The checks' modules load here, not for --help."""
-    from . import container, engine, gpus, versions
+    from . import container, engine, gpus, mig, versions
     from . import node as node_checks
 
     started = time.gmtime()
@@ -48,7 +48,7 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
         if inv is not None and watch.unavailable is None:
             attach_xid_events(inv, watch.drain(), "NVML events while validating")
     result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
-    result.checks += checks + later
+    result.checks += checks + mig.evaluate(inv, expect.mig_layout) + later
     # after the containers: what the runtime cached and generated for them is compared
     result.checks += node_checks.evaluate(inv)
     result.duration_s = time.monotonic() - t0

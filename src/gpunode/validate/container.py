@@ -16,6 +16,13 @@ containers; a GPU without a device node cannot be). container.cuda: in the same 
 cuInit and cuDeviceGetCount must give the requested count; when the node reports no
 CUDA-capable device (no libcuda.so.1 on the node, or cuInit answers
 CUDA_ERROR_NO_DEVICE) it is skipped with that reason.
+
+mig.isolation, one per MIG device of the inventory: two more containers each, requesting
+it as ``<gpu>:<n>`` and as its ``MIG-<uuid>``; each must show exactly that MIG device: the
+parent's ``/dev/nvidia<minor>`` only, NVML listing the parent and under it that MIG device
+alone, the ``/dev/nvidia-caps`` nodes of its GPU and compute instance and no other (their
+minors read from the driver's access files, gpunode.nvidia.mig), and the parent's
+``/proc/driver/nvidia/gpus`` entry only.
 """
 
 from __future__ import annotations
@@ -32,7 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from ..nvidia import inventory
+from ..nvidia import mig as migcaps
 from ..nvidia.busid import BusId
+from ..nvidia.facts import MigFacts
+from ..nvidia.procfs import PROC_DRIVER_NVIDIA
 from ..util import tool
 from . import probe
 from .expect import Expectations
@@ -46,7 +56,11 @@ TITLES = {
     "container.image": "Probe image (built on the node)",
     "container.isolation": "Containers see exactly the requested GPUs",
     "container.cuda": "CUDA in a container",
+    "mig.isolation": "A container sees exactly the requested MIG device",
 }
+CONTAINER_CHECKS = ("container.image", "container.isolation", "container.cuda")
+MIG_WORKERS = 8  # containers at once for the MIG devices
+
 # What the probe imports, found by running the node's python3 the way the container does.
 _MODULES = (
     "import sys, ctypes, json, os\n"
@@ -174,7 +188,9 @@ def run_probe(engine: str, runtime: str, image: str, request: str) -> dict[str, 
 
 def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
             check_proc: bool) -> list[str]:  # fmt: skip
-    """What differs between the requested GPUs and what the container saw (empty: exact)."""
+    """What differs between the requested GPUs and what the container saw (empty: exact).
+    MIG: ``all`` gives every MIG device (NVML lists each under its GPU); a GPU requested
+    whole gives none of its MIG devices (no GI/CI capability), as NVIDIA's runtime."""
     if "error" in seen:
         return [f"{request}: {seen['error']}"]
     bad = []
@@ -191,6 +207,17 @@ def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
             bad.append(
                 f"NVML lists {nv['count']}: {', '.join(got) or 'none'}; expected {len(want)}"
             )
+        by_uuid = {g.uuid: g for g in want}
+        for g in nv["gpus"]:
+            wanted = by_uuid.get(g.get("uuid"))
+            if wanted is None:
+                continue
+            migs = [m.uuid for m in wanted.mig_devices] if request == "all" else []
+            if "mig_error" in g:
+                bad.append(f"NVML MIG devices of {wanted.uuid}: {g['mig_error']}")
+            elif g.get("mig", []) != migs:
+                bad.append(f"NVML lists MIG devices {', '.join(g.get('mig', [])) or 'none'} of "
+                           f"{wanted.uuid}; expected {', '.join(migs) or 'none'}")  # fmt: skip
     if check_proc:
         buses = sorted(BusId.parse(g.pci_bus_id).procfs for g in want)
         if seen["proc"] is None:
@@ -198,6 +225,98 @@ def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
         elif seen["proc"] != buses:
             bad.append(f"/proc/driver/nvidia/gpus {seen['proc']}, expected {buses}")
     return [f"{request}: " + "; ".join(bad)] if bad else []
+
+
+def cap_minors(gpu: inventory.GpuInfo, dev: MigFacts,
+               proc_nvidia: str = PROC_DRIVER_NVIDIA) -> list[int] | str:  # fmt: skip
+    """The minors of the GI and CI cap nodes a container given ``dev`` gets, read from the
+    driver's access files; the reason (one line) when they cannot be read."""
+    try:
+        return sorted(
+            migcaps.read_cap_minor(migcaps.access_file(proc_nvidia, cap))
+            for cap in (migcaps.gi_cap(gpu.minor, dev.gi), migcaps.ci_cap(gpu.minor, dev.gi, dev.ci))
+        )
+    except migcaps.CapsError as exc:
+        return str(exc)
+
+
+def compare_mig(request: str, gpu: inventory.GpuInfo, dev: MigFacts, seen: dict[str, Any],
+                caps: list[int] | str, check_proc: bool) -> list[str]:  # fmt: skip
+    """What differs between one MIG device and what a container requesting it saw."""
+    if "error" in seen:
+        return [f"{request}: {seen['error']}"]
+    bad = []
+    if seen["dev"] != [gpu.minor]:
+        bad.append(f"device nodes {seen['dev']}, expected [{gpu.minor}] (the parent only)")
+    nv = seen["nvml"]
+    if "error" in nv:
+        bad.append(f"NVML: {nv['error']}")
+    else:
+        got = [g.get("uuid") or f"<{g.get('error')}>" for g in nv["gpus"]]
+        if got != [gpu.uuid]:
+            bad.append(f"NVML lists {nv['count']} GPU(s): {', '.join(got) or 'none'}; "
+                       f"expected the parent {gpu.uuid} alone")  # fmt: skip
+        for g in nv["gpus"]:
+            if g.get("uuid") != gpu.uuid:
+                continue
+            if "mig_error" in g:
+                bad.append(f"NVML MIG devices: {g['mig_error']}")
+            elif g.get("mig") != [dev.uuid]:
+                bad.append(f"NVML lists MIG devices {', '.join(g.get('mig') or []) or 'none'}; "
+                           f"expected {dev.uuid} alone")  # fmt: skip
+    if isinstance(caps, list) and seen.get("caps") != caps:
+        bad.append(f"/dev/nvidia-caps nodes {seen.get('caps')}, expected {caps} (its GI and CI)")
+    if check_proc:
+        bus = [BusId.parse(gpu.pci_bus_id).procfs]
+        if seen["proc"] is None:
+            bad.append("no /proc/driver/nvidia/gpus in the container")
+        elif seen["proc"] != bus:
+            bad.append(f"/proc/driver/nvidia/gpus {seen['proc']}, expected {bus}")
+    return [f"{request}: " + "; ".join(bad)] if bad else []
+
+
+def mig_isolation(add, inv: inventory.Inventory, probe_with, tag: str, check_proc: bool,
+                  proc_nvidia: str = PROC_DRIVER_NVIDIA) -> None:  # fmt: skip
+    """mig.isolation for every MIG device: ``<gpu>:<n>`` and its UUID, each in a container."""
+    index = {id(g): i for i, g in enumerate(inv.every_gpu())}
+    devices = [(g, d) for g in inv.gpus if g.uuid and not g.lost for d in g.mig_devices]
+    if not devices:
+        return
+    requests = [(g, d, r) for g, d in devices for r in (f"{g.index}:{d.index}", d.uuid)]
+    with ThreadPoolExecutor(max_workers=min(MIG_WORKERS, len(requests))) as pool:
+        seen = list(pool.map(lambda x: probe_with(tag, x[2]), requests))
+    for g, d in devices:
+        caps = cap_minors(g, d, proc_nvidia)
+        got = [s for (gg, dd, _), s in zip(requests, seen, strict=True) if gg is g and dd is d]
+        names = [r for gg, dd, r in requests if gg is g and dd is d]
+        bad = [x for r, s in zip(names, got, strict=True)
+               for x in compare_mig(r, g, d, s, caps, check_proc)]  # fmt: skip
+        where = {"gpu": index.get(id(g), g.index), "mig": d.index, "uuid": d.uuid}
+        if bad:
+            name = f"{g.index}:{d.index}"
+            add("mig.isolation", FAIL, "; ".join(bad) + f": a container asking for MIG device "
+                f"{name} does not get exactly it; see the cap nodes `gpunode explain` gives "
+                f"with NVIDIA_VISIBLE_DEVICES={name}, check /dev/nvidia-caps against "
+                "/proc/driver/nvidia-caps/mig-minors, and after a MIG change refresh the "
+                "runtime's inventory (gpunode runtime refresh)", **where)  # fmt: skip
+            continue
+        how = f"NVML: {g.uuid} with only this MIG device; /dev/nvidia{g.minor}"
+        how += (f"; cap nodes {', '.join(map(str, caps))}" if isinstance(caps, list)
+                else f"; cap nodes not compared ({caps})")  # fmt: skip
+        how += "; /proc/driver/nvidia/gpus" if check_proc else ""
+        add("mig.isolation", PASS, f"{' and '.join(names)} ({d.profile or 'MIG device'}): "
+            f"exactly this MIG device ({how})", **where)  # fmt: skip
+
+
+def skip_mig(add, inv: inventory.Inventory | None, reason: str) -> None:
+    """mig.isolation skipped for every MIG device (the containers cannot run)."""
+    if inv is None:
+        return
+    index = {id(g): i for i, g in enumerate(inv.every_gpu())}
+    for g in inv.gpus:
+        for d in g.mig_devices:
+            add("mig.isolation", SKIP, reason, gpu=index.get(id(g), g.index), mig=d.index,
+                uuid=d.uuid)  # fmt: skip
 
 
 def node_libcuda() -> str | None:
@@ -230,8 +349,9 @@ def evaluate(
     elif not usable:
         reason = "no usable GPU on this node to give a container"
     if reason:
-        for cid in TITLES:
+        for cid in CONTAINER_CHECKS:
             add(cid, SKIP, reason)
+        skip_mig(add, inv, reason)
         return checks
     runtime = expect.runtime_name
     if expect.engine == "podman":
@@ -248,10 +368,14 @@ def evaluate(
         add("container.image", FAIL, str(exc))
         for cid in ("container.isolation", "container.cuda"):
             add(cid, SKIP, "no probe image")
+        skip_mig(add, inv, "no probe image (see container.image)")
         return checks
     add("container.image", PASS, f"{tag} ({'built from local files' if built else 'cached'})")
 
-    requests = {usable[0].uuid: [usable[0]], "all": usable}
+    # one GPU: a whole one where the node has one (a MIG-enabled GPU given whole has no
+    # CUDA device: its work runs on MIG devices), and all
+    one = next((g for g in usable if not g.mig_mode), usable[0])
+    requests = {one.uuid: [one], "all": usable}
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
         seen = dict(zip(requests, pool.map(lambda r: probe_with(tag, r), requests), strict=True))
     check_proc = os.path.isdir(proc_gpus)
@@ -261,12 +385,19 @@ def evaluate(
     else:
         how = "device nodes, NVML UUIDs" + (", /proc/driver/nvidia/gpus" if check_proc else "")
         add("container.isolation", PASS,
-            f"1 GPU ({usable[0].uuid}) and all {len(usable)}: exactly those ({how})")  # fmt: skip
+            f"1 GPU ({one.uuid}) and all {len(usable)}: exactly those ({how})")  # fmt: skip
 
+    cuda_checks(add, requests, seen, len(usable))
+    mig_isolation(add, inv, probe_with, tag, check_proc, os.path.dirname(proc_gpus))
+    return checks
+
+
+def cuda_checks(add, requests: dict[str, list], seen: dict[str, Any], count: int) -> None:
+    """container.cuda from the containers of container.isolation."""
     results = {r: s.get("cuda") for r, s in seen.items() if "cuda" in s}
     if len(results) < len(requests):
         add("container.cuda", SKIP, "the containers did not run (see container.isolation)")
-        return checks
+        return
     no_device = [
         c for c in results.values() if c.get("absent") or c.get("init") == CUDA_ERROR_NO_DEVICE
     ]
@@ -281,7 +412,7 @@ def evaluate(
                 SKIP,
                 f"the node reports no CUDA-capable device ({no_device[0]['error']})",
             )
-        return checks
+        return
     cbad = []
     for r, c in results.items():
         want = len(requests[r])
@@ -295,6 +426,5 @@ def evaluate(
         add(
             "container.cuda",
             PASS,
-            f"cuInit ok; cuDeviceGetCount = 1 and {len(usable)} as requested",
+            f"cuInit ok; cuDeviceGetCount = 1 and {count} as requested",
         )
-    return checks

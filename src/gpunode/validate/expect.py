@@ -21,6 +21,13 @@ has many:
   gpu_container_runtime_docker_default  (same)
   container_engine_runtime_name       --runtime-name (default gpunode)
   gpunode_validate_engine             --engine docker|podman|cri|none
+  gpu_mig_config                      --expect-mig-name NAME (the selected mig-parted config)
+  gpu_mig_configs                     the mig-parted v1 document itself (version, mig-configs),
+                                      or its mig-configs mapping alone
+  gpu_mig_config_file                 --expect-mig-config FILE (a mig-parted file on the node)
+
+The MIG layout needs both a name and its configs (a file or the document); one without the
+other is bad input, as is a config the file does not have (gpunode.validate.mig).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 from ..provision import ProvisionError
 from ..provision.cuda import check_policy
 from ..provision.versions import check_cuda, check_pin
+from .mig import Layout, LayoutError, load_layout, parse_layout
 
 ENGINES = ("docker", "podman", "cri", "none")
 STDIN = "-"  # --vars -: the variables on standard input (the playbook hands them over so)
@@ -53,6 +61,7 @@ class Expectations:
     runtime_default: bool = False
     runtime_name: str = "gpunode"
     engine: str = "docker"
+    mig_layout: Layout | None = None
     sources: dict[str, str] = field(default_factory=dict)  # expectation -> where it came from
 
     def missing(self) -> list[str]:
@@ -62,6 +71,9 @@ class Expectations:
             out.append("expected GPU count (--expect-gpus, gpunode_expected_gpus)")
         if self.driver_pin is None:
             out.append("driver pin (--driver-pin, nvidia_driver_version/nvidia_driver_branch)")
+        if self.mig_layout is None:
+            out.append("MIG layout (--expect-mig-config FILE --expect-mig-name NAME, "
+                       "gpu_mig_config with gpu_mig_configs or gpu_mig_config_file)")  # fmt: skip
         return out
 
 
@@ -136,6 +148,8 @@ def build(
     runtime_default: bool | None = None,
     runtime_name: str | None = None,
     engine: str | None = None,
+    mig_config_file: str | None = None,
+    mig_config_name: str | None = None,
 ) -> Expectations:
     """Flags win over the vars file; every value is checked here, before anything runs."""
     v = read_vars(vars_file) if vars_file else {}
@@ -184,4 +198,36 @@ def build(
             where = "--engine" if got[1] == "flag" else got[1]
             raise BadInput(f"{where}: {got[0]!r} is not one of {', '.join(ENGINES)}")
         e.engine = got[0]
+    e.mig_layout = _mig_layout(v, mig_config_file, mig_config_name)
+    if e.mig_layout is not None:
+        e.sources["mig_layout"] = e.mig_layout.source
     return e
+
+
+def _mig_layout(v: dict[str, Any], path: str | None, name: str | None) -> Layout | None:
+    """The expected MIG layout: flags, else gpu_mig_config with gpu_mig_configs (the
+    document) or gpu_mig_config_file; none of them: None (mig.layout skips)."""
+    name_where = "--expect-mig-name" if name else "gpu_mig_config"
+    name = name or v.get("gpu_mig_config") or None
+    doc = None if path else v.get("gpu_mig_configs") or None
+    path = path or (None if doc is not None else v.get("gpu_mig_config_file") or None)
+    if name is None and doc is None and path is None:
+        return None
+    if name is not None and not isinstance(name, str):
+        raise BadInput(f"{name_where}: {name!r} is not a config name; expected a string")
+    if name is None:
+        given = "--expect-mig-config" if path else "gpu_mig_configs"
+        raise BadInput(f"{given} is given without the config to expect; name it with "
+                       "--expect-mig-name NAME (or gpu_mig_config)")  # fmt: skip
+    if doc is None and path is None:
+        raise BadInput(f"{name_where} {name!r} is given without the configs; name the "
+                       "mig-parted file with --expect-mig-config FILE (or gpu_mig_configs, "
+                       "gpu_mig_config_file)")  # fmt: skip
+    try:
+        if doc is not None:
+            if isinstance(doc, dict) and not {"version", "mig-configs"} & set(doc):
+                doc = {"version": "v1", "mig-configs": doc}  # the configs mapping alone
+            return parse_layout(doc, name, "gpu_mig_configs")
+        return load_layout(str(path), name)
+    except LayoutError as exc:
+        raise BadInput(str(exc)) from None

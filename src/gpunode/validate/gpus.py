@@ -18,7 +18,7 @@ import time
 
 from ..nvidia import health, inventory
 from .expect import Expectations
-from .model import FAIL, PASS, SKIP, Check, Gpu
+from .model import FAIL, PASS, SKIP, Check, Gpu, MigDevice
 
 TITLES = {
     "node.driver": "NVIDIA driver present",
@@ -33,7 +33,9 @@ def listed(gpus: list[inventory.GpuInfo]) -> list[Gpu]:
     """The result's GPU list: every GPU of the node (Inventory.every_gpu), indexed in order."""
     return [
         Gpu(index=i, uuid=g.uuid, model=g.name, pci_bus_id=g.pci_bus_id,
-            memory_mib=g.memory_total_mib, minor=g.minor)
+            memory_mib=g.memory_total_mib, minor=g.minor, mig_enabled=g.mig_mode,
+            mig=[MigDevice(m.index, m.uuid, m.gi, m.ci, m.profile, m.memory_mib)
+                 for m in g.mig_devices])
         for i, g in enumerate(gpus)
     ]  # fmt: skip
 

@@ -1,7 +1,13 @@
 """The result of a validation (schema ``gpunode.validate/v1``, read by gpunode.report).
 
 A check is one verdict: a stable dotted id, a title, the GPU it is about (index and UUID, or
-None for node-level checks), a status, one line of detail and how long it took.
+None for node-level checks), a status, one line of detail and how long it took. A check
+about a MIG device (mig.isolation) also has ``mig``: the device's n in ``<gpu>:<n>``; its
+``gpu`` is the parent GPU's index and its ``uuid`` the MIG device's (``MIG-...``). ``mig`` is
+null on every other check.
+
+A GPU lists its MIG devices under it (``mig_enabled``, ``mig``: index, uuid, gi, ci,
+profile, memory_mib, in NVML's order); a GPU that cannot do MIG has ``mig_enabled`` null.
 
 Exit codes: 0 every check passed (warn and skip allowed), 1 any check failed, 2 validation
 could not run (bad input: an expectation, the vars file, the textfile path).
@@ -30,6 +36,7 @@ class Check:
     gpu: int | None = None
     uuid: str | None = None
     duration_s: float = 0.0
+    mig: int | None = None  # n of "<gpu>:<n>" for a check about a MIG device
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -39,7 +46,20 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["duration_s"] = round(self.duration_s, 4)
-        return {k: d[k] for k in ("id", "title", "gpu", "uuid", "status", "detail", "duration_s")}
+        keys = ("id", "title", "gpu", "mig", "uuid", "status", "detail", "duration_s")
+        return {k: d[k] for k in keys}
+
+
+@dataclass
+class MigDevice:
+    """A MIG device of a GPU (gpunode.nvidia.facts.MigFacts as the result lists it)."""
+
+    index: int  # n in "<gpu>:<n>"
+    uuid: str
+    gi: int
+    ci: int
+    profile: str
+    memory_mib: int
 
 
 @dataclass
@@ -52,6 +72,8 @@ class Gpu:
     pci_bus_id: str | None
     memory_mib: int | None = None
     minor: int | None = None
+    mig_enabled: bool | None = None  # None: the GPU cannot do MIG (or it is not known)
+    mig: list[MigDevice] = field(default_factory=list)
 
 
 @dataclass

@@ -2,11 +2,14 @@
 node_exporter's textfile collector (``--textfile PATH``).
 
 Textfile metrics (gauges; labels node, check, gpu, uuid — gpu and uuid empty for
-node-level checks):
+node-level checks; for a check about a MIG device gpu is ``<gpu>:<n>`` as a container
+requests it and uuid the MIG device's, which joins gpunode_mig_device_info):
 
   gpunode_check_status{node,check,gpu,uuid}         0 pass, 1 warn, 2 fail, -1 skip
   gpunode_check_duration_seconds{node,check,gpu,uuid}
   gpunode_gpu_info{node,gpu,uuid,model,pci_bus_id}  1 per GPU
+  gpunode_mig_device_info{node,gpu,mig,profile,uuid,gi,ci}  1 per MIG device
+  gpunode_mig_device_memory_bytes{node,gpu,mig,uuid}  its memory
   gpunode_validate_checks{node,status}              how many checks have each status
   gpunode_validate_duration_seconds{node}           wall time of the run
   gpunode_validate_last_run_timestamp_seconds{node} when it started (Unix time)
@@ -37,12 +40,12 @@ def table(result: Result) -> str:
         f"{result.node}: {len(result.gpus)} GPU(s), driver {v.get('driver_loaded') or '-'} "
         f"(installed {v.get('driver_installed') or '-'}, pinned {v.get('driver_pinned') or '-'}), "
         f"CUDA installed {', '.join(v.get('cuda_installed') or []) or '-'}",
-        f"{'STATUS':<6}  {'CHECK':<26}  {'GPU':>3}  {'TIME':>6}  DETAIL",
+        f"{'STATUS':<6}  {'CHECK':<26}  {'GPU':>5}  {'TIME':>6}  DETAIL",
     ]
     for c in result.checks:
-        gpu = "-" if c.gpu is None else str(c.gpu)
+        gpu = "-" if c.gpu is None else str(c.gpu) if c.mig is None else f"{c.gpu}:{c.mig}"
         lines.append(
-            f"{MARK[c.status]:<6}  {c.id:<26}  {gpu:>3}  {c.duration_s:>5.2f}s  {c.detail}"
+            f"{MARK[c.status]:<6}  {c.id:<26}  {gpu:>5}  {c.duration_s:>5.2f}s  {c.detail}"
         )
     lines.append(
         f"{s['pass']} passed, {s['warn']} warning(s), {s['fail']} failed, {s['skip']} skipped "
@@ -75,7 +78,7 @@ def textfile(result: Result) -> str:
         out.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
 
     def check_labels(c) -> str:
-        gpu = "" if c.gpu is None else c.gpu
+        gpu = "" if c.gpu is None else c.gpu if c.mig is None else f"{c.gpu}:{c.mig}"
         return _labels(node=node, check=c.id, gpu=gpu, uuid=c.uuid or "")
 
     family(
@@ -93,6 +96,19 @@ def textfile(result: Result) -> str:
         "A GPU of the node as gpunode validate saw it (always 1).",
         [(_labels(node=node, gpu=g.index, uuid=g.uuid or "", model=g.model or "",
                   pci_bus_id=g.pci_bus_id or ""), 1) for g in result.gpus],
+    )  # fmt: skip
+    migs = [(g, m) for g in result.gpus for m in g.mig]
+    family(
+        "gpunode_mig_device_info",
+        "A MIG device of a GPU as gpunode validate saw it (always 1); mig is n in <gpu>:<n>.",
+        [(_labels(node=node, gpu=g.index, mig=m.index, profile=m.profile, uuid=m.uuid,
+                  gi=m.gi, ci=m.ci), 1) for g, m in migs],
+    )  # fmt: skip
+    family(
+        "gpunode_mig_device_memory_bytes",
+        "Memory of a MIG device.",
+        [(_labels(node=node, gpu=g.index, mig=m.index, uuid=m.uuid), m.memory_mib * 1048576)
+         for g, m in migs],
     )  # fmt: skip
     family(
         "gpunode_validate_checks",

@@ -123,3 +123,48 @@ def write_cluster(directory: Path) -> Path:
     for name, doc in cluster().items():
         (directory / name).write_text(json.dumps(doc))
     return directory
+
+
+MIG_NODE = "sim-a100-mig"
+MIG_PROFILES = ["3g.40gb", "2g.20gb", "1g.10gb"]
+
+
+def mig_result(node: str = MIG_NODE, profile_of=None, broken: int | None = None) -> dict:
+    """A 2xA100 node whose GPU 1 has MIG on with three MIG devices (GPU 0 used whole):
+    mig.layout per GPU, mig.isolation per MIG device (``broken``: that one failed).
+    ``profile_of``: n -> the profile text (hostile values for the escaping tests)."""
+    doc = result(node, "NVIDIA A100-SXM4-80GB", 2)
+    gpu = doc["gpus"][1]
+    gpu["mig_enabled"] = True
+    gpu["mig"] = [
+        {"index": n, "uuid": f"MIG-{node[:4]}{n:04d}-1111-0000-0000-000000000000",
+         "gi": n + 1, "ci": 0, "profile": (profile_of or MIG_PROFILES.__getitem__)(n),
+         "memory_mib": 10240 * (n + 1)}
+        for n in range(3)
+    ]  # fmt: skip
+    doc["gpus"][0]["mig_enabled"] = False
+    doc["gpus"][0]["mig"] = []
+    for g in doc["gpus"]:
+        doc["checks"].append({"id": "mig.layout", "title": "MIG layout as the inventory expects",
+                              "gpu": g["index"], "mig": None, "uuid": g["uuid"],
+                              "status": "pass", "detail": "as config 'mixed' expects",
+                              "duration_s": 0.0})  # fmt: skip
+    for m in gpu["mig"]:
+        bad = m["index"] == broken
+        doc["checks"].append({
+            "id": "mig.isolation", "title": "A container sees exactly the requested MIG device",
+            "gpu": 1, "mig": m["index"], "uuid": m["uuid"], "status": "fail" if bad else "pass",
+            "detail": (f"1:{m['index']}: NVML lists MIG devices MIG-a, MIG-b; expected "
+                       f"{m['uuid']} alone" if bad else "exactly this MIG device"),
+            "duration_s": 0.5})  # fmt: skip
+    doc["summary"] = {s: sum(c["status"] == s for c in doc["checks"])
+                      for s in ("pass", "warn", "fail", "skip")}  # fmt: skip
+    doc["exit_code"] = 1 if doc["summary"]["fail"] else 0
+    return doc
+
+
+def write_mig_cluster(directory: Path, broken: int | None = 2) -> Path:
+    """The cluster plus the MIG node (its MIG device ``broken`` failing isolation)."""
+    write_cluster(directory)
+    (directory / f"{MIG_NODE}.json").write_text(json.dumps(mig_result(broken=broken)))
+    return directory

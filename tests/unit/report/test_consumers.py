@@ -203,3 +203,100 @@ def test_markdown_values_stay_text_in_their_cell(hostile):
         assert tag not in page, tag
     assert "&lt;img src=x onerror=alert(1)&gt; *bold* _em_ [link](http://x) `code`" in items[0]
     assert "&amp;lt;b&amp;gt;" in items[0]  # an entity in a detail stays the text "&lt;b&gt;"
+
+
+# ------------------------------------------------ MIG devices (issue 20)
+
+HOSTILE_PROFILE = "1g.10gb | x\n| forged | row |<b>\x01"
+
+
+@pytest.fixture(scope="module")
+def mig_report(tmp_path_factory) -> Path:
+    from .synthetic import MIG_NODE, mig_result
+
+    tmp = tmp_path_factory.mktemp("mig")
+    write_cluster(tmp / "results")
+    doc = mig_result(profile_of=lambda n: HOSTILE_PROFILE if n == 1 else ["3g.40gb", "", "1g.10gb"][n],
+                     broken=2)  # fmt: skip
+    (tmp / "results" / f"{MIG_NODE}.json").write_text(json.dumps(doc))
+    model = build.model_from([str(tmp / "results")], "2026-11-22T08:00:00Z")
+    build.write(model, str(tmp / "reports"))
+    return tmp / "reports"
+
+
+def test_junit_with_mig_devices_parses_and_validates(mig_report):
+    from .synthetic import MIG_NODE
+
+    xml = JUnitXml.fromfile(str(mig_report / "junit.xml"))
+    suite = next(s for s in xml if s.name == MIG_NODE)
+    names = [c.name for c in suite]
+    assert [n for n in names if n.startswith("mig.isolation")] == [
+        "mig.isolation[gpu1:0]", "mig.isolation[gpu1:1]", "mig.isolation[gpu1:2]"]  # fmt: skip
+    failing = [c.name for c in suite if not c.is_passed and not c.is_skipped]
+    assert failing == ["mig.isolation[gpu1:2]"]
+    xmlschema.XMLSchema(str(HERE / "junit-10.xsd")).validate(str(mig_report / "junit.xml"))
+
+
+def test_markdown_mig_table_keeps_its_cells(mig_report):
+    from markdown_it import MarkdownIt
+
+    text = (mig_report / "summary.md").read_text()
+    page = MarkdownIt("commonmark").enable("table").render(text)
+    tables = page.split("<table>")
+    assert len(tables) == 3  # the nodes, the MIG devices
+    mig = tables[2].split("<tbody>")[1].split("</tbody>")[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", mig, re.S)
+    assert len(rows) == 3, mig
+    cells = [re.findall(r"<td>(.*?)</td>", r, re.S) for r in rows]
+    assert all(len(c) == 7 for c in cells), cells
+    assert [c[2] for c in cells] == ["1:0", "1:1", "1:2"]
+    assert cells[1][3] == "1g.10gb | x | forged | row |&lt;b&gt;"
+    assert [c[6] for c in cells] == ["pass", "pass", "fail"]
+    assert "<b>" not in page
+
+
+def test_chromium_shows_mig_devices_under_their_gpu(mig_report, tmp_path):
+    probe = """<script>
+var rows = [];
+document.querySelectorAll('tr[data-node="sim-a100-mig"]').forEach(function(tr){
+  var th = tr.querySelector('th'); var r = th.getBoundingClientRect();
+  rows.push([tr.className, th.firstChild.textContent, Math.round(r.top), Math.round(r.left),
+             Math.round(parseFloat(getComputedStyle(th).paddingLeft))].join('|'));});
+document.body.setAttribute('data-rows', rows.join(';'));
+</script></body>"""
+    probed = tmp_path / "probe.html"
+    probed.write_text((mig_report / "index.html").read_text().replace("</body>", probe))
+    dom = _run_chromium("--virtual-time-budget=2000", "--dump-dom", probed.as_uri())
+    rows = [r.split("|") for r in re.search(r'data-rows="([^"]*)"', dom)[1].split(";")]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("noderow", "sim-a100-mig"), ("gpurow", "GPU 0"), ("gpurow", "GPU 1"),
+        ("migrow", "MIG 1:0"), ("migrow", "MIG 1:1"), ("migrow", "MIG 1:2")]  # fmt: skip
+    tops = [int(r[2]) for r in rows]
+    assert tops == sorted(tops)  # in that order on the page: MIG devices under their GPU
+    pad = {r[0]: int(r[4]) for r in rows}
+    assert pad["migrow"] > pad["gpurow"]  # indented under it
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report-mig.png"
+    shot.unlink(missing_ok=True)
+    _run_chromium("--window-size=1600,1200", f"--screenshot={shot}",
+                  (mig_report / "index.html").as_uri())  # fmt: skip
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_promtool_reads_the_textfile_with_mig_devices(tmp_path):
+    """The validate textfile of a node with MIG devices (hostile profile text included)
+    passes `promtool check metrics` (Debian package prometheus)."""
+    from gpunode.validate import output
+
+    from ..validate.fakes import mig_result
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: run scripts/setup (Debian package prometheus)", False)
+    r = mig_result()
+    r.gpus[1].mig[1].profile = HOSTILE_PROFILE
+    text = output.textfile(r)
+    assert "gpunode_mig_device_info{" in text
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -188,3 +188,82 @@ def test_html_gpu_less_node_header_names_the_reason_not_unknown_versions():
     header = re.search(r'<th class="node" scope="row">cpu(.*?)</th>', page).group(1)
     assert results.NO_GPU in header
     assert "?" not in header and "driver" not in header
+
+
+# ---------------------------------------------------------------- MIG devices under their GPU
+
+
+@pytest.fixture
+def mig_model(tmp_path):
+    from .synthetic import write_mig_cluster
+
+    return build.model_from([str(write_mig_cluster(tmp_path / "r"))], "2026-11-22T08:00:00Z")
+
+
+def test_results_keep_mig_devices_and_the_mig_of_checks(mig_model):
+    from .synthetic import MIG_NODE
+
+    n = next(n for n in mig_model["nodes"] if n["node"] == MIG_NODE)
+    assert [m["profile"] for m in n["gpus"][1]["mig"]] == ["3g.40gb", "2g.20gb", "1g.10gb"]
+    iso = [(c["gpu"], c["mig"], c["status"]) for c in n["checks"] if c["id"] == "mig.isolation"]
+    assert iso == [(1, 0, "pass"), (1, 1, "pass"), (1, 2, "fail")]
+    assert all(c["mig"] is None for c in n["checks"] if c["id"] != "mig.isolation")
+    col = next(c for c in mig_model["columns"] if c["id"] == "mig.isolation")
+    assert col["per_gpu"] is True
+    other = next(n for n in mig_model["nodes"] if n["node"] == "sim-a100-bookworm")
+    assert all(g["mig"] == [] for g in other["gpus"])  # results without MIG keys still read
+
+
+def test_html_mig_rows_under_their_gpu(mig_model):
+    page = html.render(mig_model)
+    rows = re.findall(r'<tr class="(\w+)[^"]*" data-node="sim-a100-mig"(?: data-gpu="(\d)")?'
+                      r'(?: data-mig="(\d)")?', page)  # fmt: skip
+    assert rows == [("noderow", "", ""), ("gpurow", "0", ""), ("gpurow", "1", ""),
+                    ("migrow", "1", "0"), ("migrow", "1", "1"), ("migrow", "1", "2")]  # fmt: skip
+    mig_row = re.search(r'<tr class="migrow" data-node="sim-a100-mig" data-gpu="1" '
+                        r'data-mig="2">(.*?)</tr>', page, re.S).group(1)  # fmt: skip
+    assert '<th class="mig bad" scope="row">MIG 1:2<small>1g.10gb · 30720 MiB · GI 3 · CI 0' in mig_row
+    assert 'data-check="mig.isolation" data-row="MIG 1:2"' in mig_row and "s-fail" in mig_row
+    gpu_row = re.search(r'<tr class="gpurow" data-node="sim-a100-mig" data-gpu="1">(.*?)</tr>',
+                        page, re.S).group(1)  # fmt: skip
+    assert 'data-check="mig.isolation"' not in gpu_row  # each verdict on its own row
+    assert "<td>1:2</td><td>A container sees exactly the requested MIG device</td>" in page
+
+
+def test_junit_and_markdown_name_the_mig_device(mig_model):
+    root = ET.fromstring(junit.render(mig_model))
+    suite = next(s for s in root if s.get("name") == "sim-a100-mig")
+    names = [c.get("name") for c in suite.iter("testcase")]
+    assert "mig.isolation[gpu1:0]" in names and "mig.layout[gpu1]" in names
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failed == ["mig.isolation[gpu1:2]"]
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["gpu1:1"].startswith("MIG 2g.20gb MIG-")
+    text = markdown.render(mig_model)
+    assert "## MIG devices" in text
+    assert "| sim-a100-mig | 1 NVIDIA A100-SXM4-80GB | 1:2 | 1g.10gb | 30720 MiB |" in text
+    assert "- sim-a100-mig: fail mig.isolation (MIG 1:2): 1:2: NVML lists" in text
+
+
+@pytest.mark.parametrize(
+    ("doc_change", "message"),
+    [
+        (lambda d: d["gpus"][1].update(mig="x"), "gpus[1].mig is \"x\"; expected a list of MIG"),
+        (lambda d: d["gpus"][1]["mig"][0].update(index="0"),
+         'gpus[1].mig[0].index is "0"; expected the MIG device\'s n'),
+        (lambda d: d["checks"][-1].update(mig=True), "mig is true; expected a MIG device's n"),
+        (lambda d: d["checks"][-1].update(gpu=None), "mig is 2; expected a MIG device's n"),
+    ],
+)  # fmt: skip
+def test_malformed_mig_is_one_line(tmp_path, doc_change, message):
+    from gpunode.report.results import ResultError, load
+
+    from .synthetic import mig_result
+
+    doc = mig_result()
+    doc_change(doc)
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultError) as err:
+        load(str(path))
+    assert message in str(err.value) and "\n" not in str(err.value)

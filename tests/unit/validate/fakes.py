@@ -44,3 +44,36 @@ def result(checks=None) -> Result:
     ]
     r.duration_s = 4.2
     return r
+
+
+MIG_UUIDS = [f"MIG-0000000{i}-1111-4000-8000-00000000000{i}" for i in range(8)]
+
+
+def mig_gpu(i: int, profiles=("3g.40gb", "2g.20gb", "1g.10gb"), pending=None, **kw) -> GpuInfo:
+    """A healthy GPU with MIG on and one MIG device per profile (GI 1, 2, ..., CI 0)."""
+    from gpunode.nvidia.facts import MigFacts
+
+    devices = [MigFacts(n, MIG_UUIDS[n + 3 * i], n + 1, 0, p, 10240 * (n + 1))
+               for n, p in enumerate(profiles)]  # fmt: skip
+    enabled = kw.pop("mig_mode", True)
+    return healthy_gpu(i, mig_mode=enabled, mig_devices=devices if enabled else [],
+                       mig_mode_pending=enabled if pending is None else pending, **kw)  # fmt: skip
+
+
+def mig_result() -> Result:
+    """result() plus a MIG GPU 1 with two MIG devices, their mig.isolation (the second
+    failed) and mig.layout."""
+    from gpunode.validate.model import MigDevice
+
+    r = result()
+    g = Gpu(1, UUIDS[1], "NVIDIA A100-SXM4-80GB", BUS[1], 81920, 1, mig_enabled=True)
+    g.mig = [MigDevice(0, MIG_UUIDS[0], 1, 0, "3g.40gb", 40192),
+             MigDevice(1, MIG_UUIDS[1], 5, 0, "1g.10gb", 9856)]  # fmt: skip
+    r.gpus.append(g)
+    r.checks += [
+        Check("mig.layout", "MIG layout", "pass", "1x 1g.10gb, 1x 3g.40gb", gpu=1, uuid=UUIDS[1]),
+        Check("mig.isolation", "MIG isolation", "pass", "exactly", gpu=1, mig=0, uuid=MIG_UUIDS[0]),
+        Check("mig.isolation", "MIG isolation", "fail", "1:1: NVML lists MIG devices a, b",
+              gpu=1, mig=1, uuid=MIG_UUIDS[1]),
+    ]  # fmt: skip
+    return r

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.validate.model import Check, titled
+from gpunode.validate.model import Check, MigDevice, titled
 
 from .fakes import result
 
@@ -26,9 +26,22 @@ def test_contract_fields():
     assert d["schema"] == "gpunode.validate/v1"
     assert list(d) == ["schema", "node", "hostname", "started", "duration_s", "gpunode_version",
                        "versions", "gpus", "checks", "summary", "exit_code"]  # fmt: skip
-    assert list(d["checks"][1]) == ["id", "title", "gpu", "uuid", "status", "detail", "duration_s"]
+    assert list(d["checks"][1]) == ["id", "title", "gpu", "mig", "uuid", "status", "detail",
+                                    "duration_s"]  # fmt: skip
     assert d["checks"][0]["gpu"] is None and d["checks"][0]["uuid"] is None
+    assert d["checks"][1]["mig"] is None
     assert d["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
+    assert d["gpus"][0]["mig_enabled"] is None and d["gpus"][0]["mig"] == []
+
+
+def test_mig_devices_under_their_gpu_and_mig_checks_name_the_device():
+    r = result([Check("mig.isolation", "MIG", "pass", "ok", gpu=0, uuid="MIG-a", mig=2)])
+    r.gpus[0].mig_enabled = True
+    r.gpus[0].mig = [MigDevice(2, "MIG-a", 5, 0, "1g.10gb", 9856)]
+    d = r.to_dict()
+    assert d["gpus"][0]["mig"] == [{"index": 2, "uuid": "MIG-a", "gi": 5, "ci": 0,
+                                    "profile": "1g.10gb", "memory_mib": 9856}]  # fmt: skip
+    assert (d["checks"][0]["gpu"], d["checks"][0]["mig"], d["checks"][0]["uuid"]) == (0, 2, "MIG-a")
 
 
 def test_titled_adds_title_and_time_between_adds():

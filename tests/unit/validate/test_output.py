@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
 from gpunode.validate import output
 
-from .fakes import UUIDS, result
+from .fakes import MIG_UUIDS, UUIDS, mig_result, result
 
 
 def test_table_has_one_row_per_check_and_a_summary():
@@ -75,3 +77,25 @@ def test_write_replaces_atomically_and_a_failure_keeps_the_old_file(tmp_path, mo
     with pytest.raises(OSError, match="No space left"):
         output.write_textfile(str(path), result())
     assert path.read_text() == "old 1\n" and sorted(os.listdir(tmp_path)) == ["gpunode.prom"]
+
+
+def test_mig_devices_in_the_table_and_textfile():
+    r = mig_result()
+    lines = output.table(r).splitlines()
+    assert [ln.split()[:3] for ln in lines if "mig.isolation" in ln] == [
+        ["ok", "mig.isolation", "1:0"], ["FAIL", "mig.isolation", "1:1"]]  # fmt: skip
+    text = output.textfile(r).splitlines()
+    assert (f'gpunode_check_status{{node="n\\"1",check="mig.isolation",gpu="1:1",'
+            f'uuid="{MIG_UUIDS[1]}"}} 2') in text  # fmt: skip
+    assert (f'gpunode_mig_device_info{{node="n\\"1",gpu="1",mig="1",profile="1g.10gb",'
+            f'uuid="{MIG_UUIDS[1]}",gi="5",ci="0"}} 1') in text  # fmt: skip
+    assert (f'gpunode_mig_device_memory_bytes{{node="n\\"1",gpu="1",mig="0",'
+            f'uuid="{MIG_UUIDS[0]}"}} {40192 * 1048576}') in text  # fmt: skip
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian prometheus) missing")
+def test_promtool_accepts_the_textfile_with_mig_devices(tmp_path):
+    """promtool check metrics: the exposition format and Prometheus' naming lint."""
+    proc = subprocess.run(["promtool", "check", "metrics"], input=output.textfile(mig_result()),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -95,7 +95,9 @@ var panel=document.getElementById('panel');
 function show(td){
  document.querySelectorAll('td.sel').forEach(function(e){e.classList.remove('sel')});
  td.classList.add('sel');panel.className=td.className.replace(/\\b(cell|sel)\\b/g,'').trim();
- panel.textContent=td.getAttribute('title');}
+ var col=document.getElementById('cols').rows[0].cells[td.cellIndex];
+ panel.textContent=td.getAttribute('data-node')+' · '+td.getAttribute('data-row')+' · '+
+  col.getAttribute('title')+' ('+col.getAttribute('data-check')+')\\n'+td.getAttribute('title');}
 document.querySelectorAll('td.cell[data-status]').forEach(function(td){
  td.tabIndex=0;td.addEventListener('click',function(){show(td)});
  td.addEventListener('keydown',function(e){if(e.key==='Enter')show(td)});});
@@ -192,12 +194,18 @@ def _cell(node: str, label: str, col: dict, checks: list[dict]) -> str:
         return '<td class="cell s-none" title="not reported">·</td>'
     status = worst(c["status"] for c in checks)
     lines = []
+    passed = [c for c in checks if c["status"] == "pass" and c["gpu"] is not None]
+    if len(passed) < 2:  # a node row's per-GPU cell names its GPUs that passed in one line
+        passed = []
     for c in checks:
+        if c in passed:
+            continue
         about = f"{where(c)} " if c["gpu"] is not None else ""
         lines.append(f"{c['status'].upper():5} {about}{c['detail']}".rstrip())
-    detail = "\n".join(lines)
-    head = f"{node} · {label} · {col['title']} ({col['id']})"
-    text = f"{head}\n{detail}"
+    if passed:
+        lines.append(f"PASS  {', '.join(where(c) for c in passed)}")
+    # the tooltip holds the verdicts; the panel (script) puts the node, row and check first
+    text = "\n".join(lines)
     return (
         f'<td class="cell s-{status}" data-status="{status}" data-node="{escape(node)}" '
         f'data-check="{escape(col["id"])}" data-row="{escape(label)}" '
@@ -322,6 +330,10 @@ def _node(i: int, n: dict, columns: list[dict]) -> str:
     )
 
 
+def _plural(k: int, what: str) -> str:
+    return f"{k} {what}{'' if k == 1 else 's'}"
+
+
 def _summary(model: dict, nodes: list[dict], anchors: dict[str, int]) -> str:
     """Counts of nodes and GPUs by status, the checks by status, and which checks failed or
     warned where."""
@@ -334,8 +346,10 @@ def _summary(model: dict, nodes: list[dict], anchors: dict[str, int]) -> str:
         f'<span class="s-{k}">{v} {k}</span>' for k, v in model["summary"]["checks"].items()
     )
     out = [
-        f'<p class="counts" id="node-counts"><b>{c["node_total"]} nodes</b> {node_counts}</p>',
-        f'<p class="counts" id="gpu-counts"><b>{c["gpu_total"]} GPUs</b> {gpu_counts}</p>',
+        f'<p class="counts" id="node-counts"><b>{_plural(c["node_total"], "node")}</b> '
+        f"{node_counts}</p>",
+        f'<p class="counts" id="gpu-counts"><b>{_plural(c["gpu_total"], "GPU")}</b> '
+        f"{gpu_counts}</p>",
         f'<p class="counts totals" id="check-counts"><b>checks</b> {totals}</p>',
     ]
     probs = overview.problems(nodes, model["columns"])

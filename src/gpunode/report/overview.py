@@ -127,15 +127,14 @@ def node_line(n: dict) -> str:
     if k == "pass":
         extra = f" ({skipped} skipped)" if skipped else ""
         return f"{head} · all {total - skipped} checks passed{extra}"
-    bad: dict[tuple[str, str], list[str]] = {}
+    bad: dict[tuple[str, str], list[dict]] = {}
     for c in n["checks"]:
         if c["status"] in ("fail", "warn"):
-            where = "" if c["gpu"] is None else (
-                f"{c['gpu']}" if c.get("mig") is None else f"{c['gpu']}:{c['mig']}")  # fmt: skip
-            bad.setdefault((c["status"], c["id"]), []).append(where)
+            bad.setdefault((c["status"], c["id"]), []).append(c)
     parts = []
-    for (status, cid), wheres in sorted(bad.items(), key=lambda kv: kv[0][0] != "fail"):
-        on = [w for w in wheres if w]
-        what = f"{cid} on GPU {', '.join(on)}" if on else cid
-        parts.append(f"{status} {what}")
+    for (status, cid), checks in sorted(bad.items(), key=lambda kv: kv[0][0] != "fail"):
+        gpus = [str(c["gpu"]) for c in checks if c["gpu"] is not None and c.get("mig") is None]
+        migs = [f"{c['gpu']}:{c['mig']}" for c in checks if c.get("mig") is not None]
+        on = [f"{unit} {', '.join(w)}" for unit, w in (("GPU", gpus), ("MIG", migs)) if w]
+        parts.append(f"{status} {cid} on {' and '.join(on)}" if on else f"{status} {cid}")
     return f"{head} · " + "; ".join(parts)

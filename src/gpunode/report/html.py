@@ -306,8 +306,8 @@ def _checks_table(n: dict) -> str:
     ]  # fmt: skip
     if not checks:
         return ""
-    what = f"all {len(checks)} checks" if checks is n["checks"] else (
-        f"the {len(checks)} checks that did not pass")  # fmt: skip
+    what = f"all {_plural(len(checks), 'check')}" if checks is n["checks"] else (
+        f"the {_plural(len(checks), 'check')} that did not pass")  # fmt: skip
     rows = "".join(
         f'<tr><td class="st s-{c["status"]}">{c["status"]}</td><td>{escape(c["id"])}</td>'
         f"<td>{_gpu_cell(c)}</td><td>{escape(c['title'])}</td>"

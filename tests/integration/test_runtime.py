@@ -766,6 +766,20 @@ def test_cdi_mig_devices(mig_nodes):
     out = docker_probe(node, "--runtime runc --device nvidia.com/gpu=0:1")
     assert out["mig_devices"] == [[gpu0["migs"][1]]], out
     assert len(out["proc_caps"]) == 2, out
+    for node in nodes.values():  # podman, by MIG UUID
+        gpu0, _ = layouts[node.release]
+        pynvml = f"{ROOTFS}/opt/pynvml/pynvml.py"
+        proc = node.sh(
+            "podman --cgroup-manager cgroupfs run --rm --network none "
+            f"--device nvidia.com/gpu={gpu0['migs'][2]} -v {pynvml}:/opt/pynvml/pynvml.py:ro "
+            f"-v {WORK}/probe.py:/opt/probe.py:ro -e PYTHONPATH=/opt/pynvml "
+            f"{node.workload} python3 /opt/probe.py",
+            check=False,
+        )
+        assert proc.returncode == 0, (node.release, proc.stderr)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["nvml"] == [gpu0["uuid"]], (node.release, out)
+        assert out["mig_devices"] == [[gpu0["migs"][2]]], (node.release, out)
 
 
 def test_docker_mig_config_needs_privilege_and_all(mig_nodes):

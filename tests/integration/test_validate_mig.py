@@ -144,6 +144,16 @@ def test_no_layout_expected_skips_with_the_reason(mnode):
     assert rc == 0
 
 
+def test_a_config_name_alone_reads_the_gpu_mig_roles_file(mnode):
+    mnode.sh(f"mkdir -p /etc/gpunode && cp {CONFIG} /etc/gpunode/mig-config.yaml")
+    try:
+        rc, res = validate(mnode, "--expect-gpus 2 --expect-mig-name all-1g")
+    finally:
+        mnode.sh("rm -f /etc/gpunode/mig-config.yaml")
+    layout = {c["gpu"]: c for c in checks(res, "mig.layout")}
+    assert rc == 1 and "config 'all-1g' (/etc/gpunode/mig-config.yaml)" in layout[0]["detail"]
+
+
 def test_wrong_cap_node_fails_isolation_of_that_mig_device(mnode):
     """Break isolation on purpose: the node's cap node of MIG device 0:1's GPU instance is
     replaced by one with another minor (MIG device 0:0's GI), so the runtime injects the
@@ -189,7 +199,9 @@ def test_access_file_naming_the_config_cap_fails_isolation(mnode):
     try:
         rc, res = validate(mnode, f"{EXPECT} --expect-mig-name as-profiled")
     finally:
-        mnode.sh(f"cp /tmp/access.saved {path}")
+        # the runtime's prepared edits may hold the cap the tampered file named (they are
+        # kept while the (gi, ci) layout is unchanged): drop them with the file restored
+        mnode.sh(f"cp /tmp/access.saved {path} && rm -f /run/gpunode/prepared.json")
     iso = {c["mig"]: c for c in checks(res, "mig.isolation")}
     assert rc == 1 and iso[1]["status"] == "fail", iso[1]
     # a runtime reading the access file gives the config cap: NVML shows every MIG device;
@@ -222,7 +234,8 @@ def test_validate_playbook_hands_the_mig_layout_over(mnode, tmp_path):
     import yaml
 
     configs = yaml.safe_load(MIG_CONFIG)
-    host = {"gpunode_expected_gpus": 2, "gpu_mig_config": "all-1g", "gpu_mig_configs": configs}
+    host = {"gpunode_expected_gpus": 2, "gpu_mig_config": "all-1g",
+            "gpu_mig_configs": configs["mig-configs"]}  # as the gpu_mig role takes them
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump({"all": {
         "vars": {"ansible_connection": "community.docker.docker",

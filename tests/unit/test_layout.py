@@ -21,17 +21,21 @@ MAY_USE = {
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
+    # MIG layouts: the NVML walker's profiles and instances, its own writes
+    "mig": {"util", "nvidia", "mig"},
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec, the driver
     # nodes' /dev/char links)
     "engines": {"util", "nvidia", "runtime", "engines"},
     # validate reuses the inventory and the engines' daemon.json rules, the CRI client for
-    # --engine cri, and the runtime's config, cache and CDI generator for the drift checks
-    "validate": {"util", "nvidia", "runtime", "provision", "engines", "cri", "validate", ""},
+    # --engine cri, the runtime's config, cache and CDI generator for the drift checks, and
+    # gpunode mig's parser of mig-parted files (mig.layout)
+    "validate": {"util", "nvidia", "runtime", "provision", "engines", "cri", "mig", "validate",
+                 ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",
-        "",
+        "mig", "",
     },
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},

@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime-name", help="the runtime's name in the engine (default gpunode)")
     p.add_argument("--engine", help=f"{'|'.join(ENGINES)} (default docker)")
     p.add_argument("--expect-mig-config", metavar="FILE",
-                   help="mig-parted config file (v1) holding the expected MIG layout")  # fmt: skip
+                   help="mig-parted config file (v1) holding the expected MIG layout "
+                        "(default with --expect-mig-name: /etc/gpunode/mig-config.yaml)")  # fmt: skip
     p.add_argument("--expect-mig-name", metavar="NAME",
                    help="the config of --expect-mig-config to expect (as mig-parted -c)")  # fmt: skip
 

@@ -34,6 +34,9 @@ class GpuInfo:
     uuid: str | None
     name: str | None
     pci_bus_id: str | None
+    # nvmlPciInfo_t.pciDeviceId (device id << 16 | vendor 0x10DE): what a mig-parted
+    # device-filter names; None when NVML is not the source
+    pci_device_id: int | None = None
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
     compute_capability: str | None = None
@@ -143,12 +146,14 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
 
     facts = nvml.gpu_facts(pynvml, index, h)
     mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+    pci_device_id = getattr(pynvml.nvmlDeviceGetPciInfo(h), "pciDeviceId", None)
     gpu = GpuInfo(
         index=index,
         minor=facts.minor,
         uuid=facts.uuid,
         name=facts.name,
         pci_bus_id=facts.pci_bus_id,
+        pci_device_id=pci_device_id if isinstance(pci_device_id, int) else None,
         memory_total_mib=mem.total // (1024 * 1024),
         memory_used_mib=mem.used // (1024 * 1024),
         compute_capability=facts.compute_capability or None,

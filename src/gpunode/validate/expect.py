@@ -22,12 +22,14 @@ has many:
   container_engine_runtime_name       --runtime-name (default gpunode)
   gpunode_validate_engine             --engine docker|podman|cri|none
   gpu_mig_config                      --expect-mig-name NAME (the selected mig-parted config)
-  gpu_mig_configs                     the mig-parted v1 document itself (version, mig-configs),
-                                      or its mig-configs mapping alone
-  gpu_mig_config_file                 --expect-mig-config FILE (a mig-parted file on the node)
+  gpu_mig_configs                     the layouts: mig-parted's mig-configs (or the whole v1
+                                      document), as the gpu_mig role takes them
+  gpu_mig_config_path                 --expect-mig-config FILE: the mig-parted file on the node
+                                      (default /etc/gpunode/mig-config.yaml, where the
+                                      gpu_mig role writes the layouts)
 
-The MIG layout needs both a name and its configs (a file or the document); one without the
-other is bad input, as is a config the file does not have (gpunode.validate.mig).
+A config name with no layouts given reads that file; layouts without a name are bad input,
+as is a config the layouts do not have (the file is parsed as `gpunode mig` parses it).
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..mig import MigConfigError
 from ..provision import ProvisionError
 from ..provision.cuda import check_policy
 from ..provision.versions import check_cuda, check_pin
-from .mig import Layout, LayoutError, load_layout, parse_layout
+from .mig import Layout, load_layout, parse_layout
 
 ENGINES = ("docker", "podman", "cri", "none")
 STDIN = "-"  # --vars -: the variables on standard input (the playbook hands them over so)
+MIG_CONFIG_PATH = "/etc/gpunode/mig-config.yaml"  # where the gpu_mig role writes the layouts
 
 
 class BadInput(ValueError):
@@ -73,7 +77,7 @@ class Expectations:
             out.append("driver pin (--driver-pin, nvidia_driver_version/nvidia_driver_branch)")
         if self.mig_layout is None:
             out.append("MIG layout (--expect-mig-config FILE --expect-mig-name NAME, "
-                       "gpu_mig_config with gpu_mig_configs or gpu_mig_config_file)")  # fmt: skip
+                       "gpu_mig_config with gpu_mig_configs or gpu_mig_config_path)")  # fmt: skip
         return out
 
 
@@ -206,28 +210,24 @@ def build(
 
 def _mig_layout(v: dict[str, Any], path: str | None, name: str | None) -> Layout | None:
     """The expected MIG layout: flags, else gpu_mig_config with gpu_mig_configs (the
-    document) or gpu_mig_config_file; none of them: None (mig.layout skips)."""
+    layouts) or the file gpu_mig_config_path (default: the gpu_mig role's); no name and no
+    layouts: None (mig.layout skips)."""
     name_where = "--expect-mig-name" if name else "gpu_mig_config"
     name = name or v.get("gpu_mig_config") or None
     doc = None if path else v.get("gpu_mig_configs") or None
-    path = path or (None if doc is not None else v.get("gpu_mig_config_file") or None)
-    if name is None and doc is None and path is None:
-        return None
-    if name is not None and not isinstance(name, str):
-        raise BadInput(f"{name_where}: {name!r} is not a config name; expected a string")
     if name is None:
-        given = "--expect-mig-config" if path else "gpu_mig_configs"
-        raise BadInput(f"{given} is given without the config to expect; name it with "
-                       "--expect-mig-name NAME (or gpu_mig_config)")  # fmt: skip
-    if doc is None and path is None:
-        raise BadInput(f"{name_where} {name!r} is given without the configs; name the "
-                       "mig-parted file with --expect-mig-config FILE (or gpu_mig_configs, "
-                       "gpu_mig_config_file)")  # fmt: skip
+        if path or doc is not None:
+            given = "--expect-mig-config" if path else "gpu_mig_configs"
+            raise BadInput(f"{given} is given without the config to expect; name it with "
+                           "--expect-mig-name NAME (or gpu_mig_config)")  # fmt: skip
+        return None
+    if not isinstance(name, str):
+        raise BadInput(f"{name_where}: {name!r} is not a config name; expected a string")
     try:
         if doc is not None:
             if isinstance(doc, dict) and not {"version", "mig-configs"} & set(doc):
-                doc = {"version": "v1", "mig-configs": doc}  # the configs mapping alone
+                doc = {"version": "v1", "mig-configs": doc}  # mig-configs alone, as the role
             return parse_layout(doc, name, "gpu_mig_configs")
-        return load_layout(str(path), name)
-    except LayoutError as exc:
+        return load_layout(str(path or v.get("gpu_mig_config_path") or MIG_CONFIG_PATH), name)
+    except MigConfigError as exc:
         raise BadInput(str(exc)) from None

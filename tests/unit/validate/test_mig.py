@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpunode.mig import MigConfigError
 from gpunode.validate import mig
 from gpunode.validate.expect import BadInput, build
 
@@ -14,9 +15,13 @@ DOC = {
     "mig-configs": {
         "all-disabled": [{"devices": "all", "mig-enabled": False}],
         "mixed": [
-            {"devices": "all", "mig-enabled": True,
+            {"devices": [0], "mig-enabled": True,
              "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}},
             {"devices": [1], "mig-enabled": False, "mig-devices": {}},
+        ],
+        "twice": [
+            {"devices": "all", "mig-enabled": False},
+            {"devices": [1], "mig-enabled": False},
         ],
         "seven": [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
     },
@@ -27,7 +32,7 @@ def by(checks):
     return {(c.id, c.gpu): c for c in checks}
 
 
-def test_layout_as_expected_passes_per_gpu_and_last_entry_wins():
+def test_layout_as_expected_passes_per_gpu():
     layout = mig.parse_layout(DOC, "mixed", "gpu_mig_configs")
     inv = inventory([mig_gpu(0), healthy_gpu(1, mig_mode=False, mig_mode_pending=False)])
     c = by(mig.evaluate(inv, layout))
@@ -71,6 +76,28 @@ def test_gpu_without_mig():
     assert "Tesla T4 cannot do MIG" in c[("mig.layout", 0)].detail
     c = by(mig.evaluate(inventory([t4]), mig.parse_layout(DOC, "all-disabled", "x")))
     assert c[("mig.layout", 0)].status == "pass"
+    # devices: all with MIG on skips a GPU that cannot do MIG, as gpunode mig apply does
+    c = by(mig.evaluate(inventory([t4]), mig.parse_layout(
+        {"version": "v1", "mig-configs": {"a": [{"devices": "all", "mig-enabled": True}]}},
+        "a", "x")))  # fmt: skip
+    assert c[("mig.layout", 0)].status == "pass" and "leaves it whole" in c[("mig.layout", 0)].detail
+
+
+def test_a_gpu_two_entries_select_fails_and_device_filter_selects_by_pci_id():
+    c = by(mig.evaluate(inventory([mig_gpu(0, mig_mode=False), healthy_gpu(1)]),
+                        mig.parse_layout(DOC, "twice", "x")))  # fmt: skip
+    assert c[("mig.layout", 0)].status == "pass"
+    bad = c[("mig.layout", 1)]
+    assert bad.status == "fail" and "selected by mig-configs.twice[0], mig-configs.twice[1]" in bad.detail
+    doc = {"version": "v1", "mig-configs": {"f": [
+        {"devices": "all", "device-filter": "0x20B210DE", "mig-enabled": False}]}}  # fmt: skip
+    a100 = healthy_gpu(0, pci_device_id=0x20B210DE, mig_mode=False, mig_mode_pending=False)
+    other = healthy_gpu(1, pci_device_id=0x1EB810DE)
+    unknown = healthy_gpu(2)  # procfs inventory: no PCI device id
+    c = by(mig.evaluate(inventory([a100, other, unknown]), mig.parse_layout(doc, "f", "x")))
+    assert c[("mig.layout", 0)].status == "pass"
+    assert c[("mig.layout", 1)].status == "skip" and "in no entry" in c[("mig.layout", 1)].detail
+    assert c[("mig.layout", 2)].status == "skip" and "device-filter" in c[("mig.layout", 2)].detail
 
 
 def test_no_layout_is_one_node_level_skip_naming_the_flags():
@@ -85,27 +112,25 @@ def test_no_layout_is_one_node_level_skip_naming_the_flags():
 @pytest.mark.parametrize(
     ("doc", "name", "message"),
     [
-        ([], "x", "x-src: not a mig-parted config"),
-        ({"version": "v2", "mig-configs": {}}, "x", 'version "v2" is not supported; expected v1'),
-        ({"version": "v1", "mig-configs": {"a": []}}, "x",
-         "config 'x' is not in mig-configs; it has: a"),
+        ([], "x", "x-src: [] is not accepted; accepted: a mapping with keys version"),
+        ({"version": "v2", "mig-configs": {}}, "x", "version: 'v2' is not accepted; accepted: v1"),
+        ({"version": "v1", "mig-configs": {"a": [{"devices": "all", "mig-enabled": False}]}},
+         "x", "x-src: no config 'x' under mig-configs; accepted: a"),
         ({"version": "v1", "mig-configs": {"x": [{"devices": "some", "mig-enabled": True}]}},
-         "x", 'mig-configs.x[0].devices: "some" is not accepted; expected all or a list'),
+         "x", "mig-configs.x[0].devices: 'some' is not accepted; accepted: all or a list"),
         ({"version": "v1", "mig-configs": {"x": [{"devices": [0], "mig-enabled": "yes"}]}},
-         "x", 'mig-configs.x[0].mig-enabled: "yes" is not a boolean'),
+         "x", "mig-configs.x[0].mig-enabled: 'yes' is not accepted; accepted: true or false"),
         ({"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True,
                                                   "mig-devices": {"1g.10gb": -1}}]}},
-         "x", "mig-devices.1g.10gb: -1 is not a count; expected an integer >= 0"),
-        ({"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True,
-                                                  "device-filter": "0x20B010DE"}]}},
-         "x", "key 'device-filter' is not supported; accepted: devices, mig-enabled"),
+         "x", "mig-devices.1g.10gb: -1 is not accepted; accepted: a count (0 or more)"),
         ({"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": False,
                                                   "mig-devices": {"1g.10gb": 7}}]}},
-         "x", "mig-devices given with mig-enabled false"),
+         "x", "with mig-enabled: false"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_one_line_naming_the_value(doc, name, message):
-    with pytest.raises(mig.LayoutError) as err:
+    """The file is parsed by gpunode.mig.config: validate refuses what gpunode mig refuses."""
+    with pytest.raises(MigConfigError) as err:
         mig.parse_layout(doc, name, "x-src")
     assert message in str(err.value) and "\n" not in str(err.value)
 
@@ -124,9 +149,11 @@ def test_expectation_from_flags_or_variables(tmp_path):
     assert e.mig_layout.source == "gpu_mig_configs" and e.mig_layout.entries[0].devices == (0,)
     vars_file.write_text(json.dumps({"gpu_mig_config": "seven",
                                      "gpu_mig_configs": DOC["mig-configs"]}))  # fmt: skip
-    assert build(vars_file=str(vars_file)).mig_layout.entries[0].counts == (("1g.10gb", 7),)
-    vars_file.write_text(json.dumps({"gpu_mig_config": "none", "gpu_mig_config_file": str(path)}))
+    assert build(vars_file=str(vars_file)).mig_layout.entries[0].mig_devices == {"1g.10gb": 7}
+    vars_file.write_text(json.dumps({"gpu_mig_config": "none", "gpu_mig_config_path": str(path)}))
     assert build(vars_file=str(vars_file)).mig_layout.source == str(path)
+    vars_file.write_text(json.dumps({"gpu_mig_config": "", "gpu_mig_configs": {}}))  # role defaults
+    assert build(vars_file=str(vars_file)).mig_layout is None
     assert build().mig_layout is None
     assert "MIG layout (--expect-mig-config FILE" in " ".join(build().missing())
 
@@ -134,10 +161,9 @@ def test_expectation_from_flags_or_variables(tmp_path):
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"mig_config_name": "x"}, "--expect-mig-name 'x' is given without the configs"),
         ({"mig_config_file": "f.yaml"}, "--expect-mig-config is given without the config"),
         ({"mig_config_file": "/nonexistent/m.yaml", "mig_config_name": "x"},
-         "--expect-mig-config /nonexistent/m.yaml: cannot read"),
+         "/nonexistent/m.yaml: cannot be read (No such file or directory)"),
     ],
 )  # fmt: skip
 def test_expectation_half_given_is_bad_input(kw, message):
@@ -149,5 +175,17 @@ def test_expectation_half_given_is_bad_input(kw, message):
 def test_config_missing_from_the_file_is_bad_input(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text("version: v1\nmig-configs:\n  none: [{devices: all, mig-enabled: false}]\n")
-    with pytest.raises(BadInput, match=r"config 'on' is not in mig-configs; it has: none$"):
+    with pytest.raises(BadInput, match=r"no config 'on' under mig-configs; accepted: none$"):
         build(mig_config_file=str(path), mig_config_name="on")
+
+
+def test_a_name_alone_reads_the_gpu_mig_roles_file(monkeypatch, tmp_path):
+    from gpunode.validate import expect
+
+    path = tmp_path / "mig-config.yaml"
+    path.write_text("version: v1\nmig-configs:\n  none: [{devices: all, mig-enabled: false}]\n")
+    monkeypatch.setattr(expect, "MIG_CONFIG_PATH", str(path))
+    assert build(mig_config_name="none").mig_layout.source == str(path)
+    path.unlink()
+    with pytest.raises(BadInput, match=r"mig-config.yaml: cannot be read"):
+        build(mig_config_name="none")

@@ -123,10 +123,13 @@ def node_line(n: dict) -> str:
             n.get("detail") or ""
         )
     if k == "skip":
-        return f"{head} · no check ran: all {total} skipped"
+        return f"{head} · no check ran: {'the one check' if total == 1 else f'all {total}'} skipped"
     if k == "pass":
         extra = f" ({skipped} skipped)" if skipped else ""
-        return f"{head} · all {total - skipped} checks passed{extra}"
+        passed = total - skipped
+        return (
+            f"{head} · {'the one check' if passed == 1 else f'all {passed} checks'} passed{extra}"
+        )
     bad: dict[tuple[str, str], list[dict]] = {}
     for c in n["checks"]:
         if c["status"] in ("fail", "warn"):

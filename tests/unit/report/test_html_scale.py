@@ -220,6 +220,30 @@ def test_problems_of_a_check_that_both_fails_and_warns():
         "fail", "1 GPU on 1 node", ["b"], "2 GPUs on 2 nodes")  # fmt: skip
 
 
+def test_gpu_less_and_skip_only_nodes_fold_with_their_line():
+    from gpunode.report import results
+
+    engine = {"id": "engine.active", "title": "Container engine answers", "status": "pass",
+              "detail": "docker 26.1.5 answers"}  # fmt: skip
+    cpu = {"node": "cpu", "no_gpu": True, "detail": results.NO_GPU, "checks": [engine]}
+    gpu = result("gpu", "Tesla T4", 1)
+    for c in gpu["checks"]:
+        c["status"] = "skip"
+    model = results.merge([("cpu.json", results.check_result(cpu, "cpu.json")),
+                           ("gpu.json", results.check_result(gpu, "gpu.json"))])  # fmt: skip
+    root = Tree(html.render(model)).root
+    lines = {d.attrs["data-node"]: (d.attrs["data-status"], "open" in d.attrs,
+                                    d.first("summary").content()) for d in nodes_on_page(root)}  # fmt: skip
+    total = len(gpu["checks"]) + 1  # and node.reachable, which passed
+    assert lines == {
+        # node.reachable and engine.active passed; every other column a skip saying why
+        "cpu": ("pass", False, f"passcpuno GPUs · all 2 checks passed ({total - 2} skipped)"),
+        "gpu": ("pass", False, f"passgpu1 GPU · the one check passed ({total - 1} skipped)"),
+    }
+    skip_only = {"node": "s", "status": "skip", "checks": [dict(engine, status="skip", gpu=None)]}
+    assert overview.node_line(skip_only) == "no GPUs · no check ran: the one check skipped"
+
+
 def test_no_problems_says_so(tmp_path):
     d = tmp_path / "r"
     d.mkdir()

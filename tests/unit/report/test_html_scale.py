@@ -436,3 +436,25 @@ def test_chromium_screenshot_of_the_large_report(large, tmp_path):
     shot.unlink(missing_ok=True)
     _run_chromium("--window-size=1400,2000", f"--screenshot={shot}", path.as_uri())
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(shot).stat().st_size > 50_000
+
+
+CLICK_PROBE = """<script>
+document.querySelector('tr[data-problem="mig.isolation"] .ck').click();
+var shown = [];
+document.querySelectorAll('details.node:not(.off)').forEach(function(d){
+  shown.push(d.getAttribute('data-node') + (d.open ? '+' : '-'));});
+document.body.setAttribute('data-shown', shown.join(','));
+document.body.setAttribute('data-filter', document.getElementById('f-check').value + '|' +
+  document.getElementById('f-status').value);
+</script></body>"""
+
+
+def test_chromium_a_check_in_the_summary_filters_to_it(large, tmp_path):
+    from .test_consumers import _run_chromium, probed_page
+
+    _, page, _ = large
+    path = tmp_path / "probe.html"
+    path.write_text(probed_page(page, CLICK_PROBE))
+    dom = _run_chromium("--virtual-time-budget=3000", "--dump-dom", path.as_uri())
+    assert re.search(r'data-filter="([^"]*)"', dom)[1] == "mig.isolation|fail warn"
+    assert re.search(r'data-shown="([^"]*)"', dom)[1] == f"{large_name(60)}+"

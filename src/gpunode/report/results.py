@@ -270,8 +270,13 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
             raise _fail(source, f"node {r['node']!r} is also in {seen[r['node']]}")
         seen[r["node"]] = source
         if not r.get("unreachable"):
-            reach = {"id": REACHABLE, "title": "Node reachable", "gpu": None, "mig": None,
-                     "uuid": None}
+            reach = {
+                "id": REACHABLE,
+                "title": "Node reachable",
+                "gpu": None,
+                "mig": None,
+                "uuid": None,
+            }
             reach |= {"status": "pass", "detail": "results received", "duration_s": None}
             r = {**r, "checks": [reach] + [c for c in r["checks"] if c["id"] != REACHABLE]}
         status = worst(c["status"] for c in r["checks"]) or "skip"
@@ -291,8 +296,7 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
     for n in nodes:
         if n.get("no_gpu"):  # what was not checked there is a skip saying why
             have = {c["id"] for c in n["checks"]}
-            skip = {"gpu": None, "mig": None, "uuid": None, "status": "skip",
-                    "detail": n["detail"]}
+            skip = {"gpu": None, "mig": None, "uuid": None, "status": "skip", "detail": n["detail"]}
             n["checks"] += [
                 {"id": c, "title": titles[c], **skip, "duration_s": None}
                 for c in columns

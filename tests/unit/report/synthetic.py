@@ -26,7 +26,16 @@ GPU_CHECKS = [
 ]
 
 
-def result(node: str, model: str, count: int, faults: dict | None = None) -> dict:
+def result(
+    node: str,
+    model: str,
+    count: int,
+    faults: dict | None = None,
+    node_checks: list[tuple[str, str]] = NODE_CHECKS,
+    gpu_checks: list[tuple[str, str]] = GPU_CHECKS,
+) -> dict:
+    """One node's result: ``faults`` (check id, GPU index or None) -> (status, detail);
+    every other check passes (container.cuda skips, as on a node without CUDA)."""
     faults = faults or {}
     gpus = [
         {
@@ -39,7 +48,7 @@ def result(node: str, model: str, count: int, faults: dict | None = None) -> dic
         for i in range(count)
     ]
     checks = []
-    for cid, title in NODE_CHECKS:
+    for cid, title in node_checks:
         status, detail = faults.get((cid, None), ("pass", f"{title}: ok"))
         if cid == "container.cuda" and (cid, None) not in faults:
             status, detail = "skip", "no CUDA device: cuInit failed (libcuda absent)"
@@ -55,7 +64,7 @@ def result(node: str, model: str, count: int, faults: dict | None = None) -> dic
             }
         )
     for g in gpus:
-        for cid, title in GPU_CHECKS:
+        for cid, title in gpu_checks:
             status, detail = faults.get((cid, g["index"]), ("pass", "0"))
             checks.append(
                 {
@@ -167,4 +176,80 @@ def write_mig_cluster(directory: Path, broken: int | None = 2) -> Path:
     """The cluster plus the MIG node (its MIG device ``broken`` failing isolation)."""
     write_cluster(directory)
     (directory / f"{MIG_NODE}.json").write_text(json.dumps(mig_result(broken=broken)))
+    return directory
+
+
+# ---- a large cluster: 64 nodes x 8 GPUs with every check of issue 21 (the HTML at scale)
+
+ALL_NODE_CHECKS = [
+    *NODE_CHECKS,
+    ("node.nouveau", "nouveau not loaded"),
+    ("node.dev_char", "/dev/char links for the NVIDIA devices"),
+    ("node.drift_cache", "Runtime cache matches the driver"),
+    ("node.drift_cdi", "CDI spec matches the devices"),
+]
+ALL_GPU_CHECKS = [
+    *GPU_CHECKS,
+    ("gpu.xid", "No critical Xid errors"),
+    ("gpu.pcie_link", "PCIe link at its maximum"),
+    ("gpu.pcie_replay", "PCIe replay counter"),
+    ("gpu.clocks_event", "No clock slowdown events"),
+    ("gpu.nvlink", "NVLinks up"),
+    ("gpu.fabric_manager", "NVSwitch fabric trained"),
+    ("gpu.inforom", "InfoROM valid"),
+]
+XID79 = "Xid 79 at 2026-11-22T07:12:09Z: GPU has fallen off the bus"
+# node number -> faults, for 64 nodes (the same at any size: numbers past the end unused)
+LARGE_FAULTS: dict[int, dict] = {
+    5: {("gpu.xid", 3): ("fail", XID79), ("gpu.xid", 6): ("fail", XID79)},
+    17: {("gpu.xid", 2): ("fail", "Xid 48 at 2026-11-22T06:58:40Z: double-bit ECC error"),
+         ("gpu.ecc_uncorrectable", 2): ("fail", "12 volatile uncorrected ECC errors")},
+    23: {("gpu.pcie_link", 4): ("warn", "PCIe Gen4 x8; the slot and GPU do Gen5 x16")},
+    31: {("gpu.nvlink", 1): ("fail", "NVLink 5 of 18 down")},
+    40: {("node.drift_cdi", None): ("fail", "/etc/cdi/nvidia.yaml names 7 GPUs; 8 present")},
+    47: {("gpu.clocks_event", i): ("warn", "HW slowdown (thermal) since 2026-11-22T05:01Z")
+         for i in range(8)},
+}  # fmt: skip
+UNREACHABLE = {52}
+MIG_NODES = {12, 36, 60}  # MIG on GPU 1; on 60 its MIG device 2 fails isolation
+
+
+def large_name(i: int) -> str:
+    return f"gpu-r{i // 16 + 1:02d}-n{i % 16 + 1:02d}"
+
+
+def large_cluster(nodes: int = 64, gpus: int = 8) -> dict[str, dict]:
+    """file name -> document: ``nodes`` H100 nodes of ``gpus`` GPUs with every check, the
+    faults of LARGE_FAULTS, an unreachable node, MIG nodes (one failing) and, on every third
+    node, gpu.fabric_manager skipped (no NVSwitch) as on A100 PCIe nodes."""
+    out: dict[str, dict] = {}
+    for i in range(nodes):
+        name = large_name(i)
+        if i in UNREACHABLE:
+            out[f"{name}.json"] = {"node": name, "unreachable": True,
+                                   "detail": "Failed to connect to the host via ssh"}  # fmt: skip
+            continue
+        faults = dict(LARGE_FAULTS.get(i, {}))
+        if i % 3 == 2:
+            for g in range(gpus):
+                faults.setdefault(("gpu.fabric_manager", g),
+                                  ("skip", "no NVSwitch fabric: NVML reports none"))  # fmt: skip
+        model = "NVIDIA A100-SXM4-80GB" if i in MIG_NODES else "NVIDIA H100 80GB HBM3"
+        doc = result(name, model, gpus, faults, ALL_NODE_CHECKS, ALL_GPU_CHECKS)
+        if i in MIG_NODES and gpus >= 2:  # mig_result's GPUs 0 (whole) and 1 (MIG on)
+            mig = mig_result(name, broken=2 if i == 60 else None)
+            for g, m in zip(doc["gpus"], mig["gpus"], strict=False):
+                g.update(mig_enabled=m["mig_enabled"], mig=m["mig"])
+            doc["checks"] += [c for c in mig["checks"] if c["id"].startswith("mig.")]
+        doc["summary"] = {s: sum(c["status"] == s for c in doc["checks"])
+                          for s in ("pass", "warn", "fail", "skip")}  # fmt: skip
+        doc["exit_code"] = 1 if doc["summary"]["fail"] else 0
+        out[f"{name}.json"] = doc
+    return out
+
+
+def write_large_cluster(directory: Path, nodes: int = 64, gpus: int = 8) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, doc in large_cluster(nodes, gpus).items():
+        (directory / name).write_text(json.dumps(doc))
     return directory

@@ -42,7 +42,8 @@ def test_html_grid_cells_and_faulty_gpu_row(model):
     assert got[("sim-a100-bookworm", "node", "container.cuda")] == "skip"
     healthy = {k: v for k, v in got.items() if k[0] == "sim-a100-bookworm"}
     assert set(healthy.values()) == {"pass", "skip"} and len(healthy) > 20
-    assert re.search(r'<th class="gpu bad" scope="row">GPU 1<small>Tesla T4', page)
+    # the GPU row's header: one line, its UUID a tooltip
+    assert re.search(r'<th class="gpu bad" scope="row" title="GPU-[^"]+">GPU 1<small>Tesla T4', page)
     assert "http://" not in page and "https://" not in page and "<link" not in page
     assert "535.261.03" in page and "4x NVIDIA A100-SXM4-80GB" in page
 
@@ -222,7 +223,8 @@ def test_html_mig_rows_under_their_gpu(mig_model):
                     ("migrow", "1", "0"), ("migrow", "1", "1"), ("migrow", "1", "2")]  # fmt: skip
     mig_row = re.search(r'<tr class="migrow" data-node="sim-a100-mig" data-gpu="1" '
                         r'data-mig="2">(.*?)</tr>', page, re.S).group(1)  # fmt: skip
-    assert '<th class="mig bad" scope="row">MIG 1:2<small>1g.10gb · 30720 MiB · GI 3 · CI 0' in mig_row
+    assert re.search(r'<th class="mig bad" scope="row" title="MIG-[^"]+">MIG 1:2<small>1g.10gb · '
+                     r"30720 MiB · GI 3 · CI 0", mig_row)  # fmt: skip
     assert 'data-check="mig.isolation" data-row="MIG 1:2"' in mig_row and "s-fail" in mig_row
     gpu_row = re.search(r'<tr class="gpurow" data-node="sim-a100-mig" data-gpu="1">(.*?)</tr>',
                         page, re.S).group(1)  # fmt: skip

@@ -1,0 +1,143 @@
+"""What the HTML page shows before the grid, from the report model (results.merge): the
+order of the nodes (failures first), which nodes fold, and the counts of nodes, GPUs and
+checks by status (which checks fail where). Plain data: html.py renders it, tests read it.
+"""
+
+from __future__ import annotations
+
+from .results import worst
+
+# how a node ranks on the page: failures first, then warnings, then the nodes that ran no
+# check (unreachable, validate could not run, every check skipped), then the passing ones
+RANKS = ("fail", "warn", "unreachable", "skip", "pass")
+
+
+def kind(n: dict) -> str:
+    """The node's standing: fail, warn, unreachable (also: validate could not run), skip
+    (every check skipped) or pass (every check passed or skipped with a reason)."""
+    if n.get("unreachable") or n.get("error"):
+        return "unreachable"
+    return n["status"] if n["status"] in RANKS else "skip"
+
+
+def ordered(nodes: list[dict]) -> list[dict]:
+    """The nodes, worst first (RANKS), then by name."""
+    return sorted(nodes, key=lambda n: (RANKS.index(kind(n)), n["node"]))
+
+
+def folded(n: dict) -> bool:
+    """A node shown as one closed summary line: every check passed or skipped."""
+    return kind(n) in ("pass", "skip")
+
+
+def gpu_status(n: dict) -> dict[int, str]:
+    """GPU index -> the worst status of the checks about it (its MIG devices' included);
+    a GPU the result lists that no check is about is "skip"."""
+    out: dict[int, str] = {}
+    for g in n.get("gpus") or []:
+        if isinstance(g.get("index"), int):
+            out[g["index"]] = "skip"
+    by: dict[int, list[str]] = {}
+    for c in n["checks"]:
+        if c["gpu"] is not None:
+            by.setdefault(c["gpu"], []).append(c["status"])
+    for i, statuses in by.items():
+        out[i] = worst(statuses) or "skip"
+    return dict(sorted(out.items()))
+
+
+def _where(c: dict) -> str:
+    if c["gpu"] is None:
+        return "node"
+    return "gpu" if c.get("mig") is None else "mig"
+
+
+UNITS = {"node": ("node", "nodes"), "gpu": ("GPU", "GPUs"), "mig": ("MIG device", "MIG devices")}
+
+
+def _count(k: int, unit: str) -> str:
+    one, many = UNITS[unit]
+    return f"{k} {one if k == 1 else many}"
+
+
+def problems(nodes: list[dict], columns: list[dict]) -> list[dict]:
+    """The checks that failed or warned somewhere, failures first (then by how many nodes,
+    then in column order): {"id", "title", "status" (the worst), "text" ("3 GPUs on 2
+    nodes"; "1 node"), "nodes": the nodes' names in page order, "warn_text"}."""
+    order = {c["id"]: i for i, c in enumerate(columns)}
+    found: dict[str, dict[str, dict]] = {}  # check -> status -> {"what": set, "nodes": [...]}
+    for n in ordered(nodes):
+        for c in n["checks"]:
+            if c["status"] not in ("fail", "warn"):
+                continue
+            entry = found.setdefault(c["id"], {}).setdefault(
+                c["status"], {"what": set(), "nodes": [], "title": c["title"]}
+            )
+            unit = _where(c)
+            entry["what"].add((unit, n["node"], c["gpu"], c.get("mig")))
+            if n["node"] not in entry["nodes"]:
+                entry["nodes"].append(n["node"])
+    out = []
+    for cid, by in found.items():
+        status = worst(by)
+        texts = {}
+        for st, e in by.items():
+            units: dict[str, int] = {}
+            for unit, *_ in e["what"]:
+                units[unit] = units.get(unit, 0) + 1
+            parts = [_count(units[u], u) for u in ("gpu", "mig") if u in units]
+            on = _count(len(e["nodes"]), "node")
+            texts[st] = f"{', '.join(parts)} on {on}" if parts else on
+        main = by[status]
+        other = "warn" if status == "fail" and "warn" in by else None
+        out.append({
+            "id": cid, "title": main["title"], "status": status, "text": texts[status],
+            "nodes": main["nodes"], "warn_text": texts[other] if other else "",
+        })  # fmt: skip
+    out.sort(key=lambda p: (p["status"] != "fail", -len(p["nodes"]), order.get(p["id"], 0)))
+    return out
+
+
+def counts(nodes: list[dict]) -> dict:
+    """{"nodes": {kind: n} over RANKS, "gpus": {status: n}, "gpu_total", "node_total"}."""
+    by_node = dict.fromkeys(RANKS, 0)
+    by_gpu = dict.fromkeys(("fail", "warn", "pass", "skip"), 0)
+    for n in nodes:
+        by_node[kind(n)] += 1
+        for status in gpu_status(n).values():
+            by_gpu[status] += 1
+    return {"nodes": by_node, "gpus": by_gpu, "node_total": len(nodes),
+            "gpu_total": sum(by_gpu.values())}  # fmt: skip
+
+
+def node_line(n: dict) -> str:
+    """The one line a node's summary shows after its name: its GPUs and how its checks
+    went ("8 GPUs · all 120 checks passed (2 skipped)", "8 GPUs · fail: gpu.xid on GPU 3")."""
+    gpus = gpu_status(n)
+    head = f"{len(gpus)} GPU{'' if len(gpus) == 1 else 's'}" if gpus else "no GPUs"
+    total = len(n["checks"])
+    skipped = sum(c["status"] == "skip" for c in n["checks"])
+    k = kind(n)
+    if k == "unreachable":
+        return f"{'unreachable' if n.get('unreachable') else 'validation could not run'}: " + str(
+            n.get("detail") or ""
+        )
+    if k == "skip":
+        return f"{head} · no check ran: {'the one check' if total == 1 else f'all {total}'} skipped"
+    if k == "pass":
+        extra = f" ({skipped} skipped)" if skipped else ""
+        passed = total - skipped
+        return (
+            f"{head} · {'the one check' if passed == 1 else f'all {passed} checks'} passed{extra}"
+        )
+    bad: dict[tuple[str, str], list[dict]] = {}
+    for c in n["checks"]:
+        if c["status"] in ("fail", "warn"):
+            bad.setdefault((c["status"], c["id"]), []).append(c)
+    parts = []
+    for (status, cid), checks in sorted(bad.items(), key=lambda kv: kv[0][0] != "fail"):
+        gpus = [str(c["gpu"]) for c in checks if c["gpu"] is not None and c.get("mig") is None]
+        migs = [f"{c['gpu']}:{c['mig']}" for c in checks if c.get("mig") is not None]
+        on = [f"{unit} {', '.join(w)}" for unit, w in (("GPU", gpus), ("MIG", migs)) if w]
+        parts.append(f"{status} {cid} on {' and '.join(on)}" if on else f"{status} {cid}")
+    return f"{head} · " + "; ".join(parts)

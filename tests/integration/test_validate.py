@@ -78,7 +78,6 @@ def test_healthy_node_passes_every_check(vnode, tmp_path):
     assert bad == [] and rc == 0
     skipped = {c["id"]: c["detail"] for c in res["checks"] if c["status"] == "skip"}
     assert "no CUDA-capable device" in skipped.pop("container.cuda")  # the mock has no CUDA
-    skipped.pop("mig.layout")  # no MIG layout is expected of this node
     assert "no CDI spec" in skipped.pop("node.drift_cdi")  # this node uses no CDI
     assert "not set up for gpunode" in skipped.pop("node.drift_containerd")  # Docker only
     if vnode.sh("test -e /proc/modules", check=False).returncode != 0:

@@ -125,6 +125,9 @@ def test_cdi_spec_names_the_mig_devices(node, want, layout):
     mig = {(i, m["index"], m["uuid"]) for i in layout for m in cached[i]["mig"]}
     missing = sorted(n for i, k, uuid in mig for n in (f"{i}:{k}", uuid) if n not in names)
     assert missing == [], f"{node.name}: {CDI_SPEC} lacks MIG devices {missing}"
+    # a MIG-enabled GPU is used only as its MIG devices, not whole (nvidia-ctk's rule too)
+    whole = sorted(i for i, (enabled, _) in layout.items() if enabled and str(i) in names)
+    assert whole == [], f"{node.name}: {CDI_SPEC} lists MIG-enabled GPUs {whole} as whole GPUs"
 
 
 def test_stopped_units_run_again(node, want):

@@ -16,7 +16,7 @@ ROLE = Path(__file__).resolve().parents[3] / "roles" / "gpu_mig"
 LAYOUTS = {
     "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
     "mixed": [
-        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "1g.10gb": 4}},
+        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}},
         {"devices": [1, 2, 3], "mig-enabled": False},
     ],
 }

@@ -2,7 +2,8 @@
 layout the inventory describes is the node's, as gpunode itself reads it back (`gpunode
 mig assert`, `gpunode mig export --json`, `gpunode inventory --json`), as the runtime's
 inventory cache holds it, and as the CDI spec names it; the layouts file is the inventory's;
-the units gpu_mig stops around a change run again and no drain is left.
+the units gpu_mig stops around a change run again, the boot unit that applies the layout
+again is enabled, and no drain is left.
 
 Expectations are the inventory's gpu_mig_* variables with the role's defaults; nodes
 without gpu_mig_config are skipped.
@@ -133,6 +134,17 @@ def test_cdi_spec_names_the_mig_devices(node, want, layout):
 def test_stopped_units_run_again(node, want):
     for unit in want["services"]:
         assert node.host.service(unit).is_running, f"{node.name}: {unit} is not running"
+
+
+def test_boot_unit_enabled(node, want):
+    """GPU instances do not survive a reboot: gpunode-mig.service applies the layout again."""
+    if not node.vars.get("gpu_mig_boot_unit", True):
+        assert not node.host.file("/etc/systemd/system/gpunode-mig.service").exists
+        return
+    unit = node.host.service("gpunode-mig.service")
+    assert unit.is_enabled, f"{node.name}: gpunode-mig.service is not enabled"
+    text = node.host.file("/etc/systemd/system/gpunode-mig.service").content_string
+    assert f"--config {want['config']} " in text, f"{node.name}: gpunode-mig.service: {text}"
 
 
 def test_no_drain_left(node, want):

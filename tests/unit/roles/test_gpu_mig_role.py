@@ -16,7 +16,11 @@ ROLE = Path(__file__).resolve().parents[3] / "roles" / "gpu_mig"
 LAYOUTS = {
     "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
     "mixed": [
-        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}},
+        {
+            "devices": [0],
+            "mig-enabled": True,
+            "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1},
+        },
         {"devices": [1, 2, 3], "mig-enabled": False},
     ],
 }
@@ -90,3 +94,18 @@ def test_apply_and_assert_read_the_written_file():
 def test_the_cli_follows_gpunode_install_bin_dir():
     argv = render("{{ gpu_mig_cli }}", gpunode_install_bin_dir="/opt/bin")
     assert argv == ["/opt/bin/gpunode"]
+
+
+def test_the_boot_unit_applies_the_layout_before_the_gpus_users():
+    unit = render(
+        "{{ lookup('ansible.builtin.template', 'gpunode-mig.service.j2') }}",
+        gpu_mig_config="mixed",
+        gpu_mig_stop_services=["nvidia-persistenced", "dcgm-exporter.service"],
+    )
+    lines = unit.splitlines()
+    assert "ExecStart=/usr/local/bin/gpunode mig apply --config-file /etc/gpunode/mig-config.yaml " \
+        "--config mixed --json" in lines  # fmt: skip
+    before = next(line for line in lines if line.startswith("Before=")).split("=", 1)[1].split()
+    assert {"gpunode-refresh.service", "docker.service", "containerd.service", "kubelet.service",
+            "nvidia-persistenced.service", "dcgm-exporter.service"} <= set(before)  # fmt: skip
+    assert "WantedBy=multi-user.target" in lines

@@ -311,3 +311,71 @@ def test_proc_devices_shows_the_drivers_majors_to_every_process(node):
         assert node.sh("findmnt -n /proc/devices", check=False).stdout == ""
     finally:
         node.sh("docker rm -f t-devices", check=False)
+
+
+MIG_MAKE = textwrap.dedent(
+    """
+    import json, pynvml as N
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(1)  # a100x2-mig: GPU 1 is MIG-capable, MIG disabled
+    N.nvmlDeviceSetMigMode(h, 1)
+    gi = N.nvmlDeviceCreateGpuInstance(h, 19)  # 1g.10gb
+    ci = N.nvmlGpuInstanceCreateComputeInstance(gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE)
+    gi_id, ci_id = N.nvmlGpuInstanceGetInfo(gi).id, N.nvmlComputeInstanceGetInfo(ci).id
+    m = N.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
+    print(json.dumps({"uuid": N.nvmlDeviceGetUUID(m), "gi": gi_id, "ci": ci_id,
+                      "minor": N.nvmlDeviceGetMinorNumber(h)}))
+    """
+)
+
+MIG_SEEN = textwrap.dedent(
+    """
+    import json, pynvml as N
+    N.nvmlInit()
+    seen = []
+    for i in range(N.nvmlDeviceGetCount()):
+        h = N.nvmlDeviceGetHandleByIndex(i)
+        for j in range(N.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                seen.append(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, j)))
+            except N.NVMLError_NotFound:
+                pass
+    print(json.dumps(seen))
+    """
+)
+
+
+def cap_minor(node, path: str) -> int:
+    text = node.sh(f"cat {path}").stdout
+    return int(next(ln for ln in text.splitlines() if ln.startswith("DeviceFileMinor:")).split()[1])
+
+
+def test_a_mig_device_made_on_the_node_reaches_a_container_with_its_cap_nodes(node):
+    node.apply("a100x2-mig")
+    made = node.pynvml(MIG_MAKE)
+    # the driver's footprint: read the minors as product code does, from the access files
+    where = f"/proc/driver/nvidia/capabilities/gpu{made['minor']}/mig/gi{made['gi']}"
+    gi_minor = cap_minor(node, f"{where}/access")
+    ci_minor = cap_minor(node, f"{where}/ci{made['ci']}/access")
+    caps = [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (gi_minor, ci_minor)]
+    listing = node.sh(f"stat -c '%F %t:%T' {' '.join(caps)}").stdout.split("\n")
+    assert listing[:2] == [f"character special file 1ff:{m:x}" for m in (gi_minor, ci_minor)]
+    # every process of the node sees it, and re-applying the same profile keeps it
+    assert made["uuid"] in node.pynvml(MIG_SEEN)
+    node.apply("a100x2-mig")
+    assert made["uuid"] in node.pynvml(MIG_SEEN)
+
+    pynvml_file = node.sh(
+        "/opt/gpunode/bin/python -c 'import pynvml; print(pynvml.__file__)'"
+    ).stdout.strip()
+    lib = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03"
+    run = (
+        "docker run --rm --runtime runc --network none --device /dev/nvidiactl "
+        f"--device /dev/nvidia{made['minor']} {{devices}} "
+        f"-v {lib}:/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1:ro "
+        f"-v {pynvml_file}:/opt/pynvml/pynvml.py:ro -e PYTHONPATH=/opt/pynvml "
+        f"{node.workload} python3 -c {shlex.quote(MIG_SEEN)}"
+    )
+    given = " ".join(f"--device {c}" for c in caps)
+    assert json.loads(node.sh(run.format(devices=given)).stdout) == [made["uuid"]]
+    assert json.loads(node.sh(run.format(devices="")).stdout) == []

@@ -21,6 +21,8 @@ MAY_USE = {
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
+    # MIG layouts: the NVML walker's profiles and instances, its own writes
+    "mig": {"util", "nvidia", "mig"},
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec)
     "engines": {"util", "runtime", "engines"},
@@ -30,7 +32,7 @@ MAY_USE = {
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",
-        "",
+        "mig", "",
     },
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},

@@ -54,12 +54,15 @@ def run(args: argparse.Namespace) -> int:
             "capabilities": sorted(req.capabilities),
             "requirements": list(req.requirements),
             "legacy": req.legacy,
+            "mig_config": req.mig_config,
+            "mig_monitor": req.mig_monitor,
         }
         p = plan.make(req, cfg, args.rootfs)
         if p.edits is not None:
             out["selected"] = [
                 {"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id} for g in p.selected
             ]
+            out["mig"] = [_mig(m, p, cfg.dev_root) for m in p.migs]
             out["edits"] = p.edits.to_dict()
     except (RequestError, EditError) as exc:
         out["error"] = str(exc)
@@ -68,6 +71,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_explain(out)
     return EXIT_FAIL if "error" in out else EXIT_OK
+
+
+def _mig(sel, p, dev_root: str) -> dict:
+    """A selected MIG device as explain shows it: its parent, ids and cap nodes."""
+    from ..nvidia.devices import under
+    from ..runtime.edits import mig_cap_nodes
+
+    gi, ci = mig_cap_nodes(sel, under(p.discovery.files.root, "/proc/driver/nvidia"), dev_root)
+    return {
+        "name": sel.name,
+        "uuid": sel.mig.uuid,
+        "parent": {
+            "index": sel.parent.index,
+            "uuid": sel.parent.uuid,
+            "pci_bus_id": sel.parent.pci_bus_id,
+            "minor": sel.parent.minor,
+        },
+        "gi": sel.mig.gi,
+        "ci": sel.mig.ci,
+        "profile": sel.mig.profile,
+        "gi_cap": {"path": gi.path, "major": gi.major, "minor": gi.minor},
+        "ci_cap": {"path": ci.path, "major": ci.major, "minor": ci.minor},
+    }
 
 
 def _print_explain(out: dict) -> None:
@@ -89,6 +115,16 @@ def _print_explain(out: dict) -> None:
         return
     for g in out["selected"]:
         print(f"gpu {g['index']}: {g['uuid']} {g['pci_bus_id']}")
+    for m in out["mig"]:
+        parent = m["parent"]
+        print(
+            f"mig {m['name']}: {m['uuid']} on gpu {parent['index']} ({parent['uuid']}), "
+            f"gi {m['gi']} ci {m['ci']}{' ' + m['profile'] if m['profile'] else ''}, "
+            f"caps {m['gi_cap']['path']} {m['ci_cap']['path']}"
+        )
+    if req["mig_config"] or req["mig_monitor"]:
+        which = [w for w in ("config", "monitor") if req[f"mig_{w}"]]
+        print(f"MIG {'/'.join(which)}: every MIG capability of the selected MIG-enabled GPUs")
     e = out["edits"]
     for d in e["devices"]:
         print(f"device {d['path']} (c {d['major']}:{d['minor']}, mode {d['mode']:o})")

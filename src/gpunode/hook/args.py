@@ -19,11 +19,18 @@ OPTIONS = {
         "--gpu": "list",
         "--proc-driver": "flag",
         "--gpus-selected": "flag",
+        "--mig-cap": "list",
+        "--mig-caps-all": "flag",
         "--driver-root": "value",
     },
     "update-ldcache": {"--library": "list", "--folder": "list"},
     "create-symlinks": {"--link": "list"},
-    "mount-proc-driver": {"--gpu": "list", "--driver-root": "value"},
+    "mount-proc-driver": {
+        "--gpu": "list",
+        "--mig-cap": "list",
+        "--mig-caps-all": "flag",
+        "--driver-root": "value",
+    },
 }
 
 
@@ -39,6 +46,8 @@ class Args:
         self.gpu: list[str] = []
         self.proc_driver = False
         self.gpus_selected = False
+        self.mig_cap: list[str] = []
+        self.mig_caps_all = False
         self.driver_root = "/"
 
 

@@ -13,7 +13,13 @@ import sys
 
 from .errors import PROG
 from .ldcache import cmd_update_ldcache
-from .procdriver import Sources, gpus_from_container_devices, install_at, open_sources
+from .procdriver import (
+    Sources,
+    gpus_from_container_devices,
+    install_at,
+    mig_caps_from_container_devices,
+    open_sources,
+)
 from .symlinks import cmd_create_symlinks
 
 
@@ -39,7 +45,9 @@ def proc_sources(args, root_path: str) -> Sources | None:
         return None
     if not args.gpus_selected and not args.gpu:  # CDI: the device nodes given say which
         args.gpu = gpus_from_container_devices(root_path, args.driver_root)
-    return open_sources(args.driver_root, args.gpu)
+        if not args.mig_cap and not args.mig_caps_all:
+            args.mig_cap = mig_caps_from_container_devices(root_path, args.driver_root)
+    return open_sources(args.driver_root, args.gpu, args.mig_cap, args.mig_caps_all)
 
 
 def cmd_configure(args, root_path: str) -> int:

@@ -28,13 +28,17 @@ OCI createContainer hook injecting the NVIDIA driver. The container comes from t
 state on stdin unless --root names its rootfs.
   configure [--link TARGET::LINK]... [--library SONAME::PATH]... [--folder DIR]...
             [--gpu BUSID]... [--proc-driver] [--gpus-selected] [--driver-root DIR]
-            all of the below in one run; --gpus-selected: the --gpu list is the whole
-            selection, even empty (else the container's /dev/nvidia<N> nodes decide)
+            [--mig-cap CAP]... [--mig-caps-all]
+            all of the below in one run; --gpus-selected: the --gpu and --mig-cap lists
+            are the whole selection, even empty (else the container's /dev/nvidia<N> and
+            /dev/nvidia-caps nodes decide)
   create-symlinks --link TARGET::LINK...                 create symlinks in the container
   update-ldcache [--library SONAME::PATH]... [--folder DIR]...
             add the libraries to the container's /etc/ld.so.cache, the folders to an
             ld.so.conf.d drop-in
-  mount-proc-driver --gpu BUSID... [--driver-root DIR]   filter /proc/driver/nvidia
+  mount-proc-driver --gpu BUSID... [--mig-cap CAP]... [--mig-caps-all] [--driver-root DIR]
+            filter /proc/driver/nvidia; --mig-cap gpu0/mig/gi1/access: that MIG access
+            file under capabilities/, --mig-caps-all: the whole capabilities tree
   --version                                              print the version"""
 
 

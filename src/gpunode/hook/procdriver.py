@@ -1,6 +1,11 @@
 """``mount-proc-driver``: the container's /proc/driver/nvidia shows only its GPUs, with
 ``ModifyDeviceFiles: 0``: a read-only tmpfs over it holding the host's version, registry
-and (patched) params files and a read-only bind mount of each selected GPU's directory.
+and (patched) params files, a read-only bind mount of each selected GPU's directory and,
+for MIG devices, a read-only bind mount of each of their GI and CI ``access`` files at
+its ``capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access`` path (or, for
+NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES, of the whole ``capabilities`` directory), as
+libnvidia-container's mount_procfs_mig does. runc refuses mount destinations inside /proc,
+so these are attached here, as the GPUs' directories are, not as spec mounts.
 
 One implementation for both callers, in two steps, all by fd with the new mount API (no
 ``/proc/self/fd`` path, which would not resolve where the container's procfs is another
@@ -22,6 +27,7 @@ that entered the created container's mount namespace (``in_namespace``).
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from ..nvidia import procfs
@@ -66,6 +72,8 @@ class Sources:
     def __init__(self) -> None:
         self.tmpfs = -1
         self.gpus: list[tuple[str, int]] = []  # (directory name, detached bind mount)
+        # (path under /proc/driver/nvidia as its parts, detached bind mount, is a directory)
+        self.caps: list[tuple[list[str], int, bool]] = []
         self.fds: list[int] = []
 
     def close(self) -> None:
@@ -74,10 +82,57 @@ class Sources:
         self.fds = []
 
 
-def open_sources(driver_root: str, gpus: list[str]) -> Sources:
-    """The host's /proc/driver/nvidia (under ``driver_root``) for GPUs ``gpus`` (bus ids),
-    as detached mounts. Raises HookError when the host tree or a GPU is missing."""
+CAPS_DIR = "capabilities"
+
+
+def cap_parts(cap: str) -> list[str]:
+    """A MIG capability (``gpu0/mig/gi1/access``, ``gpu0/mig/gi1/ci0/access``) as its path
+    parts under /proc/driver/nvidia; HookError for anything else."""
+    parts = cap.split("/")
+    ok = (
+        len(parts) in (4, 5)
+        and parts[0].startswith("gpu")
+        and parts[1] == "mig"
+        and parts[2].startswith("gi")
+        and (len(parts) == 4 or parts[3].startswith("ci"))
+        and parts[-1] == "access"
+        and all(p[2:].isascii() and p[2:].isdigit() for p in parts[2:-1])
+        and parts[0][3:].isascii()
+        and parts[0][3:].isdigit()
+    )
+    if not ok:
+        raise HookError(
+            f"invalid MIG capability {cap!r}: expected gpu<N>/mig/gi<G>/access or "
+            "gpu<N>/mig/gi<G>/ci<C>/access"
+        )
+    return [CAPS_DIR, *parts]
+
+
+def _open_host_path(host_fd: int, parts: list[str], is_dir: bool) -> int:
+    """An O_PATH fd of ``parts`` under ``host_fd``, no symlink followed on the way."""
+    fds = []
+    try:
+        at = host_fd
+        for name in parts[:-1]:
+            at = open_dir_nofollow(at, name)
+            fds.append(at)
+        if is_dir:
+            return open_dir_nofollow(at, parts[-1])
+        return os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def open_sources(
+    driver_root: str, gpus: list[str], caps: list[str] | None = None, caps_all: bool = False
+) -> Sources:
+    """The host's /proc/driver/nvidia (under ``driver_root``) for GPUs ``gpus`` (bus ids)
+    and MIG capabilities ``caps`` (their access files; ``caps_all``: the whole
+    capabilities directory), as detached mounts. Raises HookError when the host tree, a
+    GPU or a capability is missing."""
     wanted = [busid_candidates(b) for b in gpus]
+    cap_paths = [[CAPS_DIR]] if caps_all else [cap_parts(c) for c in caps or []]
     host_dir = os.path.join(driver_root, "proc/driver/nvidia")
     try:
         host_fd = os.open(host_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -106,6 +161,20 @@ def open_sources(driver_root: str, gpus: list[str]) -> Sources:
                     break
             else:
                 raise HookError(f"GPU {cands[-1]} not found in {host_dir}/gpus")
+        for parts in cap_paths:
+            is_dir = len(parts) == 1
+            try:
+                cap_fd = _open_host_path(host_fd, parts, is_dir)
+            except (FileNotFoundError, NotADirectoryError):
+                raise HookError(
+                    f"MIG capability {'/'.join(parts[1:]) or 'tree'} not found in "
+                    f"{host_dir}/{CAPS_DIR}"
+                ) from None
+            src.fds.append(cap_fd)
+            clone = open_tree_clone(cap_fd)
+            src.fds.append(clone)
+            mount_setattr(clone, MOUNT_ATTR_LOCKED_DOWN)
+            src.caps.append((parts, clone, is_dir))
         files = {n: read_at(host_fd, n) for n in PROC_FILES}
         if files["params"] is not None:
             files["params"] = procfs.set_param(files["params"], "ModifyDeviceFiles", "0")
@@ -123,6 +192,8 @@ def open_sources(driver_root: str, gpus: list[str]) -> Sources:
                 os.mkdir(name, 0o555, dir_fd=gpus_fd)
         finally:
             os.close(gpus_fd)
+        for parts, _, is_dir in src.caps:
+            _make_mount_point(src.tmpfs, parts, is_dir)
         mount_setattr(src.tmpfs, MOUNT_ATTR_RDONLY)
     except OSError as exc:
         src.close()
@@ -131,6 +202,28 @@ def open_sources(driver_root: str, gpus: list[str]) -> Sources:
         src.close()
         raise
     return src
+
+
+def _make_mount_point(tmpfs: int, parts: list[str], is_dir: bool) -> None:
+    """The directories of ``parts`` in the tmpfs and, at its end, an empty directory or
+    file for a bind mount."""
+    fds = []
+    try:
+        at = tmpfs
+        for name in parts[:-1]:
+            try:  # noqa: SIM105 - contextlib costs the start path ~1 ms
+                os.mkdir(name, 0o555, dir_fd=at)
+            except FileExistsError:
+                pass
+            at = open_dir_nofollow(at, name)
+            fds.append(at)
+        if is_dir:
+            os.mkdir(parts[-1], 0o555, dir_fd=at)
+        else:
+            create_file_at(at, parts[-1], b"")
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def install(src: Sources, root_fd: int) -> bool:
@@ -186,6 +279,10 @@ def install(src: Sources, root_fd: int) -> bool:
             fds.append(gpus_fd)
             for name, clone in src.gpus:
                 dst = open_dir_nofollow(gpus_fd, name)
+                fds.append(dst)
+                move_mount(clone, dst)
+            for parts, clone, is_dir in src.caps:
+                dst = _open_host_path(tmp_fd, parts, is_dir)  # in our own tmpfs
                 fds.append(dst)
                 move_mount(clone, dst)
         except BaseException:
@@ -271,8 +368,58 @@ def install_at(src: Sources, root_path: str) -> None:
 
 
 def cmd_mount_proc_driver(args, root_path: str) -> int:
-    install_at(open_sources(args.driver_root, args.gpu or []), root_path)
+    install_at(
+        open_sources(args.driver_root, args.gpu or [], args.mig_cap, args.mig_caps_all),
+        root_path,
+    )
     return 0
+
+
+def mig_caps_from_container_devices(root_path: str, driver_root: str) -> list[str]:
+    """The MIG capabilities (``gpu<N>/mig/gi<G>[/ci<C>]/access``) whose cap node
+    (/dev/nvidia-caps/nvidia-cap<minor>) the container was given: the CDI path's
+    counterpart of gpus_from_container_devices (a MIG device's CDI entry gives its GI and
+    CI cap nodes; the driver's access files say which capability each minor is)."""
+    root_fd = open_root(root_path)
+    minors = set()
+    try:
+        try:
+            caps_fd = open_beneath_no_symlinks(
+                root_fd, "dev/nvidia-caps", os.O_RDONLY | os.O_DIRECTORY
+            )
+        except OSError:
+            return []
+        try:
+            for name in os.listdir(caps_fd):
+                suffix = name[len("nvidia-cap") :]
+                if not (name.startswith("nvidia-cap") and suffix.isascii() and suffix.isdigit()):
+                    continue
+                st = os.stat(name, dir_fd=caps_fd, follow_symlinks=False)
+                if stat.S_ISCHR(st.st_mode):
+                    minors.add(os.minor(st.st_rdev))
+        finally:
+            os.close(caps_fd)
+    finally:
+        os.close(root_fd)
+    if not minors:
+        return []
+    from ..nvidia import mig  # only for a container given MIG devices through CDI
+
+    proc = os.path.join(driver_root, "proc/driver/nvidia")
+    out = []
+    for gpu_name in sorted(os.listdir(os.path.join(proc, CAPS_DIR))):
+        minor = gpu_name[3:]
+        if not (gpu_name.startswith("gpu") and minor.isascii() and minor.isdigit()):
+            continue
+        for gi, ci in sorted(mig.instances(proc, int(minor))):
+            for cap in (mig.gi_cap(int(minor), gi), mig.ci_cap(int(minor), gi, ci)):
+                try:
+                    found = mig.read_cap_minor(mig.access_file(proc, cap))
+                except mig.CapsError:
+                    continue
+                if found in minors and cap not in out:
+                    out.append(cap)
+    return out
 
 
 def gpus_from_container_devices(root_path: str, driver_root: str) -> list[str]:

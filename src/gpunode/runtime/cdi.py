@@ -6,6 +6,14 @@ named by index, by UUID and ``all``. Common edits carry the control device nodes
 driver's libraries, binaries, firmware and IPC sockets, and one gpunode-hook invocation
 (symlinks, ld cache, and a ``/proc/driver/nvidia`` filtered down to the GPUs whose device
 nodes the container was given). ``cdiVersion`` is the smallest version the content needs.
+
+MIG, as ``nvidia-ctk cdi generate`` (its default ``[index, uuid]`` naming): a MIG device is
+named ``<gpu>:<n>`` and by its MIG UUID; its deviceNodes are the parent's /dev/nvidia<minor>
+and its GI and CI cap nodes. A MIG-enabled GPU is not listed as a full GPU, and ``all`` is
+the full GPUs with MIG off plus every MIG device. The MIG devices' access files under
+/proc/driver/nvidia/capabilities come from the common hook, as the GPUs' /proc directories
+do: it works them out from the cap nodes the engine gave the container (CDI has no way of
+its own to mount under /proc, which runc refuses).
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ import os
 from typing import Any
 
 from ..nvidia.capabilities import ALL_CAPABILITIES
+from ..nvidia.devices import under
 from ..util.files import write_atomic
 from .discovery import Discovery
-from .edits import EditError, Edits, build, gpu_device
+from .edits import EditError, Edits, build, gpu_device, mig_devices
+from .request import SelectedMig
 
 KIND = "nvidia.com/gpu"
 SPEC_NAME = "nvidia.yaml"  # what `--install` writes into the first of cdi-spec-dirs
@@ -57,14 +67,27 @@ def generate(disc: Discovery, *, hook_path: str, dev_root: str = "/") -> dict[st
     device nodes the engine creates."""
     devices = []
     gpu_nodes = []
+    proc_nvidia = under(disc.files.root, "/proc/driver/nvidia")
     for gpu in disc.node.gpus:
         try:
             node = gpu_device(gpu, dev_root)
         except EditError:
             continue  # no device node: the GPU cannot be handed out, so it is not listed
-        gpu_nodes.append(node)
-        for name in (str(gpu.index), gpu.uuid):
-            devices.append({"name": name, "containerEdits": container_edits(Edits([node]))})
+        if not gpu.mig_enabled:
+            gpu_nodes.append(node)
+            for name in (str(gpu.index), gpu.uuid):
+                devices.append({"name": name, "containerEdits": container_edits(Edits([node]))})
+            continue
+        for m in gpu.mig:
+            sel = SelectedMig(gpu, m)
+            try:
+                caps, _ = mig_devices([sel], proc_nvidia, dev_root)
+            except EditError:
+                continue  # a capability without access file or node: not listed
+            nodes = [node, *caps]
+            gpu_nodes += [n for n in nodes if n not in gpu_nodes]
+            for name in (sel.name, m.uuid):
+                devices.append({"name": name, "containerEdits": container_edits(Edits(nodes))})
     if gpu_nodes:
         devices.append({"name": "all", "containerEdits": container_edits(Edits(gpu_nodes))})
     common = build(disc, set(ALL_CAPABILITIES), None, hook_path=hook_path, dev_root=dev_root)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from ..nvidia.capabilities import expand_capabilities
-from ..nvidia.devices import CONTROL_NODES, Device, gpu_node, stat_device
+from ..nvidia.devices import CONTROL_NODES, Device, gpu_node, stat_device, under
 from ..nvidia.facts import GpuFacts
 from ..util.record import asdict, factory, record
 from .discovery import Discovery
@@ -20,7 +20,10 @@ from .specinputs import container_libdir
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
+
+    from .request import SelectedMig
 
 LIB_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
 IPC_OPTIONS = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
@@ -54,10 +57,14 @@ class Edits:
     mounts: list[Mount] = factory(list)
     hooks: list[Hook] = factory(list)
     env: list[str] = factory(list)
+    # cgroup allow rules (c MAJOR:MINOR rwm) without a device node: the MIG capabilities
+    # NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES open up
+    allow: list[tuple[int, int]] = factory(list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "devices": [asdict(d) for d in self.devices],
+            "allow": [list(a) for a in self.allow],
             "mounts": [asdict(m) | {"options": list(m.options)} for m in self.mounts],
             "hooks": [asdict(h) | {"args": list(h.args), "env": list(h.env)} for h in self.hooks],
             "env": list(self.env),
@@ -93,6 +100,91 @@ def gpu_device(gpu: GpuFacts, dev_root: str) -> Device:
     return dev
 
 
+def _cap_device(proc_nvidia: str, cap: str, dev_root: str, what: str) -> Device:
+    """The cap node of capability ``cap``: its minor read from the driver's access file,
+    the node stat'ed (never computed, never an assumed major)."""
+    from ..nvidia import mig
+
+    try:
+        minor = mig.read_cap_minor(mig.access_file(proc_nvidia, cap))
+    except mig.CapsError as exc:
+        raise EditError(f"{what}: {exc}") from None
+    dev = stat_device(mig.cap_node(minor), dev_root)
+    if dev is None:
+        raise EditError(f"{what}: no capability device node {mig.cap_node(minor)} on this node")
+    return dev
+
+
+def mig_caps(sel: SelectedMig) -> tuple[str, str]:
+    """A MIG device's GI and CI capabilities (gpunode.nvidia.mig names)."""
+    from ..nvidia import mig
+
+    return (
+        mig.gi_cap(sel.parent.minor, sel.mig.gi),
+        mig.ci_cap(sel.parent.minor, sel.mig.gi, sel.mig.ci),
+    )
+
+
+def mig_cap_nodes(sel: SelectedMig, proc_nvidia: str, dev_root: str) -> tuple[Device, Device]:
+    """A MIG device's GI and CI cap nodes (/dev/nvidia-caps/nvidia-cap<minor>)."""
+    what = f"MIG device {sel.name} ({sel.mig.uuid})"
+    gi, ci = mig_caps(sel)
+    return (
+        _cap_device(proc_nvidia, gi, dev_root, what),
+        _cap_device(proc_nvidia, ci, dev_root, what),
+    )
+
+
+def mig_devices(
+    migs: Sequence[SelectedMig], proc_nvidia: str, dev_root: str
+) -> tuple[list[Device], list[str]]:
+    """Per MIG device its GI and CI cap nodes (each once: two compute instances of one GPU
+    instance share its GI cap), and the capabilities (paths under
+    /proc/driver/nvidia/capabilities) whose access files the container gets."""
+    devices: list[Device] = []
+    caps: list[str] = []
+    for sel in migs:
+        for cap, dev in zip(mig_caps(sel), mig_cap_nodes(sel, proc_nvidia, dev_root), strict=True):
+            if cap not in caps:
+                caps.append(cap)
+            if dev not in devices:
+                devices.append(dev)
+    return devices, caps
+
+
+def mig_access(
+    which: Sequence[str], gpus: Sequence[GpuFacts], proc_nvidia: str, dev_root: str
+) -> tuple[list[Device], list[tuple[int, int]]]:
+    """NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES (``which``: "config", "monitor"): the
+    config / monitor cap node, and a cgroup rule for every mig-minor of the given GPUs
+    (``/proc/driver/nvidia-caps/mig-minors``), as libnvidia-container's
+    setup_mig_minor_cgroups. The rules take the caps major of the stat'ed cap node."""
+    from ..nvidia import mig
+
+    devices = [
+        _cap_device(
+            proc_nvidia,
+            mig.CONFIG_CAP if w == "config" else mig.MONITOR_CAP,
+            dev_root,
+            f"NVIDIA_MIG_{w.upper()}_DEVICES",
+        )
+        for w in which
+    ]
+    minors_file = os.path.join(os.path.dirname(proc_nvidia), "nvidia-caps", "mig-minors")
+    try:
+        with open(minors_file, encoding="ascii", errors="replace") as fh:
+            minors = mig.parse_mig_minors(fh.read())
+    except OSError as exc:
+        raise EditError(
+            f"NVIDIA_MIG_{which[0].upper()}_DEVICES: {minors_file} cannot be read "
+            f"({exc.strerror or exc})"
+        ) from None
+    major = devices[0].major
+    prefixes = tuple(f"gpu{g.minor}/" for g in gpus)
+    allow = [(major, minor) for cap, minor in minors.items() if cap.startswith(prefixes)]
+    return devices, sorted(set(allow))
+
+
 def file_mounts(disc: Discovery, caps: set[str], libdir: str) -> list[Mount]:
     libs, bins, ipc = disc.files.for_capabilities(caps)
     mounts = [Mount(p, f"{libdir}/{os.path.basename(p)}", tuple(LIB_OPTIONS)) for p in libs]
@@ -109,6 +201,8 @@ def hook_args(
     caps: set[str],
     libdir: str,
     gpus: list[GpuFacts] | None,
+    mig_caps: Sequence[str] = (),
+    mig_caps_all: bool = False,
 ) -> list[str]:
     """Arguments of the one gpunode-hook invocation a container gets.
 
@@ -119,6 +213,10 @@ def hook_args(
     Every injected library gets `--library SONAME::PATH` (its /etc/ld.so.cache entry; the
     path is its SONAME link, or the file itself when the SONAME is its name) and, when
     its SONAME differs from its file name, `--link` for that SONAME link.
+    `mig_caps`: the MIG capabilities whose access files the container's
+    /proc/driver/nvidia/capabilities shows (`--mig-cap`, bound read-only as the GPUs'
+    directories are); `mig_caps_all`: the whole capabilities tree (`--mig-caps-all`,
+    NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES).
     """
     libs, _, _ = disc.files.for_capabilities(caps)
     names = {os.path.basename(p) for p in libs}
@@ -142,6 +240,10 @@ def hook_args(
         args += ["--gpu", gpu.procfs_bus_id]
     if gpus is not None:
         args.append("--gpus-selected")
+    for cap in mig_caps:
+        args += ["--mig-cap", cap]
+    if mig_caps_all:
+        args.append("--mig-caps-all")
     args.append("--proc-driver")
     return args
 
@@ -154,19 +256,38 @@ def build(
     hook_path: str,
     dev_root: str = "/",
     rootfs: str | None = None,
+    migs: Sequence[SelectedMig] = (),
+    mig_access_caps: Sequence[str] = (),
+    mig_gpus: Sequence[GpuFacts] = (),
 ) -> Edits:
     """Edits for a container given `selected` GPUs and driver capabilities `caps`.
 
     `selected` None (CDI, whose spec cannot know which GPUs a container gets): no GPU
     device nodes, and the hook works the GPUs out from the container's device nodes.
+    `selected` holds every GPU whose /dev/nvidia<minor> the container gets (the MIG
+    devices' parents too); `migs` adds each MIG device's GI and CI cap nodes and access
+    files. `mig_access_caps` ("config", "monitor"): NVIDIA_MIG_*_DEVICES=all for the
+    MIG-enabled GPUs `mig_gpus`.
     """
     caps = expand_capabilities(set(caps))
     libdir = container_libdir(rootfs)
     edits = Edits()
     edits.devices = control_devices(caps, dev_root)
     edits.devices += [gpu_device(g, dev_root) for g in selected or []]
+    proc_nvidia = under(disc.files.root, "/proc/driver/nvidia")
+    mig_caps: list[str] = []
+    if mig_access_caps:
+        # the whole capabilities tree is shown: the per-device access files are in it
+        # (libnvidia-container mounts them only without mig-config / mig-monitor)
+        devs, edits.allow = mig_access(mig_access_caps, mig_gpus, proc_nvidia, dev_root)
+        edits.devices += devs
+    if migs:
+        devs, mig_caps = mig_devices(migs, proc_nvidia, dev_root)
+        edits.devices += [d for d in devs if d not in edits.devices]
+        if mig_access_caps:
+            mig_caps = []
     edits.mounts = file_mounts(disc, caps, libdir)
-    args = hook_args(disc, caps, libdir, selected)
+    args = hook_args(disc, caps, libdir, selected, mig_caps, bool(mig_access_caps))
     # No --root: the runtime shim does this work in-process with the rootfs it knows (the
     # hook never reaches an OCI spec), and a CDI hook reads it from the OCI state.
     edits.hooks = [Hook(hook_path, ("gpunode-hook", "configure", *args))]

@@ -31,7 +31,7 @@ def remove_nvidia_hooks(spec: dict[str, Any]) -> int:
 
 
 def spec_edits(edits: Edits) -> dict[str, Any]:
-    """`edits` in the OCI spec's own form: {"devices", "mounts", "hooks", "env"}, JSON
+    """`edits` in the OCI spec's own form: {"devices", "allow", "mounts", "hooks", "env"}, JSON
     values (what apply_spec_edits adds; gpunode.runtime.prepared keeps them so)."""
     return {
         "devices": [
@@ -46,6 +46,7 @@ def spec_edits(edits: Edits) -> dict[str, Any]:
             }
             for d in edits.devices
         ],
+        "allow": [[major, minor] for major, minor in edits.allow],
         "mounts": [
             {
                 "destination": m.destination,
@@ -69,7 +70,8 @@ def apply(spec: dict[str, Any], edits: Edits) -> None:
 
 def apply_spec_edits(spec: dict[str, Any], edits: dict[str, Any]) -> None:
     """Add `edits` (spec_edits' form) to `spec`: device nodes and their cgroup rules,
-    bind mounts (a destination the spec mounts already keeps the spec's mount), hooks
+    cgroup rules without a node ("allow", absent in older prepared entries), bind mounts
+    (a destination the spec mounts already keeps the spec's mount), hooks
     (createContainer) and env (replacing the same names)."""
     linux = spec.setdefault("linux", {})
     devices = linux.get("devices") or []
@@ -83,6 +85,8 @@ def apply_spec_edits(spec: dict[str, Any], edits: dict[str, Any]) -> None:
         allow.append(
             {"allow": True, "type": "c", "major": d["major"], "minor": d["minor"], "access": "rwm"}
         )
+    for major, minor in edits.get("allow") or ():
+        allow.append({"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"})
     linux["devices"] = devices
     resources["devices"] = allow
     mounts = spec.get("mounts") or []

@@ -10,24 +10,37 @@ from __future__ import annotations
 
 from ..util.record import record
 from . import discovery, edits, specinputs
-from .request import Request, check_requirements, parse_request, select_gpus
+from .request import (
+    Request,
+    check_mig_access,
+    check_requirements,
+    is_mig_id,
+    parse_request,
+    select_devices,
+)
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..nvidia.facts import GpuFacts
+    from ..nvidia.facts import GpuFacts, NodeFacts
     from .config import RuntimeConfig
     from .discovery import Discovery
     from .edits import Edits
+    from .request import SelectedMig
 
 
 @record(frozen=True)
 class Plan:
     request: Request
     discovery: Discovery | None = None  # None: not a GPU container
-    selected: tuple[GpuFacts, ...] = ()
+    selected: tuple[GpuFacts, ...] = ()  # every GPU whose device node it gets
     edits: Edits | None = None
+    migs: tuple[SelectedMig, ...] = ()
+    # The MIG layout this plan depends on ((GPU minor, sorted (gi, ci) pairs) per GPU
+    # watched): empty for a request that involves no MIG. gpunode.runtime.prepared keeps
+    # it and uses prepared edits only while the driver still shows exactly that layout.
+    mig_watch: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()
 
 
 def request_from_spec(spec: dict[str, Any], cfg: RuntimeConfig) -> Request:
@@ -59,8 +72,29 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
         raise edits.EditError(
             f"GPUs requested but the NVIDIA driver is not usable: {exc}"
         ) from None
-    selected = select_gpus(request, disc.node.gpus)
+    watched = mig_watched(request, disc.node)
+    if watched and disc.from_cache and mig_changed(disc.node, watched, cfg.driver_root):
+        # a MIG layout changes without a driver change: the cache's is stale
+        try:
+            disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
+        except discovery.DiscoveryError as exc:
+            raise edits.EditError(
+                f"GPUs requested but the NVIDIA driver is not usable: {exc}"
+            ) from None
+        watched = mig_watched(request, disc.node)
+    selection = select_devices(request, disc.node.gpus)
+    selected = selection.device_gpus
+    check_mig_access(request, selection)  # libnvidia-container: before the requirements
     check_requirements(request, disc.node, selected, cfg)
+    mig_gpus = [g for g in selected if g.mig_enabled]
+    # libnvidia-container gives the config / monitor capability only when a selected GPU
+    # is MIG-capable (mig_config_devices.ngpus); gpunode's facts know MIG mode, so: a
+    # selected GPU with MIG mode on (a GPU with MIG off has no MIG capability in use)
+    access = [
+        w
+        for w, on in (("config", request.mig_config), ("monitor", request.mig_monitor))
+        if on and mig_gpus
+    ]
     e = edits.build(
         disc,
         request.capabilities,
@@ -68,8 +102,43 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
         hook_path=cfg.hook_path,
         dev_root=cfg.dev_root,
         rootfs=rootfs,
+        migs=selection.migs,
+        mig_access_caps=access,
+        mig_gpus=mig_gpus,
     )
-    return Plan(request, disc, tuple(selected), e)
+    watch = tuple(
+        (g.minor, tuple(sorted((m.gi, m.ci) for m in g.mig)))
+        for g in disc.node.gpus
+        if g.minor in watched
+    )
+    return Plan(request, disc, tuple(selected), e, selection.migs, watch)
+
+
+def mig_watched(request: Request, node: NodeFacts) -> frozenset[int]:
+    """The minors of the GPUs whose MIG layout a request depends on: every GPU for a MIG
+    id (a GPU whose MIG mode went on since the cache was written has devices it lacks);
+    the MIG-enabled ones for `all` and NVIDIA_MIG_*_DEVICES. Empty when no MIG is
+    involved: a node without MIG pays nothing."""
+    ids = request.devices or ()
+    if any(is_mig_id(d) for d in ids):
+        return frozenset(g.minor for g in node.gpus)
+    if any(d.lower() == "all" for d in ids) or request.mig_config or request.mig_monitor:
+        return frozenset(g.minor for g in node.gpus if g.mig_enabled)
+    return frozenset()
+
+
+def mig_changed(node: NodeFacts, minors: frozenset[int], driver_root: str) -> bool:
+    """Whether the driver shows another (gi, ci) set than ``node`` for a GPU of
+    ``minors`` (gpunode.nvidia.mig.instances: a few directory reads)."""
+    from ..nvidia import mig
+    from ..nvidia.devices import under
+
+    proc = under(driver_root, "/proc/driver/nvidia")
+    return any(
+        mig.instances(proc, g.minor) != {(m.gi, m.ci) for m in g.mig}
+        for g in node.gpus
+        if g.minor in minors
+    )
 
 
 def cdi_spec(cfg: RuntimeConfig, *, store: bool = True) -> dict[str, Any]:

@@ -12,6 +12,9 @@ alone is ~4 ms of every GPU container's start. The result depends only on:
 * the device nodes, which are stat'ed for every container all the same: an entry whose
   device nodes are not exactly as recorded (gone, another major/minor, mode or owner) is
   not used, so the full path reports the problem as before.
+* for a request involving MIG, the MIG layout (it changes without a driver change): the
+  entry keeps the (gi, ci) pairs per GPU it was made with (``mig``) and is used only
+  while the driver's capability tree shows exactly those (gpunode.nvidia.mig.instances).
 
 So the shim keeps each result under a key made of all of those (``key``), and a create
 whose key matches gets the recorded spec edits and hook arguments (``lookup``) and
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
 
     from .config import RuntimeConfig
 
-SCHEMA = 1
+SCHEMA = 2  # 2: spec edits carry "allow", entries "mig"
 PREPARED = "/run/gpunode/prepared.json"
 MAX_ENTRIES = 32
 _MAX_BYTES = 4 << 20
@@ -70,15 +73,30 @@ def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str | None:
         return None
 
 
-def entry(edits: dict[str, Any], hook_argv: list[str], summary: str) -> dict:
+def entry(edits: dict[str, Any], hook_argv: list[str], summary: str, mig_watch: tuple = ()) -> dict:
     """What is kept for a create: its spec edits (gpunode.runtime.oci.spec_edits form,
     without hooks), the arguments of the work the shim does itself (the hook's), the log
-    summary and the device nodes as stat'ed now."""
+    summary, the device nodes as stat'ed now and the MIG layout it depends on
+    (gpunode.runtime.plan.Plan.mig_watch)."""
     checks = [
         [d["path"], d["major"], d["minor"], d["fileMode"], d["uid"], d["gid"]]
         for d in edits["devices"]
     ]
-    return {"edits": edits, "hook_argv": hook_argv, "summary": summary, "devices": checks}
+    out = {"edits": edits, "hook_argv": hook_argv, "summary": summary, "devices": checks}
+    if mig_watch:
+        out["mig"] = [[minor, [list(p) for p in pairs]] for minor, pairs in mig_watch]
+    return out
+
+
+def _mig_unchanged(watch: Any, driver_root: str) -> bool:
+    """Whether the driver still shows the recorded (gi, ci) pairs for each GPU."""
+    from ..nvidia import mig
+    from ..nvidia.devices import under
+
+    proc = under(driver_root, "/proc/driver/nvidia")
+    return all(
+        mig.instances(proc, minor) == {(gi, ci) for gi, ci in pairs} for minor, pairs in watch
+    )
 
 
 def _devices_unchanged(checks: Any, dev_root: str) -> bool:
@@ -109,9 +127,9 @@ def _read(path: str) -> dict[str, Any]:
     return entries if isinstance(entries, dict) else {}
 
 
-def lookup(k: str | None, dev_root: str) -> dict[str, Any] | None:
+def lookup(k: str | None, dev_root: str, driver_root: str = "/") -> dict[str, Any] | None:
     """The entry kept under key `k`, if its device nodes (under `dev_root`) are as
-    recorded; else None."""
+    recorded and, for a MIG request, the MIG layout (under `driver_root`) too; else None."""
     path = cache_path()
     if not path or k is None:
         return None
@@ -123,6 +141,7 @@ def lookup(k: str | None, dev_root: str) -> dict[str, Any] | None:
             and isinstance(found["summary"], str)
             and all(isinstance(found["edits"][f], list) for f in ("devices", "mounts", "env"))
             and _devices_unchanged(found["devices"], dev_root)
+            and ("mig" not in found or _mig_unchanged(found["mig"], driver_root))
         ):
             return found
     except (KeyError, TypeError, ValueError):  # another shape: not ours to use

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..nvidia.busid import BusId
 from ..nvidia.capabilities import ALL_CAPABILITIES
-from ..nvidia.facts import GpuFacts, NodeFacts
+from ..nvidia.facts import GpuFacts, MigFacts, NodeFacts
 from ..util.record import record
 from ..util.versions import key as version_key
 from .config import RuntimeConfig
@@ -123,6 +123,9 @@ class Request:
     requirements: tuple[str, ...]
     source: str  # "env", "volume-mounts", "annotations" or "none"
     legacy: bool
+    # NVIDIA_MIG_CONFIG_DEVICES=all / NVIDIA_MIG_MONITOR_DEVICES=all (privileged only)
+    mig_config: bool = False
+    mig_monitor: bool = False
 
     @property
     def is_gpu(self) -> bool:
@@ -176,8 +179,12 @@ def _parse_bool(value: str) -> bool:
 # --------------------------------------------------------------------------- devices
 
 
-def _is_mig(device_id: str) -> bool:
+def is_mig_id(device_id: str) -> bool:
+    """A MIG device id: ``MIG-...`` or ``<gpu index>:<n>``."""
     return device_id.upper().startswith("MIG-") or _is_mig_index(device_id)
+
+
+_is_mig = is_mig_id
 
 
 def _devices_from_tokens(
@@ -209,7 +216,8 @@ def _devices_from_tokens(
             elif token.partition("/")[0] in NVIDIA_CDI_VENDORS:
                 raise RequestError(
                     f"unknown CDI device '{_show(token)}' requested; accepted NVIDIA names: "
-                    f"{'X, '.join(NVIDIA_GPU_CDI_PREFIXES)}X with X an index, a GPU UUID or all"
+                    f"{'X, '.join(NVIDIA_GPU_CDI_PREFIXES)}X with X an index, a GPU UUID, "
+                    "a MIG device (<gpu>:<n> or its MIG UUID) or all"
                 )
         else:
             ids.append(token)
@@ -221,11 +229,6 @@ def _devices_from_tokens(
         if device_id == "none":
             devices = ()
             break
-    for device_id in devices or ():
-        if _is_mig(device_id):
-            raise RequestError(
-                f"MIG device '{_show(device_id)}' requested: MIG is not supported by gpunode yet"
-            )
     return devices, tuple(cdi)
 
 
@@ -489,8 +492,9 @@ def parse_request(
     if devices is None and not cdi:
         source = "none"
 
+    mig_config = mig_monitor = False
     if devices is not None:
-        _check_mig_env(envd, privileged)
+        mig_config, mig_monitor = _mig_env(envd, privileged)
     disabled = cfg.disable_require or _parse_bool(envd.get(ENV_DISABLE_REQUIRE, ""))
     if devices is not None or cdi:
         capabilities = _capabilities(envd, legacy, cfg)
@@ -511,23 +515,39 @@ def parse_request(
         requirements=requirements,
         source=source,
         legacy=legacy,
+        mig_config=mig_config,
+        mig_monitor=mig_monitor,
     )
 
 
-def _check_mig_env(env: Mapping[str, str], privileged: bool) -> None:
-    """NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES: refused in an unprivileged
-    GPU container with NVIDIA's own message (its hook panics); in a privileged one they
-    would need MIG, which gpunode does not support yet: refused too, never ignored."""
+def _mig_env(env: Mapping[str, str], privileged: bool) -> tuple[bool, bool]:
+    """NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES as (config, monitor).
+
+    As NVIDIA's: unset or empty is off; set in an unprivileged container it is refused with
+    NVIDIA's own message (its hook panics); the only value accepted is `all`
+    (libnvidia-container's select_mig_config_devices: "only 'all' devices are currently
+    supported"). Whether specific MIG devices were selected is checked with the selection
+    (check_mig_access)."""
+    out = []
     for name in (ENV_MIG_CONFIG, ENV_MIG_MONITOR):
         value = env.get(name)
         if not value:
-            continue  # unset or empty: NVIDIA ignores it too
+            out.append(False)
+            continue
         if not privileged:
             raise RequestError(
                 f"cannot set {name[len('NVIDIA_') :]} in non privileged container: "
                 f"{name}={_show(value)} needs a privileged container (CAP_SYS_ADMIN)"
             )
-        raise RequestError(f"{name}={_show(value)}: MIG is not supported by gpunode yet")
+        tokens = _split(value)
+        bad = next((t for t in tokens if t.lower() != "all"), None)
+        if bad is not None or not tokens:
+            raise RequestError(
+                f"{name}={_show(value)}: '{_show(bad or value)}': only 'all' devices are "
+                "currently supported"
+            )
+        out.append(True)
+    return out[0], out[1]
 
 
 # --------------------------------------------------------------------------- selection
@@ -547,39 +567,167 @@ def _describe(gpus: Sequence[GpuFacts]) -> str:
     return f"this node has: {listed}"
 
 
-def select_gpus(request: Request, gpus: Sequence[GpuFacts]) -> list[GpuFacts]:
-    """Resolve the request's device ids to GPUs (index order for "all", else as requested).
+@record(frozen=True)
+class SelectedMig:
+    """A selected MIG device and its parent GPU."""
 
-    Ids: decimal index, GPU UUID (case-insensitive), PCI bus id (0000:07:00.0,
-    00000000:07:00.0 or 07:00.0; case-insensitive, compared numerically). Duplicates are
-    dropped, first-seen order kept. An unknown id raises RequestError listing the node's GPUs.
+    parent: GpuFacts
+    mig: MigFacts
+
+    @property
+    def name(self) -> str:
+        """``<gpu index>:<n>``, as NVIDIA names it."""
+        return f"{self.parent.index}:{self.mig.index}"
+
+
+@record(frozen=True)
+class Selection:
+    """What a request selects: full GPUs (in request order) and MIG devices."""
+
+    gpus: tuple[GpuFacts, ...] = ()
+    migs: tuple[SelectedMig, ...] = ()
+
+    @property
+    def device_gpus(self) -> list[GpuFacts]:
+        """Every GPU whose /dev/nvidia<minor> the container gets: the full GPUs, then the
+        parents of the MIG devices (libnvidia-container adds a MIG device's parent to its
+        GPUs), each once. NVIDIA_REQUIRE_* is evaluated on these."""
+        out = list(self.gpus)
+        for m in self.migs:
+            if m.parent not in out:
+                out.append(m.parent)
+        return out
+
+
+def _describe_migs(gpus: Sequence[GpuFacts]) -> str:
+    listed = [f"{g.index}:{m.index} ({m.uuid}, gi {m.gi} ci {m.ci})" for g in gpus for m in g.mig]
+    if not listed:
+        return "this node has no MIG devices"
+    return f"this node's MIG devices: {', '.join(listed)}"
+
+
+def _mig_by_legacy_uuid(device_id: str, gpus: Sequence[GpuFacts]) -> list[SelectedMig]:
+    """``MIG-GPU-<parent uuid>/<gi>/<ci>`` (the MIG UUID form of older drivers, which
+    go-nvlib still accepts): the MIG device with that GI and CI on that GPU."""
+    parent_uuid, _, rest = device_id[len("MIG-") :].partition("/")
+    gi, _, ci = rest.partition("/")
+    if not (_is_number(gi) and _is_number(ci)):
+        return []
+    return [
+        SelectedMig(g, m)
+        for g in gpus
+        if g.uuid.lower() == parent_uuid.lower()
+        for m in g.mig
+        if (m.gi, m.ci) == (int(gi), int(ci))
+    ]
+
+
+def _find_mig(device_id: str, gpus: Sequence[GpuFacts]) -> list[SelectedMig]:
+    """A MIG device id (libnvidia-container's select_mig_device): a MIG UUID (either form,
+    case-insensitive) or ``<gpu index>:<n>``, n the MIG device's position in its GPU's
+    list (not its GPU instance id)."""
+    if device_id.upper().startswith("MIG-"):
+        found = [
+            SelectedMig(g, m) for g in gpus for m in g.mig if m.uuid.lower() == device_id.lower()
+        ]
+        if not found and device_id.upper().startswith("MIG-GPU-"):
+            found = _mig_by_legacy_uuid(device_id, gpus)
+        return found
+    a, _, b = device_id.partition(":")
+    return [
+        SelectedMig(g, m) for g in gpus if g.index == int(a) for m in g.mig if m.index == int(b)
+    ]
+
+
+def select_devices(request: Request, gpus: Sequence[GpuFacts]) -> Selection:
+    """Resolve the request's device ids to full GPUs and MIG devices, as
+    libnvidia-container's select_devices does.
+
+    Full-GPU ids: decimal index, GPU UUID (case-insensitive), PCI bus id (0000:07:00.0,
+    00000000:07:00.0 or 07:00.0; case-insensitive, compared numerically). MIG ids:
+    ``MIG-<uuid>``, ``MIG-GPU-<uuid>/<gi>/<ci>``, ``<gpu index>:<n>``. Duplicates are
+    dropped, first-seen order kept. An unknown id raises RequestError naming it and listing
+    what the node has.
+
+    ``all``: every full GPU whose MIG mode is off, and every MIG device. A MIG-enabled GPU
+    is not given as a full GPU by ``all`` (its /dev/nvidia<minor> comes with its MIG
+    devices, as nvidia-ctk's CDI ``all`` and the contract define it).
+
+    A MIG-enabled GPU named by index, UUID or bus id: gpunode gives the full GPU, as
+    libnvidia-container does (select_gpu_device matches before any MIG rule and its
+    device_mount gives /dev/nvidia<minor> and the GPU's /proc directory; no MIG
+    capability is added). NVML in such a container sees the GPU in MIG mode but none of its
+    MIG devices (it has no GI/CI capability), exactly as under NVIDIA's runtime; refusing
+    it would break images and device plugins that work with NVIDIA's.
     """
     ordered = sorted(gpus, key=lambda g: g.index)
     if not request.devices:
-        return []
+        return Selection()
     chosen: list[GpuFacts] = []
+    migs: list[SelectedMig] = []
     for device_id in request.devices:
         if device_id.lower() == "all":  # nvidia-container-cli: "all" is case-insensitive
-            chosen.extend(g for g in ordered if g not in chosen)
-            continue
-        if _is_mig(device_id):
-            raise RequestError(
-                f"MIG device '{_show(device_id)}' requested: MIG is not supported by gpunode yet"
+            chosen.extend(g for g in ordered if not g.mig_enabled and g not in chosen)
+            migs.extend(
+                m for g in ordered for m in (SelectedMig(g, x) for x in g.mig) if m not in migs
             )
-        elif _is_number(device_id):
+            continue
+        found_migs: list[SelectedMig] = []
+        if _is_number(device_id):
             matches = [g for g in ordered if g.index == int(device_id)]
         elif device_id.upper().startswith("GPU-"):
             matches = [g for g in ordered if g.uuid.lower() == device_id.lower()]
+        elif _is_mig(device_id):
+            matches = []
+            found_migs = _find_mig(device_id, ordered)
+            if not found_migs:
+                raise RequestError(
+                    f"unknown MIG device '{_show(_asked(request, device_id))}' requested; "
+                    f"accepted: <gpu index>:<n>, MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>; "
+                    f"{_describe_migs(ordered)}"
+                )
         elif (key := _pci_key(device_id)) is not None:
             matches = [g for g in ordered if _pci_key(g.pci_bus_id) == key]
         else:
             matches = []
-        if not matches:
-            asked = next(
-                (c for c in request.cdi_devices if nvidia_gpu_cdi_id(c) == device_id), device_id
+        if not matches and not found_migs:
+            raise RequestError(
+                f"unknown device '{_show(_asked(request, device_id))}' requested; "
+                f"{_describe(ordered)}"
             )
-            raise RequestError(f"unknown device '{_show(asked)}' requested; {_describe(ordered)}")
         for gpu in matches:
             if gpu not in chosen:
                 chosen.append(gpu)
-    return chosen
+        for m in found_migs:
+            if m not in migs:
+                migs.append(m)
+    return Selection(tuple(chosen), tuple(migs))
+
+
+def _asked(request: Request, device_id: str) -> str:
+    """The id as the request wrote it (its CDI name when it came as one)."""
+    return next((c for c in request.cdi_devices if nvidia_gpu_cdi_id(c) == device_id), device_id)
+
+
+def check_mig_access(request: Request, selection: Selection) -> None:
+    """NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES with specific MIG devices
+    selected are refused (libnvidia-container: "cannot enable mig-config with specific MIG
+    devices selected"); with `all` or full GPUs they are allowed."""
+    if request.devices == ("all",) or not selection.migs:
+        return
+    for flag, name in (
+        (request.mig_config, ENV_MIG_CONFIG),
+        (request.mig_monitor, ENV_MIG_MONITOR),
+    ):
+        if flag:
+            what = "mig-config" if name == ENV_MIG_CONFIG else "mig-monitor"
+            raise RequestError(
+                f"{name}=all: cannot enable {what} with specific MIG devices selected "
+                f"({', '.join(m.name for m in selection.migs)}); accepted with "
+                f"{ENV_VISIBLE_DEVICES}=all or full GPUs"
+            )
+
+
+def select_gpus(request: Request, gpus: Sequence[GpuFacts]) -> list[GpuFacts]:
+    """The GPUs whose device node the container gets (select_devices' device_gpus)."""
+    return select_devices(request, gpus).device_gpus

@@ -229,7 +229,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     spec = fastjson.loads(raw)
     rootfs = specinputs.rootfs_of(spec, bundle)
     key = prepared.key(spec, cfg, rootfs)
-    kept = prepared.lookup(key, cfg.dev_root)
+    kept = prepared.lookup(key, cfg.dev_root, cfg.driver_root)
     removed_hooks = oci.remove_nvidia_hooks(spec)
     if kept is not None:
         edits = kept["edits"]
@@ -267,13 +267,14 @@ def _plan(spec, cfg, rootfs, key):
     summary = (
         f"GPUs {[g.index for g in p.selected]} "
         f"({', '.join(g.uuid for g in p.selected) or 'none'}), "
-        f"capabilities {','.join(sorted(request.capabilities))}, "
+        + (f"MIG devices {', '.join(m.mig.uuid for m in p.migs)}, " if p.migs else "")
+        + f"capabilities {','.join(sorted(request.capabilities))}, "
         f"{len(p.edits.devices)} devices, {len(p.edits.mounts)} mounts"
     )
     if p.discovery.from_cache and prepared.key(spec, cfg, rootfs) == key:
         # from the inventory cache the key names (a fresh discovery, or a refresh since
         # the key was taken, is kept by the next create instead)
-        prepared.store(key, prepared.entry(edits, hook_argv, summary))
+        prepared.store(key, prepared.entry(edits, hook_argv, summary, p.mig_watch))
     return (
         edits,
         hook_argv,

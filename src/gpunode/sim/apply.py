@@ -6,6 +6,9 @@ Runs as root *inside* the node container (``gpunode sim apply-local``). It produ
   ``/dev/nvidia-uvm`` / ``/dev/nvidia-uvm-tools`` (a dynamic major, like the real module
   registers) and ``/dev/nvidia<minor>`` (195:minor) per GPU;
 * a ``/proc/driver/nvidia`` tree on a tmpfs mounted over ``/proc/driver``;
+* the driver's MIG state and its footprint (capability files, ``mig-minors``,
+  ``/dev/nvidia-caps``; see :mod:`gpunode.sim.migstate`): set from the profile's ``mig:``,
+  kept when the same profile is applied again;
 * the driver's majors in ``/proc/devices`` (``195 nvidia-frontend``, or ``nvidia``,
   ``nvidia-modeset`` and ``nvidiactl`` from the 545 branch on; ``nvidia-uvm``;
   ``nvidia-caps``): the kernel's file plus those lines, rendered to ``/run/gpunode-sim/devices``
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..util.files import write_atomic
-from . import mocknvml, procdriver, procfs
+from . import migstate, mocknvml, procdriver, procfs
 from .procfs import UVM_MAJOR, DevicesError
 from .profiles import Profile, mock_payload
 
@@ -367,4 +370,5 @@ def apply_profile(profile: Profile, paths: Paths | None = None) -> Result:
     apply_procdriver(paths, res)
     state = json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"
     _write_if_changed(paths.state, state, res, mode=0o644)
+    migstate.apply_mig(profile, mock_payload(profile), paths, res)
     return res

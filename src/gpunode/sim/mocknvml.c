@@ -32,16 +32,23 @@
  * is static or hidden.  No heap allocations.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -88,7 +95,8 @@ enum {
 };
 
 #define MAX_GPUS 64
-#define MAX_MIGS 128 /* MIG devices over all GPUs */
+#define MAX_MIGS 512 /* MIG device (= compute instance) handle slots over all GPUs */
+#define MAX_GIS 256  /* GPU instance handle slots over all GPUs */
 #define MAX_GIPS 256 /* GPU instance profiles over all GPUs */
 #define MAX_EVENT_SETS 64
 #define MIG_SLICES 7  /* compute slices of a MIG-capable GPU */
@@ -272,6 +280,8 @@ typedef struct {
     unsigned int id;    /* the profile id nvidia-smi shows */
     char name[32];      /* "3g.40gb" */
     unsigned int slices, instances, placement_size;
+    unsigned int starts[8], nstarts; /* its placements (memory slot starts) */
+    unsigned int first_gi;           /* GPU instance id at its first placement */
     unsigned long long memory_mib;
     unsigned int sm, ce, dec, enc, jpeg, ofa;
 } gip_t;
@@ -288,7 +298,8 @@ typedef struct {
     unsigned int architecture;
     int brand;
     int persistence, ecc_enabled;
-    unsigned int mig, mig_capable;
+    unsigned int mig, mig_capable; /* mig: current (= pending) MIG mode, live */
+    unsigned int mig_initial;      /* the profile's MIG mode */
     int compute_mode;
     unsigned int temperature, power_usage, power_limit, irq;
     int lost;
@@ -303,27 +314,42 @@ typedef struct {
     unsigned int index;
 } gpu_t;
 
-/* A MIG device: one GPU instance holding one compute instance ("mig" line). */
+/* An initial MIG device from the profile ("mig" line): one GPU instance with
+ * one compute instance spanning it. Used as the MIG state when the node has
+ * none yet (see "MIG state" below). */
 typedef struct {
     char parent_uuid[STR_LEN];
     char uuid[STR_LEN];
     unsigned int gi_id, ci_id;
     unsigned int profile_index; /* of its GPU instance profile */
     unsigned int placement_start;
-    /* resolved at init */
+} init_mig_t;
+
+/* A GPU instance handle slot. Slots never move, so a handle stays valid while
+ * its instance exists; a destroyed instance's slot answers INVALID_ARGUMENT. */
+struct nvmlGpuInstance_st {
+    int live, visible;
     struct nvmlDevice_st *parent;
     const gip_t *gip;
-    unsigned int index; /* under its parent */
+    unsigned int id, start;
+};
+
+/* A MIG device = one compute instance (its handle is g_cis[i] for g_migs[i]). */
+typedef struct {
+    int live, visible;
+    char uuid[STR_LEN];
+    unsigned int gi_id, ci_id;
+    unsigned int ci_profile, ci_start;
+    struct nvmlDevice_st *parent;
+    struct nvmlGpuInstance_st *gi;
+    const gip_t *gip; /* of its GPU instance */
+    unsigned int index; /* position among the parent's visible MIG devices */
 } mig_t;
 
 struct nvmlDevice_st {
     int is_mig;
     gpu_t gpu; /* GPUs */
     mig_t mig; /* MIG devices */
-};
-
-struct nvmlGpuInstance_st {
-    struct nvmlDevice_st *mig;
 };
 
 struct nvmlComputeInstance_st {
@@ -335,6 +361,9 @@ struct nvmlEventSet_st {
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static void mig_reset(void);
+static void mig_refresh(void);
+static int is_visible_mig(nvmlDevice_t device);
 static unsigned int g_refcount;
 static int g_have_profile;
 static char g_driver_version[STR_LEN];
@@ -344,10 +373,11 @@ static struct nvmlDevice_st g_gpus[MAX_GPUS];
 static unsigned int g_ngpus;
 static struct nvmlDevice_st *g_order[MAX_GPUS]; /* visible GPUs, by bus id */
 static unsigned int g_nvisible;
+static init_mig_t g_init_migs[MAX_MIGS];
+static unsigned int g_ninit_migs;
 static struct nvmlDevice_st g_migs[MAX_MIGS];
-static struct nvmlGpuInstance_st g_gis[MAX_MIGS];
 static struct nvmlComputeInstance_st g_cis[MAX_MIGS];
-static unsigned int g_nmigs;
+static struct nvmlGpuInstance_st g_gis[MAX_GIS];
 static gip_t g_gips[MAX_GIPS];
 static unsigned int g_ngips;
 static struct nvmlEventSet_st g_event_sets[MAX_EVENT_SETS];
@@ -451,11 +481,24 @@ static void set_gip_field(gip_t *p, const char *key, const char *val)
         copy_str(p->name, sizeof(p->name), val);
     else if (strcmp(key, "memory_mib") == 0)
         p->memory_mib = parse_ull(val);
+    else if (strcmp(key, "starts") == 0) {
+        /* "0:2:4" */
+        p->nstarts = 0;
+        for (const char *c = val; *c && p->nstarts < 8;) {
+            char *end;
+            unsigned long v = strtoul(c, &end, 10);
+            if (end == c)
+                break;
+            p->starts[p->nstarts++] = (unsigned int)v;
+            c = *end == ':' ? end + 1 : end;
+        }
+    }
     UINT_FIELD("index", index)
     UINT_FIELD("id", id)
     UINT_FIELD("slices", slices)
     UINT_FIELD("instances", instances)
     UINT_FIELD("placement_size", placement_size)
+    UINT_FIELD("first_gi", first_gi)
     UINT_FIELD("sm", sm)
     UINT_FIELD("ce", ce)
     UINT_FIELD("dec", dec)
@@ -465,7 +508,7 @@ static void set_gip_field(gip_t *p, const char *key, const char *val)
 #undef UINT_FIELD
 }
 
-static void set_mig_field(mig_t *m, const char *key, const char *val)
+static void set_mig_field(init_mig_t *m, const char *key, const char *val)
 {
 #define UINT_FIELD(k, f) else if (strcmp(key, k) == 0) m->f = (unsigned int)parse_ull(val);
     if (strcmp(key, "parent") == 0)
@@ -524,6 +567,7 @@ static void parse_line(char *line)
         for_each_field(rest, gpu_setter, &d->gpu);
         if (d->gpu.uuid[0] == '\0' || d->gpu.bus_id[0] == '\0')
             return; /* required keys missing: ignore the line */
+        d->gpu.mig_initial = d->gpu.mig;
         g_ngpus++;
     } else if (strcmp(line, "gip") == 0) {
         if (g_ngips >= MAX_GIPS)
@@ -535,15 +579,14 @@ static void parse_line(char *line)
             return;
         g_ngips++;
     } else if (strcmp(line, "mig") == 0) {
-        if (g_nmigs >= MAX_MIGS)
+        if (g_ninit_migs >= MAX_MIGS)
             return;
-        struct nvmlDevice_st *d = &g_migs[g_nmigs];
-        memset(d, 0, sizeof(*d));
-        d->is_mig = 1;
-        for_each_field(rest, mig_setter, &d->mig);
-        if (d->mig.parent_uuid[0] == '\0' || d->mig.uuid[0] == '\0')
+        init_mig_t *m = &g_init_migs[g_ninit_migs];
+        memset(m, 0, sizeof(*m));
+        for_each_field(rest, mig_setter, m);
+        if (m->parent_uuid[0] == '\0' || m->uuid[0] == '\0')
             return;
-        g_nmigs++;
+        g_ninit_migs++;
     }
 }
 
@@ -559,7 +602,7 @@ static void parse_profile(void)
     g_cuda_version = 0;
     g_ngpus = 0;
     g_ngips = 0;
-    g_nmigs = 0;
+    g_ninit_migs = 0;
 
     /* Skip the magic header line (without keeping a second copy of it). */
     const char *nl = memchr(gpunode_profile_blob, '\n', 64);
@@ -605,23 +648,6 @@ static int cmp_bus(const void *a, const void *b)
     return strcmp((*x)->gpu.bus_id, (*y)->gpu.bus_id);
 }
 
-static const gip_t *find_gip(const char *parent_uuid, unsigned int index)
-{
-    for (unsigned int i = 0; i < g_ngips; i++)
-        if (g_gips[i].index == index && strcmp(g_gips[i].parent, parent_uuid) == 0)
-            return &g_gips[i];
-    return NULL;
-}
-
-static int cmp_mig(const void *a, const void *b)
-{
-    const struct nvmlDevice_st *x = a, *y = b;
-    int by_parent = strcmp(x->mig.parent_uuid, y->mig.parent_uuid);
-    if (by_parent)
-        return by_parent;
-    return (x->mig.gi_id > y->mig.gi_id) - (x->mig.gi_id < y->mig.gi_id);
-}
-
 static void compute_visibility(void)
 {
     char path[64];
@@ -637,26 +663,7 @@ static void compute_visibility(void)
     for (unsigned int i = 0; i < g_nvisible; i++)
         g_order[i]->gpu.index = i;
 
-    /* MIG devices: ordered by GPU instance id under each parent */
-    qsort(g_migs, g_nmigs, sizeof(g_migs[0]), cmp_mig);
-    const struct nvmlDevice_st *last_parent = NULL;
-    unsigned int next_index = 0;
-    for (unsigned int i = 0; i < g_nmigs; i++) {
-        mig_t *m = &g_migs[i].mig;
-        m->parent = NULL;
-        m->gip = find_gip(m->parent_uuid, m->profile_index);
-        for (unsigned int j = 0; j < g_ngpus && m->gip; j++)
-            if (strcmp(g_gpus[j].gpu.uuid, m->parent_uuid) == 0 && g_gpus[j].gpu.mig &&
-                g_gpus[j].gpu.mig_capable)
-                m->parent = &g_gpus[j];
-        if (m->parent) {
-            next_index = m->parent == last_parent ? next_index + 1 : 0;
-            last_parent = m->parent;
-            m->index = next_index;
-        }
-        g_gis[i].mig = &g_migs[i];
-        g_cis[i].mig = &g_migs[i];
-    }
+    mig_reset();
 }
 
 /* ------------------------------------------------------------------ */
@@ -848,6 +855,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
     for (unsigned int i = 0; i < g_nvisible; i++)
         if (strcmp(g_order[i]->gpu.uuid, uuid) == 0)
             return hand_out(g_order[i], device);
+    if (strncmp(uuid, "MIG-", 4) == 0) {
+        mig_refresh();
+        for (unsigned int i = 0; i < MAX_MIGS; i++) {
+            if (g_migs[i].mig.live && strcmp(g_migs[i].mig.uuid, uuid) == 0 &&
+                is_visible_mig(&g_migs[i])) {
+                if (g_migs[i].mig.parent->gpu.lost)
+                    return NVML_ERROR_GPU_IS_LOST;
+                *device = &g_migs[i];
+                return NVML_SUCCESS;
+            }
+        }
+    }
     return NVML_ERROR_NOT_FOUND;
 }
 
@@ -942,12 +961,14 @@ static int is_visible_gpu(nvmlDevice_t device)
     return 0;
 }
 
+/* A live MIG device this process may see (MIG state re-read when it changed). */
 static int is_visible_mig(nvmlDevice_t device)
 {
-    for (unsigned int i = 0; i < g_nmigs; i++)
-        if (&g_migs[i] == device)
-            return device->mig.parent && device->mig.gip && device->mig.parent->gpu.visible;
-    return 0;
+    uintptr_t at = (uintptr_t)device, first = (uintptr_t)&g_migs[0];
+    if (at < first || at >= (uintptr_t)&g_migs[MAX_MIGS] || (at - first) % sizeof(g_migs[0]))
+        return 0;
+    mig_refresh();
+    return device->mig.live && device->mig.visible;
 }
 
 /* Validate init + handle of a full GPU; on success *out points at its record.
@@ -1202,6 +1223,828 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 }
 
 /* ------------------------------------------------------------------ */
+/* MIG state                                                            */
+/*
+ * MIG is driver state, as on hardware: MIG mode and the GPU and compute
+ * instances live on the node, not in a process. The simulator keeps them in
+ * STATE_FILE on the node's simulated /proc/driver tmpfs (gpunode.sim.apply
+ * mounts it; procdriver shows it in every container), so every process and
+ * container of the node sees the same state and it is gone when the node
+ * restarts, like kernel state. The file's name and format are simulator-
+ * private: it sits in a dot-directory no product code reads (product code
+ * asks NVML, and reads the driver's capabilities files below). Changes are
+ * serialized across processes by flock(LOCK_FILE) and written as a temporary
+ * file renamed over STATE_FILE. Without the file (a container without the
+ * node's /proc/driver, a test root) the state is the profile's (the "mig"
+ * lines). MIG mode survives a reboot on real GPUs: each change of it is also
+ * written to MODE_FILE on the node's disk (best effort), which
+ * gpunode.sim.apply reads when it sets up a fresh state for the same profile.
+ *
+ * Format (TAB-separated; "key" names the profile the state was set up for):
+ *   gpunode-sim-mig-state v1
+ *   key<TAB><profile digest>
+ *   gpu<TAB>uuid=GPU-...<TAB>mode=1<TAB>counter=3
+ *   gi<TAB>parent=GPU-...<TAB>id=2<TAB>profile=9<TAB>start=4
+ *   ci<TAB>parent=GPU-...<TAB>gi=2<TAB>id=0<TAB>profile=2<TAB>start=0<TAB>uuid=MIG-...
+ *
+ * GPU instance ids are the real driver's: fixed by the placement (the
+ * profile's first id plus the placement's position, e.g. 1g.10gb at slot 0..6
+ * = GI 7..13, 3g.40gb at 0 / 4 = GI 1 / 2). Compute instance ids: the lowest
+ * free one in the GPU instance. A new MIG device's UUID is derived from the
+ * parent's UUID, the GI and CI ids and the GPU's creation counter.
+ *
+ * The driver's footprint, rewritten on every change: the capability files
+ * /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and
+ * the /dev/nvidia-caps/nvidia-cap<minor> nodes of existing instances (made as
+ * nvidia-modprobe would; skipped where mknod is not allowed). Cap minors are
+ * the simulator's choice, fitting NVIDIA's sample mig-minors lines:
+ * GI = 3 + 135 * gpu minor + 9 * gi, CI = GI + 1 + ci (product code reads
+ * them from the access files, never computes them).
+ */
+#define SIM_DIR "/proc/driver/.gpunode-sim" /* simulator-private */
+#define STATE_FILE SIM_DIR "/mig-state"
+#define LOCK_FILE SIM_DIR "/mig.lock"
+#define STATE_MAGIC "gpunode-sim-mig-state v1"
+#define MODE_DIR "/var/lib/gpunode-sim"
+#define MODE_FILE MODE_DIR "/mig-mode"
+#define CAPS_PROC "/proc/driver/nvidia/capabilities"
+#define CAPS_DEV "/dev/nvidia-caps"
+#define CAPS_MAJOR 511 /* gpunode.sim.procfs.CAPS_MAJOR */
+#define CAP_CONFIG_MINOR 1
+#define CAP_MONITOR_MINOR 2
+#define CAPS_PER_GPU 135
+#define CAPS_PER_GI 9
+#define MAX_CIS_PER_GI 8
+#define MEMORY_SLOTS 8
+#define STATE_BUF (256 * 1024)
+
+typedef struct {
+    char uuid[STR_LEN];
+    unsigned int mode, counter;
+} st_gpu_t;
+
+typedef struct {
+    char parent[STR_LEN];
+    unsigned int id, profile, start; /* profile: the GI profile id */
+} st_gi_t;
+
+typedef struct {
+    char parent[STR_LEN];
+    unsigned int gi, id, profile, start; /* profile: the CI profile id */
+    char uuid[STR_LEN];
+} st_ci_t;
+
+typedef struct {
+    char key[STR_LEN];
+    st_gpu_t gpus[MAX_GPUS];
+    unsigned int ngpus;
+    st_gi_t gis[MAX_GIS];
+    unsigned int ngis;
+    st_ci_t cis[MAX_MIGS];
+    unsigned int ncis;
+} state_t;
+
+static state_t g_st;
+static struct {
+    int valid, exists;
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtim;
+    off_t size;
+} g_seen;
+static pthread_mutex_t g_mig_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned int g_gi_cursor, g_mig_cursor;
+static char g_buf[STATE_BUF];
+
+/* Compute instance profiles: the profile id is its index (0: 1 slice, 1: 2,
+ * 2: 3, 3: 4, 4: 7); a profile fits a GPU instance of at least that many
+ * slices, at starts that are multiples of CI_STEP. */
+static const unsigned int CI_SLICES[] = {1, 2, 3, 4, 7};
+static const unsigned int CI_STEP[] = {1, 2, 4, 4, 8};
+#define CI_PROFILES (sizeof(CI_SLICES) / sizeof(CI_SLICES[0]))
+
+static unsigned int gi_minor(unsigned int gpu_minor, unsigned int gi)
+{
+    return 3 + CAPS_PER_GPU * gpu_minor + CAPS_PER_GI * gi;
+}
+
+static unsigned int ci_minor(unsigned int gpu_minor, unsigned int gi, unsigned int ci)
+{
+    return gi_minor(gpu_minor, gi) + 1 + ci;
+}
+
+static struct nvmlDevice_st *gpu_dev(const char *uuid)
+{
+    for (unsigned int i = 0; i < g_ngpus; i++)
+        if (strcmp(g_gpus[i].gpu.uuid, uuid) == 0)
+            return &g_gpus[i];
+    return NULL;
+}
+
+static const gip_t *gip_by(const gpu_t *g, int by_id, unsigned int key)
+{
+    for (unsigned int i = 0; i < g_ngips; i++) {
+        const gip_t *p = &g_gips[i];
+        if (strcmp(p->parent, g->uuid) == 0 && (by_id ? p->id : p->index) == key)
+            return p;
+    }
+    return NULL;
+}
+
+static int gip_start_pos(const gip_t *p, unsigned int start)
+{
+    for (unsigned int i = 0; i < p->nstarts; i++)
+        if (p->starts[i] == start)
+            return (int)i;
+    return -1;
+}
+
+static unsigned int ci_full_profile(const gip_t *p)
+{
+    for (unsigned int i = 0; i < CI_PROFILES; i++)
+        if (CI_SLICES[i] == p->slices)
+            return i;
+    return 0;
+}
+
+static st_gpu_t *st_gpu(state_t *st, const char *uuid)
+{
+    for (unsigned int i = 0; i < st->ngpus; i++)
+        if (strcmp(st->gpus[i].uuid, uuid) == 0)
+            return &st->gpus[i];
+    return NULL;
+}
+
+static int st_gi_at(const state_t *st, const char *parent, unsigned int id)
+{
+    for (unsigned int i = 0; i < st->ngis; i++)
+        if (st->gis[i].id == id && strcmp(st->gis[i].parent, parent) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int st_ci_at(const state_t *st, const char *parent, unsigned int gi, unsigned int id)
+{
+    for (unsigned int i = 0; i < st->ncis; i++)
+        if (st->cis[i].gi == gi && st->cis[i].id == id && strcmp(st->cis[i].parent, parent) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* The state a node without a state file has: the profile's. */
+static void state_initial(state_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    for (unsigned int i = 0; i < g_ngpus && st->ngpus < MAX_GPUS; i++) {
+        const gpu_t *g = &g_gpus[i].gpu;
+        if (!g->mig_capable)
+            continue;
+        st_gpu_t *sg = &st->gpus[st->ngpus++];
+        copy_str(sg->uuid, sizeof(sg->uuid), g->uuid);
+        sg->mode = g->mig_initial ? 1 : 0;
+    }
+    for (unsigned int i = 0; i < g_ninit_migs; i++) {
+        const init_mig_t *m = &g_init_migs[i];
+        struct nvmlDevice_st *d = gpu_dev(m->parent_uuid);
+        const gip_t *p = d && d->gpu.mig_capable && d->gpu.mig_initial
+                             ? gip_by(&d->gpu, 0, m->profile_index)
+                             : NULL;
+        if (!p || st->ngis >= MAX_GIS || st->ncis >= MAX_MIGS)
+            continue;
+        if (st_gi_at(st, m->parent_uuid, m->gi_id) < 0) {
+            st_gi_t *gi = &st->gis[st->ngis++];
+            copy_str(gi->parent, sizeof(gi->parent), m->parent_uuid);
+            gi->id = m->gi_id;
+            gi->profile = p->id;
+            gi->start = m->placement_start;
+        }
+        st_ci_t *ci = &st->cis[st->ncis++];
+        copy_str(ci->parent, sizeof(ci->parent), m->parent_uuid);
+        ci->gi = m->gi_id;
+        ci->id = m->ci_id;
+        ci->profile = ci_full_profile(p);
+        ci->start = 0;
+        copy_str(ci->uuid, sizeof(ci->uuid), m->uuid);
+    }
+}
+
+static void st_gpu_setter(void *o, const char *k, const char *v)
+{
+    st_gpu_t *g = o;
+    if (strcmp(k, "uuid") == 0)
+        copy_str(g->uuid, sizeof(g->uuid), v);
+    else if (strcmp(k, "mode") == 0)
+        g->mode = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "counter") == 0)
+        g->counter = (unsigned int)parse_ull(v);
+}
+
+static void st_gi_setter(void *o, const char *k, const char *v)
+{
+    st_gi_t *g = o;
+    if (strcmp(k, "parent") == 0)
+        copy_str(g->parent, sizeof(g->parent), v);
+    else if (strcmp(k, "id") == 0)
+        g->id = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "profile") == 0)
+        g->profile = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "start") == 0)
+        g->start = (unsigned int)parse_ull(v);
+}
+
+static void st_ci_setter(void *o, const char *k, const char *v)
+{
+    st_ci_t *c = o;
+    if (strcmp(k, "parent") == 0)
+        copy_str(c->parent, sizeof(c->parent), v);
+    else if (strcmp(k, "uuid") == 0)
+        copy_str(c->uuid, sizeof(c->uuid), v);
+    else if (strcmp(k, "gi") == 0)
+        c->gi = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "id") == 0)
+        c->id = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "profile") == 0)
+        c->profile = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "start") == 0)
+        c->start = (unsigned int)parse_ull(v);
+}
+
+/* Read STATE_FILE into *st: 1 when read, 0 when absent or not ours. */
+static int state_read(state_t *st)
+{
+    int fd = open(STATE_FILE, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, g_buf + len, sizeof(g_buf) - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof(g_buf) - 1)
+            break;
+    }
+    close(fd);
+    g_buf[len] = '\0';
+    size_t magic = strlen(STATE_MAGIC);
+    if (strncmp(g_buf, STATE_MAGIC, magic) != 0 || g_buf[magic] != '\n')
+        return 0;
+    memset(st, 0, sizeof(*st));
+    char *line = g_buf + magic + 1;
+    while (line && *line) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *tab = strchr(line, '\t');
+        if (tab) {
+            *tab = '\0';
+            char *rest = tab + 1;
+            if (strcmp(line, "key") == 0) {
+                copy_str(st->key, sizeof(st->key), rest);
+            } else if (strcmp(line, "gpu") == 0 && st->ngpus < MAX_GPUS) {
+                for_each_field(rest, st_gpu_setter, &st->gpus[st->ngpus]);
+                if (st->gpus[st->ngpus].uuid[0])
+                    st->ngpus++;
+            } else if (strcmp(line, "gi") == 0 && st->ngis < MAX_GIS) {
+                for_each_field(rest, st_gi_setter, &st->gis[st->ngis]);
+                if (st->gis[st->ngis].parent[0])
+                    st->ngis++;
+            } else if (strcmp(line, "ci") == 0 && st->ncis < MAX_MIGS) {
+                for_each_field(rest, st_ci_setter, &st->cis[st->ncis]);
+                if (st->cis[st->ncis].parent[0] && st->cis[st->ncis].uuid[0])
+                    st->ncis++;
+            }
+        }
+        line = next;
+    }
+    return 1;
+}
+
+/* Write *text* to *path* as a temporary file renamed over it; 0 or -1. */
+static int write_atomically(const char *path, const char *text, mode_t mode)
+{
+    char tmp[256];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return -1;
+    snprintf(tmp, sizeof(tmp), "%.*s/.%s.XXXXXX", (int)(slash - path), path, slash + 1);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(text), done = 0;
+    int ok = 1;
+    while (done < len) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            ok = 0;
+            break;
+        }
+        done += (size_t)n;
+    }
+    ok = ok && fchmod(fd, mode) == 0;
+    ok = close(fd) == 0 && ok;
+    if (ok && rename(tmp, path) == 0)
+        return 0;
+    unlink(tmp);
+    return -1;
+}
+
+static size_t append(size_t at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static size_t append(size_t at, const char *fmt, ...)
+{
+    if (at >= sizeof(g_buf))
+        return at;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_buf + at, sizeof(g_buf) - at, fmt, ap);
+    va_end(ap);
+    return n < 0 ? at : at + (size_t)n;
+}
+
+static int state_write(const state_t *st)
+{
+    size_t at = append(0, "%s\nkey\t%s\n", STATE_MAGIC, st->key);
+    for (unsigned int i = 0; i < st->ngpus; i++)
+        at = append(at, "gpu\tuuid=%s\tmode=%u\tcounter=%u\n", st->gpus[i].uuid,
+                    st->gpus[i].mode, st->gpus[i].counter);
+    for (unsigned int i = 0; i < st->ngis; i++)
+        at = append(at, "gi\tparent=%s\tid=%u\tprofile=%u\tstart=%u\n", st->gis[i].parent,
+                    st->gis[i].id, st->gis[i].profile, st->gis[i].start);
+    for (unsigned int i = 0; i < st->ncis; i++)
+        at = append(at, "ci\tparent=%s\tgi=%u\tid=%u\tprofile=%u\tstart=%u\tuuid=%s\n",
+                    st->cis[i].parent, st->cis[i].gi, st->cis[i].id, st->cis[i].profile,
+                    st->cis[i].start, st->cis[i].uuid);
+    if (at >= sizeof(g_buf) - 1)
+        return -1;
+    return write_atomically(STATE_FILE, g_buf, 0644);
+}
+
+/* MIG mode survives a reboot: keep it on the node's disk too (best effort). */
+static void persist_modes(const state_t *st)
+{
+    struct stat sb;
+    if (stat(MODE_DIR, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return;
+    size_t at = append(0, "key\t%s\n", st->key);
+    for (unsigned int i = 0; i < st->ngpus; i++)
+        at = append(at, "%s\t%u\n", st->gpus[i].uuid, st->gpus[i].mode);
+    if (at < sizeof(g_buf) - 1)
+        (void)write_atomically(MODE_FILE, g_buf, 0644);
+}
+
+/* ---- the driver's footprint ---- */
+
+static void remove_tree(const char *path)
+{
+    DIR *dir = opendir(path);
+    if (dir) {
+        struct dirent *e;
+        char sub[512];
+        while ((e = readdir(dir)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+            remove_tree(sub);
+        }
+        closedir(dir);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static void write_access(const char *dir, unsigned int minor)
+{
+    char path[256], text[128], have[128];
+    snprintf(path, sizeof(path), "%s/access", dir);
+    snprintf(text, sizeof(text), "DeviceFileMinor: %u\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+             minor);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, have, sizeof(have) - 1);
+        close(fd);
+        if (n >= 0 && (have[n] = '\0', strcmp(have, text) == 0))
+            return;
+    }
+    (void)write_atomically(path, text, 0444);
+}
+
+static void make_dir(const char *path)
+{
+    (void)mkdir(path, 0555);
+}
+
+/* Remove every giN (or ciN) entry of dir that keep() rejects. */
+static void prune(const char *dir, const char *prefix, int (*keep)(unsigned int, const void *),
+                  const void *arg)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[512];
+    size_t plen = strlen(prefix);
+    while ((e = readdir(d)) != NULL) {
+        unsigned int id;
+        char tail;
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue;
+        if (sscanf(e->d_name + plen, "%u%c", &id, &tail) == 1 && keep(id, arg))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        remove_tree(path);
+    }
+    closedir(d);
+}
+
+typedef struct {
+    const char *parent;
+    unsigned int gi;
+} prune_arg_t;
+
+static int keep_gi(unsigned int id, const void *arg)
+{
+    return st_gi_at(&g_st, ((const prune_arg_t *)arg)->parent, id) >= 0;
+}
+
+static int keep_ci(unsigned int id, const void *arg)
+{
+    const prune_arg_t *a = arg;
+    return st_ci_at(&g_st, a->parent, a->gi, id) >= 0;
+}
+
+static void ensure_cap_node(unsigned int minor, int want)
+{
+    char path[64];
+    struct stat sb;
+    snprintf(path, sizeof(path), CAPS_DEV "/nvidia-cap%u", minor);
+    int have = lstat(path, &sb) == 0;
+    int right = have && S_ISCHR(sb.st_mode) && sb.st_rdev == makedev(CAPS_MAJOR, minor);
+    if (have && (!want || !right))
+        unlink(path);
+    if (want && !right) {
+        /* as nvidia-modprobe makes them; a container may not mknod: skip */
+        if (mknod(path, S_IFCHR | 0444, makedev(CAPS_MAJOR, minor)) == 0)
+            chmod(path, 0444);
+    }
+}
+
+static void footprint_sync(void)
+{
+    char dir[256], sub[320];
+    mkdir(CAPS_PROC, 0555);
+    mkdir(CAPS_DEV, 0755);
+    for (unsigned int i = 0; i < g_ngpus; i++) {
+        const gpu_t *g = &g_gpus[i].gpu;
+        if (!g->mig_capable)
+            continue;
+        snprintf(dir, sizeof(dir), CAPS_PROC "/gpu%u", g->minor);
+        make_dir(dir);
+        snprintf(dir, sizeof(dir), CAPS_PROC "/gpu%u/mig", g->minor);
+        make_dir(dir);
+        prune_arg_t arg = {g->uuid, 0};
+        prune(dir, "gi", keep_gi, &arg);
+        for (unsigned int k = 0; k < g_st.ngis; k++) {
+            const st_gi_t *gi = &g_st.gis[k];
+            if (strcmp(gi->parent, g->uuid) != 0)
+                continue;
+            snprintf(sub, sizeof(sub), "%s/gi%u", dir, gi->id);
+            make_dir(sub);
+            arg.gi = gi->id;
+            prune(sub, "ci", keep_ci, &arg);
+            write_access(sub, gi_minor(g->minor, gi->id));
+            for (unsigned int c = 0; c < g_st.ncis; c++) {
+                const st_ci_t *ci = &g_st.cis[c];
+                if (ci->gi != gi->id || strcmp(ci->parent, g->uuid) != 0)
+                    continue;
+                char cdir[400];
+                snprintf(cdir, sizeof(cdir), "%s/ci%u", sub, ci->id);
+                make_dir(cdir);
+                write_access(cdir, ci_minor(g->minor, gi->id, ci->id));
+            }
+        }
+        unsigned int first = gi_minor(g->minor, 0);
+        for (unsigned int m = first; m < first + CAPS_PER_GPU; m++) {
+            unsigned int gi = (m - first) / CAPS_PER_GI, slot = (m - first) % CAPS_PER_GI;
+            int want = slot == 0 ? st_gi_at(&g_st, g->uuid, gi) >= 0
+                                 : st_ci_at(&g_st, g->uuid, gi, slot - 1) >= 0;
+            ensure_cap_node(m, want);
+        }
+    }
+}
+
+/* ---- this process's view: handle slots and visibility ---- */
+
+/* A cap node NVML may use: the char device CAPS_MAJOR:minor whose open is not
+ * refused by the device cgroup (EPERM/EACCES). ENXIO/ENODEV: allowed (no real
+ * driver behind the major). */
+static int cap_ok(unsigned int minor)
+{
+    char path[64];
+    struct stat sb;
+    snprintf(path, sizeof(path), CAPS_DEV "/nvidia-cap%u", minor);
+    if (stat(path, &sb) != 0 || !S_ISCHR(sb.st_mode) || major(sb.st_rdev) != CAPS_MAJOR ||
+        minor(sb.st_rdev) != minor)
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    return errno != EPERM && errno != EACCES;
+}
+
+static void reconcile(void)
+{
+    static unsigned char matched_gi[MAX_GIS], matched_ci[MAX_MIGS];
+    memset(matched_gi, 0, sizeof(matched_gi));
+    memset(matched_ci, 0, sizeof(matched_ci));
+    for (unsigned int i = 0; i < g_ngpus; i++) {
+        gpu_t *g = &g_gpus[i].gpu;
+        st_gpu_t *sg = st_gpu(&g_st, g->uuid);
+        g->mig = g->mig_capable && sg ? sg->mode != 0 : 0;
+    }
+    /* GPU instances: keep the slots of those still there, give new ones free slots */
+    for (unsigned int s = 0; s < MAX_GIS; s++) {
+        struct nvmlGpuInstance_st *h = &g_gis[s];
+        if (!h->live)
+            continue;
+        int k = st_gi_at(&g_st, h->parent->gpu.uuid, h->id);
+        if (k >= 0 && !matched_gi[k] && g_st.gis[k].profile == h->gip->id &&
+            g_st.gis[k].start == h->start)
+            matched_gi[k] = 1;
+        else
+            h->live = 0;
+    }
+    for (unsigned int k = 0; k < g_st.ngis; k++) {
+        const st_gi_t *sgi = &g_st.gis[k];
+        struct nvmlDevice_st *d = gpu_dev(sgi->parent);
+        const gip_t *p = d ? gip_by(&d->gpu, 1, sgi->profile) : NULL;
+        if (matched_gi[k] || !p || !d->gpu.mig)
+            continue;
+        for (unsigned int n = 0; n < MAX_GIS; n++) {
+            struct nvmlGpuInstance_st *h = &g_gis[(g_gi_cursor + n) % MAX_GIS];
+            if (h->live)
+                continue;
+            g_gi_cursor = (g_gi_cursor + n + 1) % MAX_GIS;
+            memset(h, 0, sizeof(*h));
+            h->live = 1;
+            h->parent = d;
+            h->gip = p;
+            h->id = sgi->id;
+            h->start = sgi->start;
+            break;
+        }
+    }
+    /* compute instances = MIG devices */
+    for (unsigned int s = 0; s < MAX_MIGS; s++) {
+        mig_t *m = &g_migs[s].mig;
+        if (!m->live)
+            continue;
+        int k = st_ci_at(&g_st, m->parent->gpu.uuid, m->gi_id, m->ci_id);
+        if (k >= 0 && !matched_ci[k] && strcmp(g_st.cis[k].uuid, m->uuid) == 0 &&
+            g_st.cis[k].profile == m->ci_profile && g_st.cis[k].start == m->ci_start)
+            matched_ci[k] = 1;
+        else
+            m->live = 0;
+    }
+    for (unsigned int k = 0; k < g_st.ncis; k++) {
+        const st_ci_t *sci = &g_st.cis[k];
+        struct nvmlDevice_st *d = gpu_dev(sci->parent);
+        if (matched_ci[k] || !d || !d->gpu.mig)
+            continue;
+        for (unsigned int n = 0; n < MAX_MIGS; n++) {
+            unsigned int s = (g_mig_cursor + n) % MAX_MIGS;
+            mig_t *m = &g_migs[s].mig;
+            if (m->live)
+                continue;
+            g_mig_cursor = (s + 1) % MAX_MIGS;
+            memset(&g_migs[s], 0, sizeof(g_migs[s]));
+            g_migs[s].is_mig = 1;
+            m->live = 1;
+            m->parent = d;
+            copy_str(m->uuid, sizeof(m->uuid), sci->uuid);
+            m->gi_id = sci->gi;
+            m->ci_id = sci->id;
+            m->ci_profile = sci->profile;
+            m->ci_start = sci->start;
+            g_cis[s].mig = &g_migs[s];
+            break;
+        }
+    }
+    /* links and visibility (section 3 of the MIG contract) */
+    int any_cap = cap_ok(CAP_CONFIG_MINOR) || cap_ok(CAP_MONITOR_MINOR);
+    for (unsigned int s = 0; s < MAX_GIS; s++) {
+        struct nvmlGpuInstance_st *h = &g_gis[s];
+        if (h->live)
+            h->visible = h->parent->gpu.visible &&
+                         (any_cap || cap_ok(gi_minor(h->parent->gpu.minor, h->id)));
+    }
+    for (unsigned int s = 0; s < MAX_MIGS; s++) {
+        mig_t *m = &g_migs[s].mig;
+        if (!m->live)
+            continue;
+        m->gi = NULL;
+        for (unsigned int t = 0; t < MAX_GIS; t++)
+            if (g_gis[t].live && g_gis[t].parent == m->parent && g_gis[t].id == m->gi_id)
+                m->gi = &g_gis[t];
+        if (!m->gi || m->ci_profile >= CI_PROFILES) {
+            m->live = 0;
+            continue;
+        }
+        m->gip = m->gi->gip;
+        unsigned int minor = m->parent->gpu.minor;
+        m->visible = m->parent->gpu.visible &&
+                     (any_cap || (cap_ok(gi_minor(minor, m->gi_id)) &&
+                                  cap_ok(ci_minor(minor, m->gi_id, m->ci_id))));
+    }
+    /* a MIG device's index: its position among its parent's, by GI id then CI id */
+    for (unsigned int s = 0; s < MAX_MIGS; s++) {
+        mig_t *m = &g_migs[s].mig;
+        if (!m->live || !m->visible)
+            continue;
+        m->index = 0;
+        for (unsigned int t = 0; t < MAX_MIGS; t++) {
+            const mig_t *o = &g_migs[t].mig;
+            if (o->live && o->visible && o->parent == m->parent &&
+                (o->gi_id < m->gi_id || (o->gi_id == m->gi_id && o->ci_id < m->ci_id)))
+                m->index++;
+        }
+    }
+}
+
+/* Re-read the state when the file changed (under g_mig_lock). */
+static void mig_load(void)
+{
+    struct stat sb;
+    int exists = stat(STATE_FILE, &sb) == 0;
+    if (g_seen.valid && exists == g_seen.exists &&
+        (!exists || (sb.st_dev == g_seen.dev && sb.st_ino == g_seen.ino &&
+                     sb.st_size == g_seen.size && sb.st_mtim.tv_sec == g_seen.mtim.tv_sec &&
+                     sb.st_mtim.tv_nsec == g_seen.mtim.tv_nsec)))
+        return;
+    if (!exists || !state_read(&g_st))
+        state_initial(&g_st);
+    g_seen.valid = 1;
+    g_seen.exists = exists;
+    if (exists) {
+        g_seen.dev = sb.st_dev;
+        g_seen.ino = sb.st_ino;
+        g_seen.size = sb.st_size;
+        g_seen.mtim = sb.st_mtim;
+    }
+    reconcile();
+}
+
+static void mig_refresh(void)
+{
+    pthread_mutex_lock(&g_mig_lock);
+    mig_load();
+    pthread_mutex_unlock(&g_mig_lock);
+}
+
+/* At (re)initialization: forget every handle, read the state afresh. */
+static void mig_reset(void)
+{
+    pthread_mutex_lock(&g_mig_lock);
+    memset(g_gis, 0, sizeof(g_gis));
+    memset(g_migs, 0, sizeof(g_migs));
+    memset(g_cis, 0, sizeof(g_cis));
+    memset(&g_seen, 0, sizeof(g_seen));
+    pthread_mutex_unlock(&g_mig_lock);
+}
+
+/* ---- changes: root only, under flock, written atomically ---- */
+
+static int g_lock_fd = -1;
+
+/* Take the node's MIG lock and the state as it is now; on success the caller
+ * holds g_mig_lock and must call change_end. */
+static nvmlReturn_t change_begin(void)
+{
+    if (geteuid() != 0)
+        return NVML_ERROR_NO_PERMISSION;
+    if (mkdir(SIM_DIR, 0755) != 0 && errno != EEXIST)
+        return NVML_ERROR_NO_PERMISSION;
+    int fd = open(LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return NVML_ERROR_NO_PERMISSION;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            close(fd);
+            return NVML_ERROR_UNKNOWN;
+        }
+    }
+    pthread_mutex_lock(&g_mig_lock);
+    g_lock_fd = fd;
+    g_seen.valid = 0;
+    mig_load();
+    return NVML_SUCCESS;
+}
+
+/* Write the changed state (commit) or drop it; release the locks. */
+static nvmlReturn_t change_end(nvmlReturn_t rc)
+{
+    if (rc == NVML_SUCCESS) {
+        if (state_write(&g_st) != 0) {
+            rc = NVML_ERROR_NO_PERMISSION;
+        } else {
+            footprint_sync();
+            persist_modes(&g_st);
+        }
+    }
+    g_seen.valid = 0;
+    mig_load();
+    pthread_mutex_unlock(&g_mig_lock);
+    close(g_lock_fd);
+    g_lock_fd = -1;
+    return rc;
+}
+
+/* Slots taken by the GPU instances of parent (memory) and their compute slices. */
+static void gi_usage(const char *parent, unsigned int *slots, unsigned int *slices,
+                     unsigned int profile_id, unsigned int *same_profile)
+{
+    *slots = 0;
+    *slices = 0;
+    *same_profile = 0;
+    struct nvmlDevice_st *d = gpu_dev(parent);
+    for (unsigned int i = 0; d && i < g_st.ngis; i++) {
+        const st_gi_t *gi = &g_st.gis[i];
+        const gip_t *p = strcmp(gi->parent, parent) == 0 ? gip_by(&d->gpu, 1, gi->profile) : NULL;
+        if (!p)
+            continue;
+        *slots |= ((1u << p->placement_size) - 1) << gi->start;
+        *slices += p->slices;
+        *same_profile += p->id == profile_id;
+    }
+}
+
+static int gi_fits(const gip_t *p, unsigned int start, unsigned int slots, unsigned int slices,
+                   unsigned int same)
+{
+    unsigned int want = ((1u << p->placement_size) - 1) << start;
+    return !(slots & want) && slices + p->slices <= MIG_SLICES && same < p->instances &&
+           start + p->placement_size <= MEMORY_SLOTS;
+}
+
+/* The CI slices of a GPU instance taken by its compute instances. */
+static void ci_usage(const char *parent, unsigned int gi, unsigned int profile,
+                     unsigned int *slices, unsigned int *same)
+{
+    *slices = 0;
+    *same = 0;
+    for (unsigned int i = 0; i < g_st.ncis; i++) {
+        const st_ci_t *c = &g_st.cis[i];
+        if (c->gi != gi || strcmp(c->parent, parent) != 0 || c->profile >= CI_PROFILES)
+            continue;
+        *slices |= ((1u << CI_SLICES[c->profile]) - 1) << c->start;
+        *same += c->profile == profile;
+    }
+}
+
+static int ci_placement_valid(const gip_t *p, unsigned int profile, unsigned int start)
+{
+    return profile < CI_PROFILES && CI_SLICES[profile] <= p->slices &&
+           start % CI_STEP[profile] == 0 && start + CI_SLICES[profile] <= p->slices;
+}
+
+static int ci_fits(const gip_t *p, unsigned int profile, unsigned int start, unsigned int taken,
+                   unsigned int same)
+{
+    unsigned int want = ((1u << CI_SLICES[profile]) - 1) << start;
+    return ci_placement_valid(p, profile, start) && !(taken & want) &&
+           same < p->slices / CI_SLICES[profile];
+}
+
+/* 64-bit FNV-1a over text, from seed. */
+static unsigned long long fnv1a(unsigned long long seed, const char *text)
+{
+    unsigned long long h = seed;
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        h ^= *c;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static void mig_uuid(char *out, size_t cap, const char *parent, unsigned int gi, unsigned int ci,
+                     unsigned int counter)
+{
+    char text[STR_LEN + 64];
+    snprintf(text, sizeof(text), "%s/%u/%u/%u", parent, gi, ci, counter);
+    unsigned long long a = fnv1a(0xcbf29ce484222325ULL, text);
+    unsigned long long b = fnv1a(0x84222325cbf29ce4ULL, text);
+    snprintf(out, cap, "MIG-%08llx-%04llx-%04llx-%04llx-%012llx", a >> 32, (a >> 16) & 0xffff,
+             a & 0xffff, b >> 48, b & 0xffffffffffffULL);
+}
+
+/* ------------------------------------------------------------------ */
 /* MIG                                                                  */
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
@@ -1211,9 +2054,41 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     REQUIRE(currentMode && pendingMode);
     if (!g->mig_capable)
         return NVML_ERROR_NOT_SUPPORTED;
+    mig_refresh();
     *currentMode = g->mig ? 1 : 0;
     *pendingMode = g->mig ? 1 : 0;
     return NVML_SUCCESS;
+}
+
+/* The new mode takes effect at once (current = pending), as after the GPU
+ * reset nvidia-smi does; activationStatus is NVML_SUCCESS. */
+EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                         nvmlReturn_t *activationStatus)
+{
+    GET_GPU(device, g);
+    REQUIRE(activationStatus && mode <= 1);
+    if (!g->mig_capable)
+        return NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t rc = change_begin();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    st_gpu_t *sg = st_gpu(&g_st, g->uuid);
+    if (!sg && g_st.ngpus < MAX_GPUS) {
+        sg = &g_st.gpus[g_st.ngpus++];
+        memset(sg, 0, sizeof(*sg));
+        copy_str(sg->uuid, sizeof(sg->uuid), g->uuid);
+    }
+    if (!sg)
+        rc = NVML_ERROR_UNKNOWN;
+    for (unsigned int i = 0; rc == NVML_SUCCESS && mode == 0 && i < g_st.ngis; i++)
+        if (strcmp(g_st.gis[i].parent, g->uuid) == 0)
+            rc = NVML_ERROR_IN_USE; /* destroy the GPU instances first */
+    if (rc == NVML_SUCCESS)
+        sg->mode = mode;
+    rc = change_end(rc);
+    if (rc == NVML_SUCCESS)
+        *activationStatus = NVML_SUCCESS;
+    return rc;
 }
 
 ANY_GETTER(nvmlDeviceIsMigDeviceHandle, unsigned int, m ? 1 : 0)
@@ -1223,15 +2098,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned
 {
     GET_GPU(device, g);
     REQUIRE(count);
+    mig_refresh();
     *count = g->mig_capable && g->mig ? MIG_SLICES : 0;
     return NVML_SUCCESS;
 }
 
 static struct nvmlDevice_st *mig_at(const gpu_t *g, unsigned int index)
 {
-    for (unsigned int i = 0; i < g_nmigs; i++) {
+    for (unsigned int i = 0; i < MAX_MIGS; i++) {
         const mig_t *m = &g_migs[i].mig;
-        if (m->parent && &m->parent->gpu == g && m->gip && m->index == index)
+        if (m->live && m->visible && &m->parent->gpu == g && m->index == index)
             return &g_migs[i];
     }
     return NULL;
@@ -1242,6 +2118,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, uns
 {
     GET_GPU(device, g);
     REQUIRE(migDevice);
+    mig_refresh();
     if (!g->mig_capable || !g->mig)
         return NVML_ERROR_NOT_FOUND;
     REQUIRE(index < MIG_SLICES);
@@ -1278,14 +2155,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
     if (!m)
         return NVML_ERROR_NOT_SUPPORTED;
     const gip_t *p = m->gip;
-    attributes->multiprocessorCount = p->sm;
+    unsigned int k = CI_SLICES[m->ci_profile];
+    attributes->multiprocessorCount = p->sm * k / p->slices;
     attributes->sharedCopyEngineCount = p->ce;
     attributes->sharedDecoderCount = p->dec;
     attributes->sharedEncoderCount = p->enc;
     attributes->sharedJpegCount = p->jpeg;
     attributes->sharedOfaCount = p->ofa;
     attributes->gpuInstanceSliceCount = p->slices;
-    attributes->computeInstanceSliceCount = p->slices;
+    attributes->computeInstanceSliceCount = k;
     attributes->memorySizeMB = p->memory_mib;
     return NVML_SUCCESS;
 }
@@ -1293,16 +2171,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
 EXPORT nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
 {
     return nvmlDeviceGetAttributes_v2(device, attributes);
-}
-
-static const gip_t *gip_by(const gpu_t *g, int by_id, unsigned int key)
-{
-    for (unsigned int i = 0; i < g_ngips; i++) {
-        const gip_t *p = &g_gips[i];
-        if (strcmp(p->parent, g->uuid) == 0 && (by_id ? p->id : p->index) == key)
-            return p;
-    }
-    return NULL;
 }
 
 static void fill_gip(const gip_t *p, nvmlGpuInstanceProfileInfo_t *info)
@@ -1363,7 +2231,142 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device
     return gip_info_v2(device, 1, profileId, info);
 }
 
-/* The GPU instances of a GPU: one per MIG device. */
+/* Every placement of the profile, taken or not ("regardless of whether MIG is
+ * enabled or not"). count is set; placements, when given, must hold them all. */
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device,
+                                                                  unsigned int profileId,
+                                                                  nvmlPlacement_t *placements,
+                                                                  unsigned int *count)
+{
+    GET_GPU(device, g);
+    REQUIRE(count);
+    if (!g->mig_capable)
+        return NVML_ERROR_NOT_SUPPORTED;
+    const gip_t *p = gip_by(g, 1, profileId);
+    if (!p)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; placements && i < p->nstarts; i++) {
+        placements[i].start = p->starts[i];
+        placements[i].size = p->placement_size;
+    }
+    *count = p->nstarts;
+    return NVML_SUCCESS;
+}
+
+/* How many more instances of the profile fit, placed one after another at
+ * their first free placement. */
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device,
+                                                              unsigned int profileId,
+                                                              unsigned int *count)
+{
+    GET_GPU(device, g);
+    REQUIRE(count);
+    if (!g->mig_capable)
+        return NVML_ERROR_NOT_SUPPORTED;
+    const gip_t *p = gip_by(g, 1, profileId);
+    if (!p)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mig_refresh();
+    if (!g->mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g_mig_lock);
+    unsigned int slots, slices, same, n = 0;
+    gi_usage(g->uuid, &slots, &slices, p->id, &same);
+    for (unsigned int i = 0; i < p->nstarts; i++) {
+        if (gi_fits(p, p->starts[i], slots, slices, same)) {
+            slots |= ((1u << p->placement_size) - 1) << p->starts[i];
+            slices += p->slices;
+            same++;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&g_mig_lock);
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+static struct nvmlGpuInstance_st *gi_handle(const gpu_t *g, unsigned int id)
+{
+    for (unsigned int s = 0; s < MAX_GIS; s++)
+        if (g_gis[s].live && &g_gis[s].parent->gpu == g && g_gis[s].id == id)
+            return &g_gis[s];
+    return NULL;
+}
+
+/* start < 0: the first free placement. */
+static nvmlReturn_t create_gi(nvmlDevice_t device, unsigned int profileId, int start,
+                              nvmlGpuInstance_t *gpuInstance)
+{
+    GET_GPU(device, g);
+    REQUIRE(gpuInstance);
+    if (!g->mig_capable)
+        return NVML_ERROR_NOT_SUPPORTED;
+    const gip_t *p = gip_by(g, 1, profileId);
+    if (!p)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (start >= 0 && gip_start_pos(p, (unsigned int)start) < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = change_begin();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    unsigned int slots, slices, same, id = 0;
+    gi_usage(g->uuid, &slots, &slices, p->id, &same);
+    int at = -1;
+    if (!g->mig)
+        rc = NVML_ERROR_NOT_SUPPORTED; /* MIG mode is disabled */
+    else if (start >= 0)
+        at = gi_fits(p, (unsigned int)start, slots, slices, same) ? start : -1;
+    else
+        for (unsigned int i = 0; i < p->nstarts && at < 0; i++)
+            if (gi_fits(p, p->starts[i], slots, slices, same))
+                at = (int)p->starts[i];
+    if (rc == NVML_SUCCESS) {
+        if (at >= 0)
+            id = p->first_gi + (unsigned int)gip_start_pos(p, (unsigned int)at);
+        if (at < 0 || g_st.ngis >= MAX_GIS || st_gi_at(&g_st, g->uuid, id) >= 0)
+            rc = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    }
+    if (rc == NVML_SUCCESS) {
+        st_gi_t *gi = &g_st.gis[g_st.ngis++];
+        memset(gi, 0, sizeof(*gi));
+        copy_str(gi->parent, sizeof(gi->parent), g->uuid);
+        gi->id = id;
+        gi->profile = p->id;
+        gi->start = (unsigned int)at;
+    }
+    rc = change_end(rc);
+    if (rc == NVML_SUCCESS) {
+        *gpuInstance = gi_handle(g, id);
+        if (!*gpuInstance)
+            rc = NVML_ERROR_UNKNOWN;
+    }
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId,
+                                                nvmlGpuInstance_t *gpuInstance)
+{
+    return create_gi(device, profileId, -1, gpuInstance);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device,
+                                                             unsigned int profileId,
+                                                             const nvmlPlacement_t *placement,
+                                                             nvmlGpuInstance_t *gpuInstance)
+{
+    CHECK_INIT();
+    REQUIRE(placement);
+    const gpu_t *g = NULL;
+    nvmlReturn_t rc = lookup(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    const gip_t *p = g->mig_capable ? gip_by(g, 1, profileId) : NULL;
+    if (p && (placement->size != p->placement_size || placement->start > MEMORY_SLOTS))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return create_gi(device, profileId, (int)placement->start, gpuInstance);
+}
+
+/* The GPU instances of a GPU with that profile. */
 EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
                                               nvmlGpuInstance_t *gpuInstances, unsigned int *count)
 {
@@ -1373,12 +2376,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int 
         return NVML_ERROR_NOT_SUPPORTED;
     if (!gip_by(g, 1, profileId))
         return NVML_ERROR_INVALID_ARGUMENT;
+    mig_refresh();
     unsigned int n = 0;
-    for (unsigned int i = 0; i < g_nmigs; i++) {
-        const mig_t *m = &g_migs[i].mig;
-        if (m->parent && &m->parent->gpu == g && m->gip && m->gip->id == profileId) {
+    for (unsigned int s = 0; s < MAX_GIS; s++) {
+        struct nvmlGpuInstance_st *h = &g_gis[s];
+        if (h->live && h->visible && &h->parent->gpu == g && h->gip->id == profileId) {
             if (gpuInstances)
-                gpuInstances[n] = &g_gis[i];
+                gpuInstances[n] = h;
             n++;
         }
     }
@@ -1395,97 +2399,120 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned i
     REQUIRE(gpuInstance);
     if (!g->mig_capable)
         return NVML_ERROR_NOT_SUPPORTED;
+    mig_refresh();
     if (!g->mig)
         return NVML_ERROR_INVALID_STATE;
-    for (unsigned int i = 0; i < g_nmigs; i++) {
-        const mig_t *m = &g_migs[i].mig;
-        if (m->parent && &m->parent->gpu == g && m->gip && m->gi_id == id) {
-            *gpuInstance = &g_gis[i];
-            return NVML_SUCCESS;
-        }
-    }
-    return NVML_ERROR_NOT_FOUND;
+    struct nvmlGpuInstance_st *h = gi_handle(g, id);
+    if (!h || !h->visible)
+        return NVML_ERROR_NOT_FOUND;
+    *gpuInstance = h;
+    return NVML_SUCCESS;
 }
 
-/* Validate a GPU or compute instance handle; on success *m is its MIG device. */
-static nvmlReturn_t lookup_instance(const void *handle, int compute, const mig_t **m)
+/* Validate a GPU instance handle (live and visible here). */
+static nvmlReturn_t lookup_gi(nvmlGpuInstance_t handle, struct nvmlGpuInstance_st **out)
 {
     if (!initialized())
         return NVML_ERROR_UNINITIALIZED;
-    for (unsigned int i = 0; i < g_nmigs; i++) {
-        const void *h = compute ? (const void *)&g_cis[i] : (const void *)&g_gis[i];
-        if (h == handle && handle && is_visible_mig(&g_migs[i])) {
-            *m = &g_migs[i].mig;
-            return (*m)->parent->gpu.lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
-        }
-    }
-    return NVML_ERROR_INVALID_ARGUMENT;
+    uintptr_t at = (uintptr_t)handle, first = (uintptr_t)&g_gis[0];
+    if (at < first || at >= (uintptr_t)&g_gis[MAX_GIS] || (at - first) % sizeof(g_gis[0]))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mig_refresh();
+    if (!handle->live || !handle->visible)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = handle;
+    return handle->parent->gpu.lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
-#define GET_INSTANCE(handle, compute, m)                         \
-    const mig_t *m = NULL;                                       \
-    do {                                                         \
-        nvmlReturn_t rc_ = lookup_instance((handle), (compute), &m); \
-        if (rc_ != NVML_SUCCESS)                                 \
-            return rc_;                                          \
+/* Validate a compute instance handle; *m is its MIG device. */
+static nvmlReturn_t lookup_ci(nvmlComputeInstance_t handle, const mig_t **m)
+{
+    if (!initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    uintptr_t at = (uintptr_t)handle, first = (uintptr_t)&g_cis[0];
+    if (at < first || at >= (uintptr_t)&g_cis[MAX_MIGS] || (at - first) % sizeof(g_cis[0]))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!handle->mig || !is_visible_mig(handle->mig))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *m = &handle->mig->mig;
+    return (*m)->parent->gpu.lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+#define GET_GI(handle, h)                                  \
+    struct nvmlGpuInstance_st *h = NULL;                   \
+    do {                                                   \
+        nvmlReturn_t rc_ = lookup_gi((handle), &h);        \
+        if (rc_ != NVML_SUCCESS)                           \
+            return rc_;                                    \
     } while (0)
 
-static unsigned int mig_slot(const mig_t *m)
-{
-    return (unsigned int)(((const char *)m - (const char *)&g_migs[0].mig) / sizeof(g_migs[0]));
-}
+#define GET_CI(handle, m)                                  \
+    const mig_t *m = NULL;                                 \
+    do {                                                   \
+        nvmlReturn_t rc_ = lookup_ci((handle), &m);        \
+        if (rc_ != NVML_SUCCESS)                           \
+            return rc_;                                    \
+    } while (0)
 
 EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
 {
-    GET_INSTANCE(gpuInstance, 0, m);
+    GET_GI(gpuInstance, h);
     REQUIRE(info);
-    info->device = m->parent;
-    info->id = m->gi_id;
-    info->profileId = m->gip->id;
-    info->placement.start = m->placement_start;
-    info->placement.size = m->gip->placement_size;
+    info->device = h->parent;
+    info->id = h->id;
+    info->profileId = h->gip->id;
+    info->placement.start = h->start;
+    info->placement.size = h->gip->placement_size;
     return NVML_SUCCESS;
 }
 
-/* Compute instance profiles of a GPU instance: one per slice count that fits;
- * the profile index is also its id (0: 1 slice, 1: 2, 2: 3, 3: 4, 4: 7). */
-static const unsigned int CI_SLICES[] = {1, 2, 3, 4, 7};
+/* IN_USE while it holds compute instances, as the driver answers. */
+EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
+{
+    GET_GI(gpuInstance, h);
+    struct nvmlDevice_st *parent = h->parent;
+    unsigned int id = h->id;
+    nvmlReturn_t rc = change_begin();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    int k = st_gi_at(&g_st, parent->gpu.uuid, id);
+    if (k < 0)
+        rc = NVML_ERROR_INVALID_ARGUMENT; /* destroyed meanwhile */
+    for (unsigned int i = 0; rc == NVML_SUCCESS && i < g_st.ncis; i++)
+        if (g_st.cis[i].gi == id && strcmp(g_st.cis[i].parent, parent->gpu.uuid) == 0)
+            rc = NVML_ERROR_IN_USE;
+    if (rc == NVML_SUCCESS)
+        g_st.gis[k] = g_st.gis[--g_st.ngis];
+    return change_end(rc);
+}
 
-static nvmlReturn_t ci_profile(const mig_t *m, unsigned int profile,
+static nvmlReturn_t ci_profile(const gip_t *p, unsigned int profile,
                                nvmlComputeInstanceProfileInfo_t *info)
 {
-    if (profile >= sizeof(CI_SLICES) / sizeof(CI_SLICES[0]) || CI_SLICES[profile] > m->gip->slices)
+    if (profile >= CI_PROFILES || CI_SLICES[profile] > p->slices)
         return NVML_ERROR_NOT_SUPPORTED;
-    unsigned int k = CI_SLICES[profile], n = m->gip->slices;
+    unsigned int k = CI_SLICES[profile], n = p->slices;
     info->id = profile;
     info->sliceCount = k;
     info->instanceCount = n / k;
-    info->multiprocessorCount = m->gip->sm * k / n;
-    info->sharedCopyEngineCount = m->gip->ce;
-    info->sharedDecoderCount = m->gip->dec;
-    info->sharedEncoderCount = m->gip->enc;
-    info->sharedJpegCount = m->gip->jpeg;
-    info->sharedOfaCount = m->gip->ofa;
+    info->multiprocessorCount = p->sm * k / n;
+    info->sharedCopyEngineCount = p->ce;
+    info->sharedDecoderCount = p->dec;
+    info->sharedEncoderCount = p->enc;
+    info->sharedJpegCount = p->jpeg;
+    info->sharedOfaCount = p->ofa;
     return NVML_SUCCESS;
-}
-
-static unsigned int ci_profile_of(const mig_t *m)
-{
-    for (unsigned int i = 0; i < sizeof(CI_SLICES) / sizeof(CI_SLICES[0]); i++)
-        if (CI_SLICES[i] == m->gip->slices)
-            return i;
-    return 0;
 }
 
 EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
     nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
     nvmlComputeInstanceProfileInfo_t *info)
 {
-    GET_INSTANCE(gpuInstance, 0, m);
+    GET_GI(gpuInstance, h);
     REQUIRE(info);
     if (engProfile != 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    return ci_profile(m, profile, info);
+    return ci_profile(h->gip, profile, info);
 }
 
 EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
@@ -1493,21 +2520,152 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     nvmlComputeInstanceProfileInfo_v2_t *info)
 {
     nvmlComputeInstanceProfileInfo_t v1;
-    GET_INSTANCE(gpuInstance, 0, m);
+    GET_GI(gpuInstance, h);
     REQUIRE(info);
     if (info->version != CI_PROFILE_INFO_V2_VERSION)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (engProfile != 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    nvmlReturn_t rc = ci_profile(m, profile, &v1);
+    nvmlReturn_t rc = ci_profile(h->gip, profile, &v1);
     if (rc != NVML_SUCCESS)
         return rc;
     memcpy(&info->id, &v1, sizeof(v1));
-    if (v1.sliceCount == m->gip->slices)
-        snprintf(info->name, sizeof(info->name), "MIG %s", m->gip->name);
+    if (v1.sliceCount == h->gip->slices)
+        snprintf(info->name, sizeof(info->name), "MIG %s", h->gip->name);
     else
-        snprintf(info->name, sizeof(info->name), "MIG %uc.%s", v1.sliceCount, m->gip->name);
+        snprintf(info->name, sizeof(info->name), "MIG %uc.%s", v1.sliceCount, h->gip->name);
     return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlPlacement_t *placements,
+    unsigned int *count)
+{
+    GET_GI(gpuInstance, h);
+    REQUIRE(count);
+    nvmlComputeInstanceProfileInfo_t probe;
+    if (ci_profile(h->gip, profileId, &probe) != NVML_SUCCESS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0;
+    for (unsigned int s = 0; s < h->gip->slices; s++) {
+        if (!ci_placement_valid(h->gip, profileId, s))
+            continue;
+        if (placements) {
+            placements[n].start = s;
+            placements[n].size = CI_SLICES[profileId];
+        }
+        n++;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int *count)
+{
+    GET_GI(gpuInstance, h);
+    REQUIRE(count);
+    nvmlComputeInstanceProfileInfo_t probe;
+    if (ci_profile(h->gip, profileId, &probe) != NVML_SUCCESS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g_mig_lock);
+    unsigned int taken, same, n = 0;
+    ci_usage(h->parent->gpu.uuid, h->id, profileId, &taken, &same);
+    for (unsigned int s = 0; s < h->gip->slices; s++) {
+        if (ci_fits(h->gip, profileId, s, taken, same)) {
+            taken |= ((1u << CI_SLICES[profileId]) - 1) << s;
+            same++;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&g_mig_lock);
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+static nvmlComputeInstance_t ci_handle(const struct nvmlDevice_st *parent, unsigned int gi,
+                                       unsigned int id)
+{
+    for (unsigned int s = 0; s < MAX_MIGS; s++) {
+        const mig_t *m = &g_migs[s].mig;
+        if (m->live && m->parent == parent && m->gi_id == gi && m->ci_id == id)
+            return &g_cis[s];
+    }
+    return NULL;
+}
+
+/* start < 0: the first free placement. */
+static nvmlReturn_t create_ci(nvmlGpuInstance_t gpuInstance, unsigned int profileId, int start,
+                              nvmlComputeInstance_t *computeInstance)
+{
+    GET_GI(gpuInstance, h);
+    REQUIRE(computeInstance);
+    nvmlComputeInstanceProfileInfo_t probe;
+    if (ci_profile(h->gip, profileId, &probe) != NVML_SUCCESS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (start >= 0 && !ci_placement_valid(h->gip, profileId, (unsigned int)start))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlDevice_st *parent = h->parent;
+    const gip_t *p = h->gip;
+    unsigned int gi = h->id, id = 0;
+    nvmlReturn_t rc = change_begin();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (st_gi_at(&g_st, parent->gpu.uuid, gi) < 0)
+        rc = NVML_ERROR_INVALID_ARGUMENT; /* destroyed meanwhile */
+    unsigned int taken, same;
+    ci_usage(parent->gpu.uuid, gi, profileId, &taken, &same);
+    int at = -1;
+    if (start >= 0)
+        at = ci_fits(p, profileId, (unsigned int)start, taken, same) ? start : -1;
+    else
+        for (unsigned int s = 0; s < p->slices && at < 0; s++)
+            if (ci_fits(p, profileId, s, taken, same))
+                at = (int)s;
+    while (id < MAX_CIS_PER_GI && st_ci_at(&g_st, parent->gpu.uuid, gi, id) >= 0)
+        id++;
+    if (rc == NVML_SUCCESS && (at < 0 || id >= MAX_CIS_PER_GI || g_st.ncis >= MAX_MIGS))
+        rc = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    st_gpu_t *sg = st_gpu(&g_st, parent->gpu.uuid);
+    if (rc == NVML_SUCCESS && !sg)
+        rc = NVML_ERROR_UNKNOWN;
+    if (rc == NVML_SUCCESS) {
+        st_ci_t *ci = &g_st.cis[g_st.ncis++];
+        memset(ci, 0, sizeof(*ci));
+        copy_str(ci->parent, sizeof(ci->parent), parent->gpu.uuid);
+        ci->gi = gi;
+        ci->id = id;
+        ci->profile = profileId;
+        ci->start = (unsigned int)at;
+        mig_uuid(ci->uuid, sizeof(ci->uuid), parent->gpu.uuid, gi, id, sg->counter++);
+    }
+    rc = change_end(rc);
+    if (rc == NVML_SUCCESS) {
+        *computeInstance = ci_handle(parent, gi, id);
+        if (!*computeInstance)
+            rc = NVML_ERROR_UNKNOWN;
+    }
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance,
+                                                         unsigned int profileId,
+                                                         nvmlComputeInstance_t *computeInstance)
+{
+    return create_ci(gpuInstance, profileId, -1, computeInstance);
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, const nvmlPlacement_t *placement,
+    nvmlComputeInstance_t *computeInstance)
+{
+    CHECK_INIT();
+    REQUIRE(placement);
+    if (profileId < CI_PROFILES && placement->size != CI_SLICES[profileId])
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (placement->start > MEMORY_SLOTS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return create_ci(gpuInstance, profileId, (int)placement->start, computeInstance);
 }
 
 EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance,
@@ -1515,16 +2673,22 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInst
                                                        nvmlComputeInstance_t *computeInstances,
                                                        unsigned int *count)
 {
-    GET_INSTANCE(gpuInstance, 0, m);
+    GET_GI(gpuInstance, h);
     REQUIRE(count);
     nvmlComputeInstanceProfileInfo_t probe;
-    if (ci_profile(m, profileId, &probe) != NVML_SUCCESS)
+    if (ci_profile(h->gip, profileId, &probe) != NVML_SUCCESS)
         return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int n = profileId == ci_profile_of(m) ? 1 : 0;
-    if (n && !computeInstances)
+    unsigned int n = 0;
+    for (unsigned int s = 0; s < MAX_MIGS; s++) {
+        const mig_t *m = &g_migs[s].mig;
+        if (m->live && m->visible && m->gi == h && m->ci_profile == profileId) {
+            if (computeInstances)
+                computeInstances[n] = &g_cis[s];
+            n++;
+        }
+    }
+    if (n > 0 && !computeInstances)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (n)
-        computeInstances[0] = &g_cis[mig_slot(m)];
     *count = n;
     return NVML_SUCCESS;
 }
@@ -1533,25 +2697,26 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuI
                                                           unsigned int id,
                                                           nvmlComputeInstance_t *computeInstance)
 {
-    GET_INSTANCE(gpuInstance, 0, m);
+    GET_GI(gpuInstance, h);
     REQUIRE(computeInstance);
-    if (id != m->ci_id)
+    nvmlComputeInstance_t c = ci_handle(h->parent, h->id, id);
+    if (!c || !c->mig->mig.visible)
         return NVML_ERROR_NOT_FOUND;
-    *computeInstance = &g_cis[mig_slot(m)];
+    *computeInstance = c;
     return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
                                                   nvmlComputeInstanceInfo_t *info)
 {
-    GET_INSTANCE(computeInstance, 1, m);
+    GET_CI(computeInstance, m);
     REQUIRE(info);
     info->device = m->parent;
-    info->gpuInstance = &g_gis[mig_slot(m)];
+    info->gpuInstance = m->gi;
     info->id = m->ci_id;
-    info->profileId = ci_profile_of(m);
-    info->placement.start = 0;
-    info->placement.size = m->gip->slices;
+    info->profileId = m->ci_profile;
+    info->placement.start = m->ci_start;
+    info->placement.size = CI_SLICES[m->ci_profile];
     return NVML_SUCCESS;
 }
 
@@ -1559,6 +2724,22 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInst
                                                nvmlComputeInstanceInfo_t *info)
 {
     return nvmlComputeInstanceGetInfo_v2(computeInstance, info);
+}
+
+EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
+{
+    GET_CI(computeInstance, m);
+    struct nvmlDevice_st *parent = m->parent;
+    unsigned int gi = m->gi_id, id = m->ci_id;
+    nvmlReturn_t rc = change_begin();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    int k = st_ci_at(&g_st, parent->gpu.uuid, gi, id);
+    if (k < 0)
+        rc = NVML_ERROR_INVALID_ARGUMENT; /* destroyed meanwhile */
+    else
+        g_st.cis[k] = g_st.cis[--g_st.ncis];
+    return change_end(rc);
 }
 
 /* ------------------------------------------------------------------ */

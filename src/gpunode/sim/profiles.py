@@ -595,6 +595,8 @@ def _gip_fields(g: Gpu, shape: MigShape) -> dict[str, Any]:
         "slices": shape.slices,
         "instances": shape.instances,
         "placement_size": shape.size,
+        "starts": ":".join(map(str, shape.starts)),
+        "first_gi": shape.first_gi,
         "memory_mib": shape.memory_mib(g.memory_mib),
         "sm": shape.sm,
         "ce": shape.ce,

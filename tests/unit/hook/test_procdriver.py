@@ -202,3 +202,148 @@ def test_busid_candidates():
     for bad in ("0000:07:00", "../0000:07:00.0", "0000:07:00.0/..", ""):
         with pytest.raises(HookError):
             procdriver.busid_candidates(bad)
+
+
+# --------------------------------------------------------------------------- MIG
+
+
+def _mig_caps(driver_root):
+    """gpu0 (07:00.0) has GI 1 (CI 0) and GI 7 (CI 0), each access file naming its minor."""
+    caps = driver_root / "proc/driver/nvidia/capabilities"
+    (caps / "mig").mkdir(parents=True)
+    (caps / "mig/config").write_text("DeviceFileMinor: 1\nDeviceFileMode: 256\n")
+    minors = {}
+    for n, cap in enumerate(
+        ("gpu0/mig/gi1/access", "gpu0/mig/gi1/ci0/access", "gpu0/mig/gi7/access",
+         "gpu0/mig/gi7/ci0/access")
+    ):  # fmt: skip
+        (caps / cap).parent.mkdir(parents=True, exist_ok=True)
+        minors[cap] = 40 + 3 * n
+        (caps / cap).write_text(f"DeviceFileMinor: {minors[cap]}\nDeviceFileMode: 292\n")
+    return minors
+
+
+def test_mount_proc_driver_mig_access_files(needs_unshare, proc_rootfs, driver_root):
+    """A MIG device's GI and CI access files, bound read-only at their paths; nothing of
+    GPU 0's other GPU instance."""
+    _mig_caps(driver_root)
+    nv = shlex.quote(str(proc_rootfs / "proc/driver/nvidia"))
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--gpu",
+        GPUS[0],
+        "--mig-cap",
+        "gpu0/mig/gi7/access",
+        "--mig-cap",
+        "gpu0/mig/gi7/ci0/access",
+        after=(
+            f"cd {nv}/capabilities && find . | sort; cat gpu0/mig/gi7/ci0/access; "
+            f"(echo x > gpu0/mig/gi7/access) 2>/dev/null && echo WRITE-OK; "
+            f"findmnt -no OPTIONS {nv}/capabilities/gpu0/mig/gi7/ci0/access"
+        ),
+    )
+    assert rc == 0, err
+    lines = out.split("--- after\n", 1)[1].splitlines()
+    assert lines[:7] == [
+        ".",
+        "./gpu0",
+        "./gpu0/mig",
+        "./gpu0/mig/gi7",
+        "./gpu0/mig/gi7/access",
+        "./gpu0/mig/gi7/ci0",
+        "./gpu0/mig/gi7/ci0/access",
+    ]
+    assert "DeviceFileMinor: 49" in lines and "WRITE-OK" not in lines
+    assert {"ro", "nosuid", "nodev", "noexec"} <= set(lines[-1].split(","))
+
+
+def test_mount_proc_driver_mig_caps_all(needs_unshare, proc_rootfs, driver_root):
+    _mig_caps(driver_root)
+    nv = shlex.quote(str(proc_rootfs / "proc/driver/nvidia"))
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--mig-caps-all",
+        after=f"cd {nv}/capabilities && find . -name access -o -name config | sort",
+    )
+    assert rc == 0, err
+    assert out.split("--- after\n", 1)[1].split() == [
+        "./gpu0/mig/gi1/access",
+        "./gpu0/mig/gi1/ci0/access",
+        "./gpu0/mig/gi7/access",
+        "./gpu0/mig/gi7/ci0/access",
+        "./mig/config",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cap", "error"),
+    [
+        ("gpu0/mig/gi3/access", "MIG capability gpu0/mig/gi3/access not found in "),
+        ("../gpus/x/access", "invalid MIG capability '../gpus/x/access'"),
+        ("gpu0/mig/gi1/../access", "invalid MIG capability"),
+        ("gpu0/mig/config", "invalid MIG capability"),
+    ],
+)
+def test_mount_proc_driver_bad_mig_cap_is_one_line(
+    needs_unshare, proc_rootfs, driver_root, cap, error
+):
+    _mig_caps(driver_root)
+    nv = shlex.quote(str(proc_rootfs / "proc/driver/nvidia"))
+    rc, out, err = run_hook(
+        "mount-proc-driver",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--mig-cap",
+        cap,
+        after=f"findmnt -n {nv} || echo NOMOUNT",
+    )
+    assert rc == 1 and error in err and len(err.strip().splitlines()) == 1
+    assert "NOMOUNT" in out
+
+
+def test_cdi_hook_finds_mig_caps_from_the_container_s_cap_nodes(
+    needs_unshare, proc_rootfs, driver_root
+):
+    """The CDI path: the container's /dev/nvidia-caps nodes say which access files it gets
+    (a MIG device's CDI entry gives the parent node and its GI and CI cap nodes)."""
+    minors = _mig_caps(driver_root)
+    for i, bus in enumerate(GPUS):
+        with open(driver_root / "proc/driver/nvidia/gpus" / bus / "information", "a") as fh:
+            fh.write(f"Device Minor: \t {i}\n")
+    (proc_rootfs / "dev/nvidia-caps").mkdir(parents=True)
+    os.mknod(proc_rootfs / "dev/nvidia0", stat.S_IFCHR | 0o666, os.makedev(195, 0))
+    for cap in ("gpu0/mig/gi7/access", "gpu0/mig/gi7/ci0/access"):
+        m = minors[cap]
+        os.mknod(
+            proc_rootfs / f"dev/nvidia-caps/nvidia-cap{m}", stat.S_IFCHR | 0o444, os.makedev(237, m)
+        )
+    assert procdriver.mig_caps_from_container_devices(str(proc_rootfs), str(driver_root)) == [
+        "gpu0/mig/gi7/access",
+        "gpu0/mig/gi7/ci0/access",
+    ]
+    nv = shlex.quote(str(proc_rootfs / "proc/driver/nvidia"))
+    rc, out, err = run_hook(
+        "configure",
+        "--root",
+        str(proc_rootfs),
+        "--driver-root",
+        str(driver_root),
+        "--proc-driver",
+        after=f"ls {nv}/gpus; cd {nv}/capabilities && find . -name access | sort",
+    )
+    assert rc == 0, err
+    assert out.split("--- after\n", 1)[1].split() == [
+        GPUS[0],
+        "./gpu0/mig/gi7/access",
+        "./gpu0/mig/gi7/ci0/access",
+    ]

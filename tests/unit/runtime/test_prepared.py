@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -274,3 +275,50 @@ def test_no_key_means_no_lookup_and_no_store(node):
     assert prepared.lookup(None, node.dev_root) is None
     prepared.store(None, {})
     assert not os.path.exists(prepared.cache_path())
+
+
+def test_a_mig_request_is_not_served_after_the_layout_changed(tmp_path, node, monkeypatch):
+    """A MIG layout changes without a driver change: the prepared edits of `0:1` are used
+    while the driver shows the same instances, and worked out again (the inventory
+    rediscovered) once GI 7 is gone and GI 8 is there (now `0:1`)."""
+    import shutil
+
+    from gpunode.nvidia.facts import GpuFacts, MigFacts
+
+    from . import mig_node
+
+    mig_node.make_driver_root(Path(node.driver_root))
+    mig_node.make_dev_root(Path(node.dev_root))
+    write_inventory(node, mig_node.GPUS)
+    first, job1 = create(tmp_path, node, env=("NVIDIA_VISIBLE_DEVICES=0:1",))
+    again, job2 = create(tmp_path, node, env=("NVIDIA_VISIBLE_DEVICES=0:1",))
+    assert not served(job1) and served(job2) and again == first
+    ci7 = f"/dev/nvidia-caps/nvidia-cap{mig_node.cap_minor('gpu0/mig/gi7/ci0/access')}"
+    assert ci7 in [d["path"] for d in first["linux"]["devices"]]
+    assert job2.args.mig_cap == ["gpu0/mig/gi7/access", "gpu0/mig/gi7/ci0/access"]
+
+    caps = Path(node.driver_root) / "proc/driver/nvidia/capabilities/gpu0/mig"
+    shutil.rmtree(caps / "gi7")
+    (caps / "gi8/ci0").mkdir(parents=True)
+    gi8, ci8 = (
+        mig_node.cap_minor("gpu0/mig/gi8/access"),
+        mig_node.cap_minor("gpu0/mig/gi8/ci0/access"),
+    )
+    (caps / "gi8/access").write_text(mig_node.access_text(gi8))
+    (caps / "gi8/ci0/access").write_text(mig_node.access_text(ci8))
+    for minor in (gi8, ci8):
+        path = f"{node.dev_root}/dev/nvidia-caps/nvidia-cap{minor}"
+        os.mknod(path, stat.S_IFCHR | 0o444, os.makedev(mig_node.CAPS_MAJOR, minor))
+    g0 = mig_node.GPUS[0]
+    new0 = GpuFacts(
+        g0.index, g0.minor, g0.uuid, g0.pci_bus_id, g0.name, g0.brand, g0.compute_capability,
+        True, (g0.mig[0], MigFacts(1, "MIG-a8000000-0000-5000-8000-000000000000", 8, 0)),
+    )  # fmt: skip
+    fresh = NodeFacts(VERSION, "12.2", (new0, *mig_node.GPUS[1:]))
+    monkeypatch.setattr(discovery, "nvml_facts", lambda root: fresh)
+    monkeypatch.setattr(discovery, "discover_files", lambda *a: discovery.DriverFiles(root=a[1]))
+    after, job3 = create(tmp_path, node, env=("NVIDIA_VISIBLE_DEVICES=0:1",))
+    assert not served(job3) and "discovery fresh" in job3.summary
+    paths = [d["path"] for d in after["linux"]["devices"]]
+    assert f"/dev/nvidia-caps/nvidia-cap{ci8}" in paths and ci7 not in paths
+    assert job3.args.mig_cap == ["gpu0/mig/gi8/access", "gpu0/mig/gi8/ci0/access"]

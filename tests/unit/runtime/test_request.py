@@ -243,9 +243,12 @@ def test_cdi_names_in_visible_devices(value, devices, cdi):
         "nvidia.com/gpu=MIG-abc",
     ],
 )
-def test_mig_rejected(value):
-    with pytest.raises(RequestError, match=r"^MIG device '.*' requested: MIG is not supported"):
-        parse_request({"NVIDIA_VISIBLE_DEVICES": value})
+def test_mig_ids_are_read_as_device_ids(value):
+    # MIG ids are requests like any other (resolved by select_devices: tests/unit/runtime/
+    # test_mig.py); nvidia.com/gpu=X names give X
+    r = parse_request({"NVIDIA_VISIBLE_DEVICES": value})
+    assert r.is_gpu
+    assert r.devices == tuple(value.removeprefix("nvidia.com/gpu=").split(","))
 
 
 def test_mig_after_all_is_dropped_like_nvidia():
@@ -570,9 +573,13 @@ def test_select_on_node_without_gpus():
         select_gpus(req(devices=("0",)), [])
 
 
-def test_select_rejects_mig():
-    with pytest.raises(RequestError, match=r"^MIG device '0:1' requested"):
+def test_select_refuses_a_mig_id_on_a_node_without_mig():
+    with pytest.raises(RequestError) as err:
         select_gpus(req(devices=("0:1",)), GPUS)
+    assert str(err.value) == (
+        "unknown MIG device '0:1' requested; accepted: <gpu index>:<n>, MIG-<uuid>, "
+        "MIG-GPU-<uuid>/<gi>/<ci>; this node has no MIG devices"
+    )
 
 
 def test_end_to_end_cdi_name_selects_gpu():
@@ -651,9 +658,19 @@ def test_mig_config_and_monitor_refused_unprivileged_as_nvidia_does(var):
         RequestError, match=rf"^cannot set {short} in non privileged container: {var}=all needs"
     ):
         parse_request(env)
-    # privileged: gpunode has no MIG support, so it is refused too, never silently ignored
-    with pytest.raises(RequestError, match=rf"^{var}=all: MIG is not supported by gpunode yet$"):
-        parse_request(env, privileged=True)
+    # privileged: only `all` (libnvidia-container's select_mig_config_devices)
+    r = parse_request(env, privileged=True)
+    assert (r.mig_config, r.mig_monitor) == (
+        var.endswith("CONFIG_DEVICES"),
+        var.endswith("MONITOR_DEVICES"),
+    )
+    assert parse_request({**env, var: "ALL"}, privileged=True).is_gpu
+    for bad, named in (("0", "0"), ("all,0", "0"), ("MIG-x", "MIG-x"), (" , ", " , ")):
+        with pytest.raises(RequestError) as err:
+            parse_request({**env, var: bad}, privileged=True)
+        assert str(err.value) == (
+            f"{var}={bad}: '{named}': only 'all' devices are currently supported"
+        )
     # empty, or in a container that asks for no GPU: ignored, as by NVIDIA
     assert parse_request({"NVIDIA_VISIBLE_DEVICES": "0", var: ""}).devices == ("0",)
     assert parse_request({var: "all"}).is_gpu is False

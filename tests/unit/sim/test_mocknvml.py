@@ -286,13 +286,20 @@ def run_probe(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def in_private_dev(cmd, minors, ctl=True, extra=(), env=None) -> subprocess.CompletedProcess:
+def in_private_dev(
+    cmd, minors, ctl=True, extra=(), env=None, caps=True
+) -> subprocess.CompletedProcess:
     """Run cmd under `unshare -m` with a tmpfs /dev holding /dev/null, /dev/nvidiactl
-    (if ctl) and /dev/nvidia<minor> for each minor."""
+    (if ctl), /dev/nvidia<minor> for each minor and (if caps) the MIG config and monitor
+    cap nodes a node has (/dev/nvidia-caps/nvidia-cap1 and 2, major 511), with which
+    every MIG device of a visible GPU is visible."""
     setup = ["mount -t tmpfs none /dev", "mknod /dev/null c 1 3"]
     if ctl:
         setup.append("mknod /dev/nvidiactl c 195 255")
     setup += [f"mknod /dev/nvidia{m} c 195 {m}" for m in minors]
+    if caps:
+        setup += ["mkdir /dev/nvidia-caps"]
+        setup += [f"mknod /dev/nvidia-caps/nvidia-cap{m} c 511 {m}" for m in (1, 2)]
     setup += extra
     script = " && ".join(setup) + ' && exec "$0" "$@"'
     return subprocess.run(

@@ -1,0 +1,362 @@
+"""MIG layouts: what a GPU has now (read through NVML), what a config wants of it, and the
+plan between them: the MIG mode to set, the GPU instances to destroy and the ones to create
+where (placements solved here, so a layout that fits is always found and one that cannot
+fit is refused before anything changes).
+
+A MIG device is one GPU instance (GI) with one compute instance (CI) spanning it; that is
+the only shape gpunode creates. A GI is kept when it is such a device of a wanted profile
+and a placement of the rest exists around the kept ones; otherwise the GPU is rebuilt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..nvidia import nvml
+from ..nvidia.facts import nvml_text
+from ..util.record import record
+from . import MigApplyError, MigConfigError
+from .config import Entry
+
+
+@record(frozen=True)
+class Gpu:
+    """One GPU's MIG state as NVML shows it."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_device_id: int
+    mig_capable: bool
+    mig_enabled: bool = False  # current mode
+    mig_pending: bool = False  # pending mode (differs from current until a GPU reset)
+    profiles: tuple | None = ()  # GiProfile; None: NVML names none while MIG is off
+    instances: tuple = ()  # GiState, by id
+    handle: Any = None
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.name})"
+
+    def profile(self, profile_id: int) -> nvml.GiProfile | None:
+        for p in self.profiles or ():
+            if p.id == profile_id:
+                return p
+        return None
+
+
+def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
+    """A GPU's MIG state: mode, profiles (with placements), GPU and compute instances."""
+    modes = nvml.mig_modes(nv, handle)
+    base = {
+        "index": index,
+        "uuid": nvml_text(nv.nvmlDeviceGetUUID(handle)),
+        "name": nvml_text(nv.nvmlDeviceGetName(handle)),
+        "pci_device_id": nv.nvmlDeviceGetPciInfo(handle).pciDeviceId,
+        "handle": handle,
+    }
+    if modes is None:
+        return Gpu(mig_capable=False, **base)
+    current, pending = modes
+    try:
+        profiles: tuple | None = nvml.gpu_instance_profiles(nv, handle)
+    except nv.NVMLError:
+        if current:
+            raise
+        profiles = None  # a driver that lists profiles only with MIG on
+    instances = nvml.gpu_instances(nv, handle, profiles) if current and profiles else ()
+    return Gpu(
+        mig_capable=True,
+        mig_enabled=current,
+        mig_pending=pending,
+        profiles=profiles,
+        instances=instances,
+        **base,
+    )
+
+
+def read_node(nv: Any) -> tuple[Gpu, ...]:
+    out = []
+    for index, handle, exc in nvml.handles(nv):
+        if handle is None:
+            raise MigApplyError(f"GPU {index}: NVML gives no handle for it ({exc})")
+        out.append(read_gpu(nv, index, handle))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ the layout of a GPU
+
+
+def full_device(gpu: Gpu, gi: nvml.GiState) -> bool:
+    """The GI is one MIG device as gpunode makes them: one CI spanning it."""
+    profile = gpu.profile(gi.profile_id)
+    return profile is not None and len(gi.cis) == 1 and gi.cis[0].slices == profile.slices
+
+
+def devices(gpu: Gpu) -> dict[str, int]:
+    """{MIG device profile: count}, as mig-parted and nvidia-smi name them ("3g.40gb"; a CI
+    narrower than its GI as "1c.3g.40gb")."""
+    counts: dict[str, int] = {}
+    for gi in gpu.instances:
+        profile = gpu.profile(gi.profile_id)
+        name = profile.name if profile else f"profile-{gi.profile_id}"
+        names = [
+            name if profile and ci.slices == profile.slices else f"{ci.slices}c.{name}"
+            for ci in gi.cis
+        ] or [f"{name}(no compute instance)"]
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def state(gpu: Gpu) -> dict[str, Any]:
+    """What JSON shows of a GPU's layout: {"mig_enabled": bool, "devices": {...}}."""
+    return {"mig_enabled": gpu.mig_enabled, "devices": devices(gpu)}
+
+
+def wanted(entry: Entry | None, gpu: Gpu) -> dict[str, Any]:
+    if entry is None:
+        return state(gpu)
+    return {"mig_enabled": entry.mig_enabled, "devices": dict(sorted(entry.mig_devices.items()))}
+
+
+def select(gpus: tuple[Gpu, ...], entries: tuple[Entry, ...]) -> dict[int, Entry]:
+    """{GPU index: the entry that selects it}; GPUs no entry selects are left alone."""
+    chosen: dict[int, Entry] = {}
+    for entry in entries:
+        for gpu in gpus:
+            if entry.selects(gpu.index, gpu.pci_device_id):
+                if gpu.index in chosen:
+                    raise MigConfigError(
+                        f"{entry.where}: GPU {gpu.index} is already selected by "
+                        f"{chosen[gpu.index].where}; accepted: each GPU in one entry"
+                    )
+                chosen[gpu.index] = entry
+    return chosen
+
+
+# ------------------------------------------------------------------ placements
+
+
+def place(
+    wanted_profiles: list[nvml.GiProfile], occupied: frozenset[int] = frozenset()
+) -> list[tuple[nvml.GiProfile, int]] | None:
+    """Placements for every profile (one per instance) in free memory slots: the biggest
+    first, backtracking over each profile's possible placements. None when none exists."""
+    items = sorted(
+        wanted_profiles,
+        key=lambda p: (
+            -max((s for _, s in p.placements), default=0),
+            -p.slices,
+            len(p.placements),
+            p.id,
+        ),
+    )
+    result: list[tuple[nvml.GiProfile, int]] = []
+
+    def go(i: int, used: frozenset[int], min_pos: int) -> bool:
+        if i == len(items):
+            return True
+        profile = items[i]
+        for pos, (start, size) in enumerate(profile.placements):
+            if pos < min_pos:  # identical instances: one order of placements is enough
+                continue
+            slots = frozenset(range(start, start + size))
+            if slots & used:
+                continue
+            result.append((profile, start))
+            same_next = i + 1 < len(items) and items[i + 1] is profile
+            if go(i + 1, used | slots, pos + 1 if same_next else 0):
+                return True
+            result.pop()
+        return False
+
+    return list(result) if go(0, occupied, 0) else None
+
+
+def _summary(counts: dict[str, int]) -> str:
+    return " + ".join(f"{name} x{n}" for name, n in counts.items()) or "no MIG devices"
+
+
+def check_fits(gpu: Gpu, entry: Entry) -> list[nvml.GiProfile]:
+    """The wanted profiles, one per instance, or MigConfigError naming GPU, profile and why."""
+    at = f"{entry.where}: {gpu.label}"
+    if not gpu.mig_capable:
+        raise MigConfigError(f"{at}: cannot do MIG; accepted for this GPU: mig-enabled: false")
+    profiles = {p.name: p for p in gpu.profiles or ()}
+    out: list[nvml.GiProfile] = []
+    for name, count in entry.mig_devices.items():
+        profile = profiles.get(name)
+        if profile is None:
+            raise MigConfigError(
+                f"{at}: mig-devices {name!r} is not a GPU instance profile of this GPU; "
+                f"accepted: {', '.join(profiles)}"
+            )
+        if count > profile.instances:
+            raise MigConfigError(
+                f"{at}: mig-devices {name}: {count} wanted, this GPU holds at most "
+                f"{profile.instances}"
+            )
+        out.extend([profile] * count)
+    compute = max((p.slices for p in profiles.values()), default=0)
+    memory = max((s + z for p in profiles.values() for s, z in p.placements), default=0)
+    slices = sum(p.slices for p in out)
+    summary = _summary(entry.mig_devices)
+    if slices > compute:
+        raise MigConfigError(
+            f"{at}: {summary} needs {slices} compute slices, the GPU has {compute}"
+        )
+    mem = sum(min((z for _, z in p.placements), default=0) for p in out)
+    if mem > memory:
+        raise MigConfigError(f"{at}: {summary} needs {mem} memory slices, the GPU has {memory}")
+    if place(out) is None:
+        starts = "; ".join(
+            f"{p.name} at {','.join(str(s) for s, _ in p.placements)}" for p in dict.fromkeys(out)
+        )
+        raise MigConfigError(f"{at}: {summary} has no valid placement (start slots: {starts})")
+    return out
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@record(frozen=True)
+class GpuPlan:
+    gpu: Gpu
+    entry: Entry | None
+    before: dict
+    after: dict
+    changed: bool
+    set_mode: bool | None = None  # MIG mode to set first (None: as it is)
+    destroy: tuple = ()  # GiState to destroy (their CIs first)
+    create: tuple = ()  # (GiProfile, start) to create, each with one spanning CI
+    deferred: bool = False  # MIG off and NVML names no profiles yet: planned once it is on
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "name": self.gpu.name,
+            "changed": self.changed,
+            "before": self.before,
+            "after": self.after,
+            "destroy": [
+                f"gi{gi.id} ({_profile_name(self.gpu, gi)} at {gi.start})" for gi in self.destroy
+            ],
+            "create": [f"{p.name} at {start}" for p, start in self.create],
+        }
+
+
+def _profile_name(gpu: Gpu, gi: nvml.GiState) -> str:
+    profile = gpu.profile(gi.profile_id)
+    return profile.name if profile else f"profile {gi.profile_id}"
+
+
+def plan_gpu(gpu: Gpu, entry: Entry | None) -> GpuPlan:
+    """What to do to give ``gpu`` the layout ``entry`` wants (None: leave it as it is)."""
+    before = state(gpu)
+    after = wanted(entry, gpu)
+    if entry is None:
+        return GpuPlan(gpu, None, before, before, False)
+    if not entry.mig_enabled:
+        if not gpu.mig_capable:
+            return GpuPlan(gpu, entry, before, after, False)
+        off = not gpu.mig_enabled and not gpu.mig_pending and not gpu.instances
+        if off:
+            return GpuPlan(gpu, entry, before, after, False)
+        return GpuPlan(gpu, entry, before, after, True, set_mode=False, destroy=gpu.instances)
+    mode_ok = gpu.mig_capable and gpu.mig_enabled and gpu.mig_pending
+    if not gpu.mig_capable:
+        check_fits(gpu, entry)  # raises
+    if gpu.profiles is None:  # profiles named only once MIG is on
+        return GpuPlan(gpu, entry, before, after, True, set_mode=True, deferred=True)
+    want = check_fits(gpu, entry)
+    set_mode = None if mode_ok else True
+    if (
+        mode_ok
+        and all(full_device(gpu, gi) for gi in gpu.instances)
+        and devices(gpu) == after["devices"]
+    ):
+        return GpuPlan(gpu, entry, before, after, False)
+    # keep the GIs that are wanted devices already, if the rest can be placed around them
+    remaining = list(want)
+    keep: list[nvml.GiState] = []
+    for gi in gpu.instances:
+        profile = gpu.profile(gi.profile_id)
+        if full_device(gpu, gi) and profile in remaining:
+            remaining.remove(profile)
+            keep.append(gi)
+    occupied = frozenset(s for gi in keep for s in range(gi.start, gi.start + gi.size))
+    placed = place(remaining, occupied)
+    if placed is None:  # rebuild the GPU: check_fits proved this places
+        keep, placed = [], place(want)
+    destroy = tuple(gi for gi in gpu.instances if gi not in keep)
+    return GpuPlan(
+        gpu,
+        entry,
+        before,
+        after,
+        True,
+        set_mode=set_mode,
+        destroy=destroy,
+        create=tuple(placed or ()),
+    )
+
+
+def plan(gpus: tuple[Gpu, ...], entries: tuple[Entry, ...]) -> list[GpuPlan]:
+    """A plan per GPU; MigConfigError (nothing changed yet) when any GPU cannot hold its
+    layout."""
+    chosen = select(gpus, entries)
+    return [plan_gpu(gpu, chosen.get(gpu.index)) for gpu in gpus]
+
+
+def first_difference(plans: list[GpuPlan]) -> str | None:
+    """The first way the node differs from the plans' layout, as one phrase, or None."""
+    for p in plans:
+        if not p.changed:
+            continue
+        label = f"GPU {p.gpu.index}"
+        if p.before["mig_enabled"] != p.after["mig_enabled"] or p.set_mode is not None:
+            want = "enabled" if p.after["mig_enabled"] else "disabled"
+            return f"{label}: MIG mode {want} wanted, it is {_mode_text(p.gpu)}"
+        b, a = p.before["devices"], p.after["devices"]
+        for name in sorted(set(a) | set(b)):
+            if a.get(name, 0) != b.get(name, 0):
+                return f"{label}: {name}: {a.get(name, 0)} wanted, {b.get(name, 0)} present"
+        return f"{label}: MIG devices not each one compute instance spanning its GPU instance"
+    return None
+
+
+def _mode_text(gpu: Gpu) -> str:
+    if not gpu.mig_capable:
+        return "not supported"
+    now = "enabled" if gpu.mig_enabled else "disabled"
+    if gpu.mig_pending != gpu.mig_enabled:
+        return f"{now} ({'enable' if gpu.mig_pending else 'disable'} pending a GPU reset)"
+    return now
+
+
+def diff(plans: list[GpuPlan]) -> str:
+    """Before/after per changed GPU, unified-diff-like."""
+    import difflib
+
+    out: list[str] = []
+    for p in plans:
+        if not p.changed:
+            continue
+        name = f"GPU {p.gpu.index} ({p.gpu.uuid})"
+        out.extend(
+            line.rstrip("\n")
+            for line in difflib.unified_diff(
+                _lines(p.before), _lines(p.after), f"{name} before", f"{name} after", n=50
+            )
+        )
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _lines(layout: dict[str, Any]) -> list[str]:
+    lines = [f"mig-enabled: {'true' if layout['mig_enabled'] else 'false'}"]
+    if layout["devices"]:
+        lines.append("mig-devices:")
+        lines.extend(f"  {name}: {n}" for name, n in layout["devices"].items())
+    return lines

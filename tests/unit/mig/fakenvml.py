@@ -1,0 +1,238 @@
+"""A pynvml stand-in with MIG state that changes, for gpunode.mig's unit tests: the calls
+gpunode.nvidia.nvml and gpunode.mig make, with NVML's errors (pynvml's own classes) for
+bad placements, no room, GIs still holding CIs and callers that are not root.
+
+Shapes are the A100 80GB's (profile index, id, slices, memory slots, starts, instances),
+GI ids as the A100 gives them (a fixed id per placement). Handles of GPU and compute
+instances are Python objects in ``ctypes.py_object`` arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+
+import pynvml
+
+GIB = 1024**3
+
+# (index, id, name, slices, memory slots, starts, instances, memory MB, first GI id)
+A100_80GB = (
+    (0, 19, "1g.10gb", 1, 1, (0, 1, 2, 3, 4, 5, 6), 7, 9728, 7),
+    (7, 20, "1g.10gb+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, 9728, 7),
+    (9, 15, "1g.20gb", 1, 2, (0, 2, 4, 6), 4, 19968, 3),
+    (1, 14, "2g.20gb", 2, 2, (0, 2, 4), 3, 19968, 3),
+    (2, 9, "3g.40gb", 3, 4, (0, 4), 2, 40192, 1),
+    (3, 5, "4g.40gb", 4, 4, (0,), 1, 40192, 1),
+    (4, 0, "7g.80gb", 7, 8, (0,), 1, 80896, 0),
+)
+CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}  # CI slices -> NVML_COMPUTE_INSTANCE_PROFILE_*
+
+
+def err(code):
+    return pynvml.NVMLError(code)
+
+
+class Gpu:
+    def __init__(self, index, name="NVIDIA A100-SXM4-80GB", *, mig_capable=True, mig=False,
+                 pci_device_id=0x20B210DE, shapes=A100_80GB, memory=80 * GIB):
+        self.index = index
+        self.name = name
+        self.uuid = f"GPU-00000000-0000-4000-8000-00000000000{index}"
+        self.mig_capable = mig_capable
+        self.current = self.pending = int(mig)
+        self.pci_device_id = pci_device_id
+        self.shapes = shapes
+        self.memory = memory
+        self.gis: dict[int, Gi] = {}
+
+
+class Gi:
+    def __init__(self, gpu, shape, start):
+        self.gpu, self.shape, self.start = gpu, shape, start
+        self.id = shape[8] + shape[5].index(start)
+        self.cis: dict[int, Ci] = {}
+        self.alive = True
+
+
+class Ci:
+    def __init__(self, gi, ci_id, slices):
+        self.gi, self.id, self.slices = gi, ci_id, slices
+        self.alive = True
+
+
+class FakeNvml(types.SimpleNamespace):
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotFound = pynvml.NVMLError_NotFound
+    NVMLError_NoPermission = pynvml.NVMLError_NoPermission
+    NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+    NVML_GPU_INSTANCE_PROFILE_COUNT = pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    NVML_DEVICE_MIG_DISABLE = 0
+    c_nvmlGpuInstancePlacement_t = pynvml.c_nvmlGpuInstancePlacement_t
+    c_nvmlGpuInstance_t = ctypes.py_object
+    c_nvmlComputeInstance_t = ctypes.py_object
+
+    def __init__(self, gpus, *, root=True, profiles_need_mig=False):
+        super().__init__(gpus=list(gpus), root=root, profiles_need_mig=profiles_need_mig,
+                         writes=[])
+
+    # ---------------------------------------------------------------- device
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return self.gpus[i]
+
+    def nvmlDeviceGetUUID(self, h):
+        return h.uuid
+
+    def nvmlDeviceGetName(self, h):
+        return h.name
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return types.SimpleNamespace(pciDeviceId=h.pci_device_id, busId=b"00000000:07:00.0")
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(total=h.memory)
+
+    def nvmlDeviceGetMigMode(self, h):
+        if not h.mig_capable:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [h.current, h.pending]
+
+    def nvmlDeviceSetMigMode(self, h, mode):
+        if not h.mig_capable:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not self.root:
+            raise err(pynvml.NVML_ERROR_NO_PERMISSION)
+        if h.gis and not mode:
+            raise err(pynvml.NVML_ERROR_IN_USE)
+        self.writes.append(("mode", h.index, mode))
+        h.current = h.pending = mode
+        return 0
+
+    # ---------------------------------------------------------------- GPU instances
+    def _shape(self, h, profile_id):
+        for shape in h.shapes:
+            if shape[1] == profile_id:
+                return shape
+        raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, h, index, version=2):
+        if not h.mig_capable or (self.profiles_need_mig and not h.current):
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        for shape in h.shapes:
+            if shape[0] == index:
+                return types.SimpleNamespace(
+                    id=shape[1], sliceCount=shape[3], instanceCount=shape[6],
+                    memorySizeMB=shape[7], name=f"MIG {shape[2]}".encode(),
+                )
+        raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, h, profile_id, array, count_ref):
+        shape = self._shape(h, profile_id)
+        for i, start in enumerate(shape[5]):
+            array[i].start, array[i].size = start, shape[4]
+        count_ref._obj.value = len(shape[5])
+
+    def nvmlDeviceGetGpuInstances(self, h, profile_id, array, count_ref):
+        gis = [gi for gi in sorted(h.gis.values(), key=lambda g: g.id)
+               if gi.shape[1] == profile_id]
+        for i, gi in enumerate(gis):
+            array[i] = gi
+        count_ref._obj.value = len(gis)
+
+    def nvmlGpuInstanceGetInfo(self, gi):
+        placement = types.SimpleNamespace(start=gi.start, size=gi.shape[4])
+        return types.SimpleNamespace(id=gi.id, profileId=gi.shape[1], placement=placement)
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, h, profile_id, placement_ref):
+        if not self.root:
+            raise err(pynvml.NVML_ERROR_NO_PERMISSION)
+        if not h.current:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        shape = self._shape(h, profile_id)
+        placement = placement_ref._obj
+        if placement.start not in shape[5] or placement.size != shape[4]:
+            raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        want = set(range(placement.start, placement.start + shape[4]))
+        for gi in h.gis.values():
+            if want & set(range(gi.start, gi.start + gi.shape[4])):
+                raise err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        gi = Gi(h, shape, placement.start)
+        h.gis[gi.id] = gi
+        self.writes.append(("create", h.index, shape[2], placement.start))
+        return gi
+
+    def nvmlGpuInstanceDestroy(self, gi):
+        if not self.root:
+            raise err(pynvml.NVML_ERROR_NO_PERMISSION)
+        if gi.cis:
+            raise err(pynvml.NVML_ERROR_IN_USE)
+        del gi.gpu.gis[gi.id]
+        gi.alive = False
+        self.writes.append(("destroy", gi.gpu.index, gi.id))
+
+    # ---------------------------------------------------------------- compute instances
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi, index, eng, version=2):
+        for slices, idx in CI_INDEX.items():
+            if idx == index and slices <= gi.shape[3]:
+                return types.SimpleNamespace(id=idx, sliceCount=slices,
+                                             instanceCount=gi.shape[3] // slices)
+        raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlGpuInstanceGetComputeInstances(self, gi, profile_id, array, count_ref):
+        cis = [ci for ci in sorted(gi.cis.values(), key=lambda c: c.id)
+               if CI_INDEX[ci.slices] == profile_id]
+        for i, ci in enumerate(cis):
+            array[i] = ci
+        count_ref._obj.value = len(cis)
+
+    def nvmlComputeInstanceGetInfo(self, ci):
+        return types.SimpleNamespace(id=ci.id)
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi, profile_id):
+        if not self.root:
+            raise err(pynvml.NVML_ERROR_NO_PERMISSION)
+        slices = next(s for s, i in CI_INDEX.items() if i == profile_id)
+        used = sum(ci.slices for ci in gi.cis.values())
+        if used + slices > gi.shape[3]:
+            raise err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        ci = Ci(gi, next(i for i in range(8) if i not in gi.cis), slices)
+        gi.cis[ci.id] = ci
+        return ci
+
+    def nvmlComputeInstanceDestroy(self, ci):
+        if not self.root:
+            raise err(pynvml.NVML_ERROR_NO_PERMISSION)
+        del ci.gi.cis[ci.id]
+        ci.alive = False
+
+    # ---------------------------------------------------------------- helpers for tests
+    def make(self, gpu_index, profile, start, ci_slices=None):
+        """Set up an instance directly (as the node had it before the test)."""
+        h = self.gpus[gpu_index]
+        shape = next(s for s in h.shapes if s[2] == profile)
+        gi = Gi(h, shape, start)
+        h.gis[gi.id] = gi
+        for slices in ci_slices if ci_slices is not None else [shape[3]]:
+            ci = Ci(gi, len(gi.cis), slices)
+            gi.cis[ci.id] = ci
+        return gi
+
+
+def layout_of(gpu):
+    """{profile: count} of the fake GPU's instances, each with its CIs' slices."""
+    out: dict[str, int] = {}
+    for gi in gpu.gis.values():
+        out[gi.shape[2]] = out.get(gi.shape[2], 0) + 1
+    return dict(sorted(out.items()))

@@ -5,6 +5,7 @@ and the gpunode commands it runs (the dry run reads stdin in check mode)."""
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 import yaml
@@ -28,7 +29,11 @@ LAYOUTS = {
 
 @functools.cache
 def _plugins() -> None:
-    init_plugin_loader()  # lookups (the role's template) and filters, once
+    """Ansible's plugin loader (lookups such as the role's template, filters), once; another
+    test of the session may have set up its collection finder already, which is fine."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured")
+        init_plugin_loader()
 
 
 def _trusted(value):

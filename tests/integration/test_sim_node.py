@@ -210,7 +210,9 @@ def test_every_container_sees_the_driver_tree(node):
     """As the kernel module shows /proc/driver/nvidia in every procfs, containers of the
     node's engines (Docker with plain runc, podman with crun, containerd) see the node's
     driver tree, read-only, and its /proc/devices."""
-    want = (["gpus", "params", "registry", "version"], sorted(g.bus_id.procfs for g in A100.gpus))
+    # capabilities/: the driver's nvidia-caps files (MIG config and monitor), as on a server
+    top = ["capabilities", "gpus", "params", "registry", "version"]
+    want = (top, sorted(g.bus_id.procfs for g in A100.gpus))
     docker = node.sh(f"docker run --rm --runtime runc {node.workload} sh -c '{DRIVER_TREE}'")
     top, gpus, modify = driver_tree(docker.stdout)
     assert (top, gpus) == want and modify == "ModifyDeviceFiles: 1"
@@ -360,6 +362,9 @@ def test_a_mig_device_made_on_the_node_reaches_a_container_with_its_cap_nodes(no
     caps = [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (gi_minor, ci_minor)]
     listing = node.sh(f"stat -c '%F %t:%T' {' '.join(caps)}").stdout.split("\n")
     assert listing[:2] == [f"character special file 1ff:{m:x}" for m in (gi_minor, ci_minor)]
+    # MIG mode is kept on the node's disk too (real GPUs keep it across reboots)
+    modes = node.sh("cat /var/lib/gpunode-sim/mig-mode").stdout
+    assert "GPU-7c41e0a2-5f3b-4d19-a8e6-2b9d0c4f6a52\t1\n" in modes
     # every process of the node sees it, and re-applying the same profile keeps it
     assert made["uuid"] in node.pynvml(MIG_SEEN)
     node.apply("a100x2-mig")

@@ -16,11 +16,16 @@
  * "gip" lines are the GPU instance profiles of a MIG-capable GPU, "mig" lines
  * the MIG devices (one GPU instance with one compute instance each) of a GPU
  * whose profile enables MIG.  gpunode.sim.profiles.mock_payload() writes them.
+ * They are the initial MIG state; the live state is the node's (see "MIG
+ * state" below), changed through NVML as on hardware.
  *
  * Like a real NVML inside a container, which GPUs are visible is decided by
  * the device nodes: /dev/nvidiactl (195:255) must exist, and GPU <minor> is
- * visible iff /dev/nvidia<minor> is the character device 195:<minor>.  MIG
- * devices are visible with their parent.
+ * visible iff /dev/nvidia<minor> is the character device 195:<minor>.  A MIG
+ * device is visible iff its parent is and either its GI and CI cap nodes, or
+ * the config or monitor cap node, are character devices 511:<minor> whose
+ * open is not refused (EPERM/EACCES: a device cgroup denial); ENXIO and
+ * ENODEV mean allowed (no real driver behind the major).
  *
  * This file implements what device plugins and NVIDIA's container toolkit
  * walk.  Every other entry point that nvidia-ml-py knows is exported by a weak
@@ -269,6 +274,7 @@ _Static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36, "CI profile info 
 _Static_assert(sizeof(nvmlComputeInstanceProfileInfo_v2_t) ==
                    (CI_PROFILE_INFO_V2_VERSION & 0xffffff),
                "CI profile info v2 layout");
+_Static_assert(sizeof(nvmlPlacement_t) == 8, "nvmlGpuInstancePlacement_t layout");
 _Static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24, "nvmlGpuInstanceInfo_t layout");
 _Static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32, "nvmlComputeInstanceInfo_t layout");
 _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");

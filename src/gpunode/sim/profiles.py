@@ -427,6 +427,12 @@ def _parse_mig(
                     f"mig[{used_memory[slot]}]"
                 )
             used_memory[slot] = i
+        same = sum(1 for inst in instances if inst.shape == shape)
+        if same >= shape.instances:
+            raise ProfileError(
+                f"{at}: a GPU holds at most {shape.instances} {entry['profile']} instance(s); "
+                f"this is number {same + 1}"
+            )
         instances.append(MigInstance(str(entry["profile"]), start, uuid, shape))
     return enabled, tuple(instances)
 

@@ -323,3 +323,42 @@ def test_a_mig_device_is_visible_with_its_cap_nodes(built_lib, tmp_path, pynvml_
     assert r["config"] == [[2, 0], [3, 0], [9, 0]]
     assert r["config_root_only"] == [[[2, 0], [3, 0], [9, 0]], []]
     assert r["monitor"] == [[2, 0], [3, 0], [9, 0]]
+
+
+CONCURRENT = r"""
+import time
+N.nvmlInit()
+off = N.nvmlDeviceGetHandleByIndex(1)
+N.nvmlDeviceSetMigMode(off, 1)
+N.nvmlDeviceCreateGpuInstance(off, 0)  # 7g.80gb: GI 0, room for seven 1c compute instances
+one = (
+    "import time\n"
+    "N.nvmlInit()\n"
+    "gi = N.nvmlDeviceGetGpuInstanceById(N.nvmlDeviceGetHandleByIndex(1), 0)\n"
+    "while not os.path.exists('/dev/go'):\n"
+    "    time.sleep(0.001)\n"
+    "made = 0\n"
+    "for _ in range(40):\n"
+    "    ci = call(N.nvmlGpuInstanceCreateComputeInstance, gi, 0)\n"
+    "    if not isinstance(ci, str):\n"
+    "        made += 1\n"
+    "        N.nvmlComputeInstanceDestroy(ci)\n"
+    "print(made)\n"
+)
+procs = [subprocess.Popen([sys.executable, "-c", PRELUDE + one], stdout=subprocess.PIPE,
+                          text=True) for _ in range(8)]
+time.sleep(1)
+open("/dev/go", "w").close()
+made = sum(int(p.communicate()[0]) for p in procs)
+state = open("/proc/driver/.gpunode-sim/mig-state").read()
+counter = int(state.split("uuid=GPU-7c41e0a2-5f3b-4d19-a8e6-2b9d0c4f6a52\tmode=1\tcounter=")[1].split()[0])
+print(json.dumps({"made": made, "counter": counter, "cis": state.count("\nci\t")}))
+"""
+
+
+@needs_unshare
+def test_changes_from_many_processes_are_serialized(built_lib, tmp_path, pynvml_ready):  # noqa: F811
+    r = run(built_lib, tmp_path, CONCURRENT)
+    # every creation counted once (a lost update would count fewer), all destroyed again
+    assert r["made"] > 0 and r["counter"] == r["made"]
+    assert r["cis"] == 3  # the profile's GPU 0 instances only

@@ -225,6 +225,14 @@ def test_mig_instances_parse_into_the_payload():
             "gpus[1].mig[1]: placement 5 of 1g.10gb overlaps mig[0]",
         ),
         ([MIG[0], dict(MIG[1], uuid=MIG[0]["uuid"])], A100, "gpus[1].mig[1].uuid MIG-2b8c1d7e"),
+        (
+            [
+                {"profile": "1g.10gb+me", "placement": 0, "uuid": MIG[0]["uuid"]},
+                {"profile": "1g.10gb+me", "placement": 1, "uuid": MIG[1]["uuid"]},
+            ],
+            A100,
+            "gpus[1].mig[1]: a GPU holds at most 1 1g.10gb+me instance(s); this is number 2",
+        ),
     ],
 )
 def test_bad_mig_is_one_clear_line(mig, defaults, expect):

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             import yaml
 
-            sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
+            sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
         return EXIT_OK
     except nv.NVMLError as exc:  # a read that failed: one line, not a traceback
         print(f"gpunode: error: NVML: {exc}", file=sys.stderr)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..util.files import Lock, make_dirs
-from . import MigApplyError, MigConfigError, layout
+from . import MigApplyError, layout
 from .config import Entry
 
 LOCK_FILE = "/run/gpunode/mig.lock"
@@ -116,7 +116,7 @@ def _resolve_deferred(nv: Any, plans: list[layout.GpuPlan]) -> list[layout.GpuPl
             p.gpu.index: layout.plan_gpu(layout.read_gpu(nv, p.gpu.index, p.gpu.handle), p.entry)
             for p in deferred
         }
-    except (MigConfigError, MigApplyError):
+    except BaseException:  # refused, or NVML failed: MIG goes back off where it was off
         for p in done:
             with contextlib.suppress(MigApplyError):
                 set_mode(nv, p.gpu, False)

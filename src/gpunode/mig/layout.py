@@ -256,8 +256,10 @@ def plan_gpu(gpu: Gpu, entry: Entry | None) -> GpuPlan:
     """What to do to give ``gpu`` the layout ``entry`` wants (None: leave it as it is)."""
     before = state(gpu)
     after = wanted(entry, gpu)
-    if entry is None:
-        return GpuPlan(gpu, None, before, before, False)
+    if entry is None or (not gpu.mig_capable and entry.devices is None):
+        # a GPU that cannot do MIG is skipped by `devices: all` (as mig-parted does);
+        # named by index with mig-enabled: true, it is refused below
+        return GpuPlan(gpu, entry, before, before, False)
     if not entry.mig_enabled:
         if not gpu.mig_capable:
             return GpuPlan(gpu, entry, before, after, False)

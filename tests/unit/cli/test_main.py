@@ -40,6 +40,7 @@ COMMAND_MODULES = {module for module, _ in cli.COMMANDS.values()}
         (["profile", "list"], "profile"),
         (["explain", "--help"], "explain"),
         (["validate", "--help"], "validate"),
+        (["mig", "apply", "--help"], "mig"),
         (["--help"], None),
         (["--version"], None),
     ],

@@ -72,6 +72,12 @@ CHILD = textwrap.dedent(
     shutil.copy(cfg, "/run/mig.yaml")  # where a user other than root can read it
     os.chmod("/run/mig.yaml", 0o644)
     for argv, as_user in steps:
+        if as_user == "parallel":  # several `gpunode` runs started together
+            procs = [subprocess.Popen([sys.executable, "-m", "gpunode", *a], text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                     for a in argv]
+            print(json.dumps([[p.wait(), *p.communicate()] for p in procs]))
+            continue
         if as_user:
             cmd = ["-c", AS_NOBODY, json.dumps(argv)]
         elif argv[0] == "-c":
@@ -117,7 +123,11 @@ def run_steps(tmp_path: Path, libdir: Path, steps: list) -> list[tuple[int, str,
     child.write_text(CHILD)
     for p in (tmp_path, cfg, child):
         os.chmod(p, 0o755)
-    steps = [([a.replace("@CFG", "/run/mig.yaml") for a in argv], user) for argv, user in steps]
+    def fill(argv):
+        return [fill(a) if isinstance(a, list) else a.replace("@CFG", "/run/mig.yaml")
+                for a in argv]
+
+    steps = [(fill(argv), user) for argv, user in steps]
     setup = [
         "mount -t tmpfs -o mode=755 none /dev",
         "mount -t tmpfs -o mode=755 none /proc/driver",
@@ -142,7 +152,7 @@ def run_steps(tmp_path: Path, libdir: Path, steps: list) -> list[tuple[int, str,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    return [tuple(json.loads(line)) for line in proc.stdout.splitlines()]
+    return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 # the MIG devices NVML enumerates (gpunode's one NVML walker), per GPU
@@ -187,8 +197,8 @@ def test_apply_twice_assert_export(tmp_path, libdir):
     assert (c2, e2) == (0, "")
     assert json.loads(second)["changed"] is False
     assert a1[0] == 0
-    assert a2[:2] == (1, "selected configuration not currently applied: GPU 0: 1g.10gb: 2 "
-                         "wanted, 7 present\n")
+    assert a2[:2] == [1, "selected configuration not currently applied: GPU 0: 1g.10gb: 2 "
+                         "wanted, 7 present\n"]
     assert (c3, e3) == (0, "")
     assert a3[0] == 0
     assert json.loads(after)["mig-configs"]["current"] == [
@@ -237,7 +247,7 @@ def test_refusals_change_nothing(tmp_path, libdir):
     ])
     (_, before, _), user, too, unknown, (cd, dry, _), user_lock, user_dry, (_, after, _) = \
         results
-    assert too[:2] == (2, "")
+    assert too[:2] == [2, ""]
     assert too[2] == ("gpunode: error: mig-configs.too-much[0]: GPU 0 (NVIDIA A100-SXM4-80GB): "
                       "4g.40gb x1 + 3g.40gb x1 + 1g.10gb x1 needs 8 compute slices, the GPU "
                       "has 7\n")
@@ -248,7 +258,17 @@ def test_refusals_change_nothing(tmp_path, libdir):
     assert user[0] == 1 and user[2].count("\n") == 1
     assert user[2] == ("gpunode: error: GPU 0: destroying compute instance 0 of GPU instance 2 "
                        "needs root (NVML: Insufficient Permissions)\n"), user[2]
-    assert user_lock == (1, "", "gpunode: error: /lock/x: the lock cannot be taken "
-                         "(Permission denied); gpunode mig apply needs root\n")
+    assert user_lock == [1, "", "gpunode: error: /lock/x: the lock cannot be taken "
+                         "(Permission denied); gpunode mig apply needs root\n"]
     assert user_dry[0] == 0 and json.loads(user_dry[1])["changed"] is True
     assert json.loads(after) == json.loads(before)
+
+
+def test_two_applies_at_once_do_not_interleave(tmp_path, libdir):
+    """Started together, one apply makes the layout and the other, serialized behind it by
+    the lock, finds it made."""
+    both = [apply("all-1g.10gb")[0]] * 2
+    (runs, dev) = run_steps(tmp_path, libdir, [(both, "parallel"), DEVICES])
+    assert [r[0] for r in runs] == [0, 0], runs
+    assert sorted(json.loads(r[1])["changed"] for r in runs) == [False, True]
+    assert [len(g) for g in json.loads(dev[1])] == [7, 7]

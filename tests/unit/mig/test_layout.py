@@ -128,9 +128,12 @@ def test_unknown_profile_refused():
 def test_not_mig_capable():
     _, gpus = node(Gpu(0, "Tesla T4", mig_capable=False, pci_device_id=0x1EB810DE))
     assert not layout.plan_gpu(gpus[0], mig_entry(enabled=False)).changed
+    # devices: all skips it (as mig-parted does); named by index it is refused
+    skipped = layout.plan_gpu(gpus[0], mig_entry(**{"1g.10gb": 1}))
+    assert not skipped.changed and skipped.after == {"mig_enabled": False, "devices": {}}
     with pytest.raises(MigConfigError, match=r"GPU 0 \(Tesla T4\): cannot do MIG; accepted "
                        r"for this GPU: mig-enabled: false$"):
-        layout.plan_gpu(gpus[0], mig_entry(**{"1g.10gb": 1}))
+        layout.plan_gpu(gpus[0], mig_entry(devices=(0,), **{"1g.10gb": 1}))
 
 
 def test_idempotent_plan_empty_when_current_is_desired():

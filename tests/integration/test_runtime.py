@@ -686,3 +686,145 @@ def test_containerd_keeps_cri_settings_of_other_drop_ins(nodes):
         assert after["containerd"].pop("default_runtime_name") == "gpunode", node.release
         before["containerd"].pop("default_runtime_name")
         assert after == before, node.release  # nothing else in the CRI section changed
+
+
+MIG_PROFILE = "a100x2-mig"
+NVML_LAYOUT = (
+    "import json, pynvml as N; N.nvmlInit(); out = []\n"
+    "for i in range(N.nvmlDeviceGetCount()):\n"
+    "    h = N.nvmlDeviceGetHandleByIndex(i); migs = []\n"
+    "    for s in range(N.nvmlDeviceGetMaxMigDeviceCount(h)):\n"
+    "        try: migs.append(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, s)))\n"
+    "        except N.NVMLError: pass\n"
+    "    out.append({'uuid': N.nvmlDeviceGetUUID(h), 'minor': N.nvmlDeviceGetMinorNumber(h),\n"
+    "                'mig': N.nvmlDeviceGetMigMode(h)[0], 'migs': migs})\n"
+    "print(json.dumps(out))"
+)
+
+
+@pytest.fixture
+def mig_nodes(runtime_nodes):
+    """The nodes on the MIG profile (GPU 0 in MIG mode with three MIG devices, GPU 1 a full
+    GPU), the runtime's cache and the CDI spec refreshed as the gpu_mig role does after a
+    change; back on the 4xA100 profile afterwards."""
+    layouts = {}
+    for node in runtime_nodes.values():
+        node.apply(MIG_PROFILE)
+        node.sh("gpunode runtime refresh && gpunode cdi generate --output /etc/cdi/nvidia.yaml")
+        layouts[node.release] = node.json(f"/opt/gpunode/bin/python -c {shlex.quote(NVML_LAYOUT)}")
+    yield runtime_nodes, layouts
+    for node in runtime_nodes.values():
+        node.apply("a100x4")
+        node.sh("gpunode runtime refresh && gpunode cdi generate --output /etc/cdi/nvidia.yaml")
+
+
+def _mig_case(node, layout, value, check=True):
+    return docker_probe(node, f"--runtime gpunode -e NVIDIA_VISIBLE_DEVICES={value}", check)
+
+
+def test_docker_mig_devices_see_exactly_what_they_asked_for(mig_nodes):
+    nodes, layouts = mig_nodes
+    for node in nodes.values():
+        gpu0, gpu1 = layouts[node.release]
+        assert gpu0["mig"] == 1 and len(gpu0["migs"]) == 3 and gpu1["mig"] == 0, gpu0
+        migs = gpu0["migs"]
+        # <gpu>:<n>: the n-th MIG device NVML lists, nothing else of its GPU, no other GPU
+        for n in range(3):
+            out = _mig_case(node, gpu0, f"0:{n}")
+            assert out["nvml"] == [gpu0["uuid"]], (node.release, n, out)
+            assert out["mig_devices"] == [[migs[n]]], (node.release, n, out)
+            assert len(out["dev_caps"]) == 2 and len(out["proc_caps"]) == 2, out
+            assert [d for d in out["dev"] if d[6:].isdigit()] == [f"nvidia{gpu0['minor']}"]
+        # by MIG UUID, and mixed with the full GPU
+        out = _mig_case(node, gpu0, migs[2])
+        assert out["mig_devices"] == [[migs[2]]], (node.release, out)
+        out = _mig_case(node, gpu0, f"{migs[1]},1")
+        assert sorted(out["nvml"]) == sorted([gpu0["uuid"], gpu1["uuid"]]), out
+        assert sorted(map(tuple, out["mig_devices"])) == sorted([(migs[1],), ()]), out
+        # all: every MIG device and the GPU with MIG off
+        out = _mig_case(node, gpu0, "all")
+        assert sorted(out["nvml"]) == sorted([gpu0["uuid"], gpu1["uuid"]]), out
+        assert sorted(map(tuple, out["mig_devices"])) == sorted([tuple(migs), ()]), out
+        assert len(out["dev_caps"]) == 6 and len(out["proc_caps"]) == 6, out
+        # a MIG device the node does not have: one line naming it
+        proc = _mig_case(node, gpu0, "0:7", check=False)
+        assert proc.returncode != 0
+        assert "unknown MIG device '0:7' requested" in proc.stderr, proc.stderr
+        assert migs[0] in proc.stderr
+
+
+def test_cdi_mig_devices(mig_nodes):
+    nodes, layouts = mig_nodes
+    for node in nodes.values():
+        gpu0, gpu1 = layouts[node.release]
+        spec = node.json("gpunode cdi generate --format json")
+        names = [d["name"] for d in spec["devices"]]
+        assert names == ["0:0", gpu0["migs"][0], "0:1", gpu0["migs"][1], "0:2", gpu0["migs"][2],
+                         "1", gpu1["uuid"], "all"], names  # fmt: skip
+    node = nodes["trixie"]  # Docker 26: CDI; the hook finds the access files from the caps
+    gpu0, _ = layouts["trixie"]
+    out = docker_probe(node, "--runtime runc --device nvidia.com/gpu=0:1")
+    assert out["mig_devices"] == [[gpu0["migs"][1]]], out
+    assert len(out["proc_caps"]) == 2, out
+    for node in nodes.values():  # podman, by MIG UUID
+        gpu0, _ = layouts[node.release]
+        pynvml = f"{ROOTFS}/opt/pynvml/pynvml.py"
+        proc = node.sh(
+            "podman --cgroup-manager cgroupfs run --rm --network none "
+            f"--device nvidia.com/gpu={gpu0['migs'][2]} -v {pynvml}:/opt/pynvml/pynvml.py:ro "
+            f"-v {WORK}/probe.py:/opt/probe.py:ro -e PYTHONPATH=/opt/pynvml "
+            f"{node.workload} python3 /opt/probe.py",
+            check=False,
+        )
+        assert proc.returncode == 0, (node.release, proc.stderr)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["nvml"] == [gpu0["uuid"]], (node.release, out)
+        assert out["mig_devices"] == [[gpu0["migs"][2]]], (node.release, out)
+
+
+def test_docker_mig_config_needs_privilege_and_all(mig_nodes):
+    nodes, layouts = mig_nodes
+    for node in nodes.values():
+        gpu0, _ = layouts[node.release]
+        env = "-e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_MIG_CONFIG_DEVICES=all"
+        proc = docker_probe(node, f"--runtime gpunode {env}", check=False)
+        assert proc.returncode != 0
+        assert "cannot set MIG_CONFIG_DEVICES in non privileged container" in proc.stderr
+        out = docker_probe(node, f"--runtime gpunode --cap-add SYS_ADMIN {env}")
+        assert sorted(map(tuple, out["mig_devices"])) == sorted([tuple(gpu0["migs"]), ()]), out
+        assert "mig/config" in out["proc_caps"] and "mig/monitor" in out["proc_caps"], out
+        proc = docker_probe(
+            node,
+            "--runtime gpunode --cap-add SYS_ADMIN -e NVIDIA_VISIBLE_DEVICES=0:1 "
+            "-e NVIDIA_MIG_MONITOR_DEVICES=all",
+            check=False,
+        )
+        assert proc.returncode != 0
+        assert "cannot enable mig-monitor with specific MIG devices selected" in proc.stderr
+
+
+CREATE_1G = (
+    "import pynvml as N; N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)\n"
+    "p = N.nvmlDeviceGetGpuInstanceProfileInfo(h, N.NVML_GPU_INSTANCE_PROFILE_1_SLICE)\n"
+    "gi = N.nvmlDeviceCreateGpuInstance(h, p.id)\n"
+    "c = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, "
+    "N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)\n"
+    "N.nvmlGpuInstanceCreateComputeInstance(gi, c.id)"
+)
+
+
+def test_a_mig_device_created_after_the_cache_is_found(mig_nodes):
+    """MIG layouts change without a driver change: a GPU instance created through NVML
+    after the inventory cache was written is served without `gpunode runtime refresh`
+    (the runtime compares the cached layout with the driver's capability tree)."""
+    nodes, layouts = mig_nodes
+    for node in nodes.values():
+        before = set(layouts[node.release][0]["migs"])
+        node.sh(f"/opt/gpunode/bin/python -c {shlex.quote(CREATE_1G)}")
+        after = node.json(f"/opt/gpunode/bin/python -c {shlex.quote(NVML_LAYOUT)}")
+        (new,) = set(after[0]["migs"]) - before
+        out = _mig_case(node, after[0], new)
+        assert out["mig_devices"] == [[new]], (node.release, out)
+        n = after[0]["migs"].index(new)
+        out = _mig_case(node, after[0], f"0:{n}")
+        assert out["mig_devices"] == [[new]], (node.release, out)

@@ -268,6 +268,15 @@ def build(
     devices' parents too); `migs` adds each MIG device's GI and CI cap nodes and access
     files. `mig_access_caps` ("config", "monitor"): NVIDIA_MIG_*_DEVICES=all for the
     MIG-enabled GPUs `mig_gpus`.
+
+    No env is set for MIG (nor for full GPUs): the container's NVIDIA_VISIBLE_DEVICES
+    stays as the image or engine set it, as under NVIDIA's legacy hook (its jit-CDI mode
+    adds NVIDIA_VISIBLE_DEVICES=void; gpunode's CDI spec does the same, in cdi.generate).
+    Where libnvidia-container bind-mounts the whole /dev/nvidia-caps directory for
+    mig-config / mig-monitor, gpunode gives device nodes (the config / monitor cap and the
+    selected MIG devices' caps) plus cgroup rules for every mig-minor of those GPUs: a
+    container that creates an instance gets its cap allowed, and sees its node only if it
+    has the host's /dev (a privileged container does).
     """
     caps = expand_capabilities(set(caps))
     libdir = container_libdir(rootfs)

@@ -184,9 +184,6 @@ def is_mig_id(device_id: str) -> bool:
     return device_id.upper().startswith("MIG-") or _is_mig_index(device_id)
 
 
-_is_mig = is_mig_id
-
-
 def _devices_from_tokens(
     tokens: Sequence[str],
 ) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
@@ -677,7 +674,7 @@ def select_devices(request: Request, gpus: Sequence[GpuFacts]) -> Selection:
             matches = [g for g in ordered if g.index == int(device_id)]
         elif device_id.upper().startswith("GPU-"):
             matches = [g for g in ordered if g.uuid.lower() == device_id.lower()]
-        elif _is_mig(device_id):
+        elif is_mig_id(device_id):
             matches = []
             found_migs = _find_mig(device_id, ordered)
             if not found_migs:

@@ -8,6 +8,14 @@ import os
 
 out = {"dev": sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))}
 try:
+    out["dev_caps"] = sorted(os.listdir("/dev/nvidia-caps"))
+except OSError:
+    out["dev_caps"] = []
+caps_root = "/proc/driver/nvidia/capabilities"
+out["proc_caps"] = sorted(
+    os.path.relpath(os.path.join(d, f), caps_root) for d, _, fs in os.walk(caps_root) for f in fs
+)
+try:
     out["proc_gpus"] = sorted(os.listdir("/proc/driver/nvidia/gpus"))
 except OSError as exc:
     out["proc_gpus"] = f"error: {exc.strerror}"
@@ -26,6 +34,16 @@ try:
     out["mig"] = [
         [*N.nvmlDeviceGetMigMode(h), N.nvmlDeviceGetMaxMigDeviceCount(h)] for h in handles
     ]
+    # the MIG devices NVML shows per GPU, in its order (UUIDs)
+    out["mig_devices"] = []
+    for h in handles:
+        found = []
+        for i in range(N.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                found.append(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, i)))
+            except N.NVMLError:
+                continue
+        out["mig_devices"].append(found)
     out["driver"] = N.nvmlSystemGetDriverVersion()
     N.nvmlShutdown()
 except Exception as exc:

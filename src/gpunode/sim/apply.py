@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from pathlib import Path
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..util.files import write_atomic
 from . import migstate, mocknvml, procdriver, procfs
+from .devnodes import ensure_chr
 from .procfs import UVM_MAJOR, DevicesError
 from .profiles import Profile, mock_payload
 
@@ -101,17 +101,8 @@ def _write_if_changed(path: Path, text: str, res: Result, mode: int = 0o444) -> 
 
 
 def _ensure_chr(path: Path, major: int, minor: int, res: Result, mode: int = 0o666) -> None:
-    want = os.makedev(major, minor)
-    try:
-        st = os.lstat(path)
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == want and stat.S_IMODE(st.st_mode) == mode:
-            return
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    os.mknod(path, stat.S_IFCHR | mode, want)
-    os.chmod(path, mode)  # mknod honours the umask
-    res.note(f"created {path} ({major}:{minor})")
+    if ensure_chr(path, major, minor, mode):
+        res.note(f"created {path} ({major}:{minor})")
 
 
 def _remove(path: Path, res: Result) -> None:

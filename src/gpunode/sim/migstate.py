@@ -30,11 +30,11 @@ import fcntl
 import hashlib
 import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Protocol
 
 from ..util.files import write_atomic
+from .devnodes import ensure_chr
 from .procfs import CAPS_MAJOR
 
 TYPE_CHECKING = False
@@ -164,17 +164,8 @@ def instances_of(text: str) -> list[tuple[str, int, int | None]]:
 
 
 def _ensure_chr(path: Path, minor: int, mode: int, res: Notes) -> None:
-    want = os.makedev(CAPS_MAJOR, minor)
-    try:
-        st = os.lstat(path)
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == want and stat.S_IMODE(st.st_mode) == mode:
-            return
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    os.mknod(path, stat.S_IFCHR | mode, want)
-    os.chmod(path, mode)
-    res.note(f"created {path} ({CAPS_MAJOR}:{minor})")
+    if ensure_chr(path, CAPS_MAJOR, minor, mode):
+        res.note(f"created {path} ({CAPS_MAJOR}:{minor})")
 
 
 def _write(path: Path, text: str, res: Notes) -> None:

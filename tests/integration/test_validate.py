@@ -80,9 +80,6 @@ def test_healthy_node_passes_every_check(vnode, tmp_path):
     assert "no CUDA-capable device" in skipped.pop("container.cuda")  # the mock has no CUDA
     assert "no CDI spec" in skipped.pop("node.drift_cdi")  # this node uses no CDI
     assert "not set up for gpunode" in skipped.pop("node.drift_containerd")  # Docker only
-    if vnode.sh("test -e /proc/modules", check=False).returncode != 0:
-        # some sandboxed kernels (this machine's) have no /proc/modules at all
-        assert "/proc/modules cannot be read" in skipped.pop("node.nouveau")
     # NVML reports no NVSwitch fabric on A100s
     assert "no NVSwitch fabric" in skipped.pop("gpu.fabric_manager")
     assert "no MIG layout expected" in skipped.pop("mig.layout")  # none in this inventory

@@ -1,7 +1,8 @@
 """Node checks beyond the GPUs' own counters: a denylisted driver, the /dev/char links
 containers need, and drift between what gpunode wrote and the driver the node runs now.
 
-* ``node.nouveau`` (DCGM_FR_DENYLISTED_DRIVER): nouveau in /proc/modules holds the GPUs.
+* ``node.nouveau`` (DCGM_FR_DENYLISTED_DRIVER): a loaded nouveau holds the GPUs (the
+  preflight's own test: /sys/module/nouveau, or its line in /proc/modules).
 * ``node.dev_char``: every NVIDIA device node has its ``/dev/char/<major>:<minor>`` link
   (gpunode.nvidia.devchar says why they matter).
 * ``node.drift_cache``: the runtime's inventory cache describes this driver and these GPUs.
@@ -20,10 +21,12 @@ from __future__ import annotations
 import os
 import shutil
 import tomllib
+from pathlib import Path
 
 from ..engines import containerd
 from ..nvidia import devchar, inventory
 from ..nvidia.devices import under
+from ..provision import preflight
 from ..util import tool
 from ..util.tool import one_line
 from .model import FAIL, PASS, SKIP, WARN, Check, titled
@@ -35,13 +38,12 @@ TITLES = {
     "node.drift_cdi": "CDI spec matches the driver",
     "node.drift_containerd": "containerd still runs gpunode's handlers",
 }
-PROC_MODULES = "/proc/modules"
 
 
-def evaluate(inv: inventory.Inventory | None, proc_modules: str = PROC_MODULES) -> list[Check]:
+def evaluate(inv: inventory.Inventory | None, root: str = "/") -> list[Check]:
     out: list[Check] = []
     add = titled(out, TITLES)
-    add(*nouveau(proc_modules))
+    add(*nouveau(root))
     if inv is None:
         why = "no NVIDIA driver"
         for cid in ("node.dev_char", "node.drift_cache", "node.drift_cdi", "node.drift_containerd"):
@@ -65,20 +67,16 @@ def evaluate(inv: inventory.Inventory | None, proc_modules: str = PROC_MODULES) 
     return out
 
 
-def nouveau(proc_modules: str = PROC_MODULES) -> tuple[str, str, str]:
-    try:
-        with open(proc_modules, encoding="utf-8", errors="replace") as f:
-            loaded = {line.split(" ", 1)[0] for line in f}
-    except OSError as exc:
-        return "node.nouveau", SKIP, f"{proc_modules} cannot be read: {exc.strerror or exc}"
-    if "nouveau" in loaded:
+def nouveau(root: str = "/") -> tuple[str, str, str]:
+    """nouveau as the driver role's preflight sees it (gpunode.provision.preflight)."""
+    if preflight.nouveau_loaded(Path(root)):
         return (
             "node.nouveau",
             FAIL,
             "nouveau is loaded and holds the GPUs: blacklist it (the nvidia_driver role writes "
             "/etc/modprobe.d/blacklist-nouveau.conf), update the initramfs and reboot",
         )
-    return "node.nouveau", PASS, "nouveau is not loaded"
+    return "node.nouveau", PASS, "nouveau is not loaded (/sys/module, /proc/modules)"
 
 
 def dev_char(dev: str = "/dev") -> tuple[str, str, str]:

@@ -10,14 +10,17 @@ from gpunode.validate import node
 from .fakes import inventory
 
 
-def test_nouveau_loaded_fails_and_an_unreadable_list_skips(tmp_path):
-    mods = tmp_path / "modules"
-    mods.write_text("nvidia_uvm 1 0 - Live 0x0\nnvidia 2 1 nvidia_uvm, Live 0x0\n")
-    assert node.nouveau(str(mods))[1] == "pass"
-    mods.write_text("nouveau 2 0 - Live 0x0\nnvidia_uvm 1 0 - Live 0x0\n")
-    cid, status, detail = node.nouveau(str(mods))
+def test_nouveau_loaded_fails_as_the_preflight_sees_it(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/modules").write_text("nvidia_uvm 1 0 - Live 0x0\nnvidia 2 1 nvidia_uvm, Live 0x0\n")
+    assert node.nouveau(str(tmp_path))[1] == "pass"
+    (tmp_path / "proc/modules").write_text("nouveau 2 0 - Live 0x0\nnvidia_uvm 1 0 - Live 0x0\n")
+    cid, status, detail = node.nouveau(str(tmp_path))
     assert (cid, status) == ("node.nouveau", "fail") and "blacklist" in detail
-    assert node.nouveau(str(tmp_path / "none"))[1] == "skip"
+    (tmp_path / "proc/modules").unlink()  # no /proc/modules (some sandboxes): /sys/module
+    assert node.nouveau(str(tmp_path))[1] == "pass"
+    (tmp_path / "sys/module/nouveau").mkdir(parents=True)
+    assert node.nouveau(str(tmp_path))[1] == "fail"
 
 
 def test_dev_char_warns_naming_a_missing_link(tmp_path, monkeypatch):

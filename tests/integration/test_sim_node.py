@@ -115,7 +115,9 @@ def test_profile_faults_surface_through_nvml(node):
     assert [g["pending"] for g in nv["gpus"]] == [0, 1]
     inv = node.json("gpunode inventory --json")
     assert inv["healthy"] is False
-    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending"}
+    # the double-bit errors are also in the node's kernel log as the driver's Xid 48
+    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending", "xid_error"}
+    assert [e["xid"] for e in inv["gpus"][1]["xid_errors"]] == [48] and inv["gpus"][0]["xid_errors"] == []
     # the previous profile's GPUs are gone, not left behind
     assert node.sh("ls /proc/driver/nvidia/gpus").stdout.split() == ["0000:3b:00.0", "0000:d8:00.0"]
     assert node.sh("ls /dev | grep -c '^nvidia[0-9]'").stdout.strip() == "2"

@@ -162,9 +162,7 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
     gpu.persistence_mode = None if persistence is None else bool(persistence)
     ecc = opt(pynvml.nvmlDeviceGetEccMode)
     gpu.ecc_mode = None if ecc is None else bool(ecc[0])
-    mig = opt(pynvml.nvmlDeviceGetMigMode)
-    gpu.mig_mode = None if mig is None else bool(mig[0])
-    gpu.mig_mode_pending = None if mig is None else bool(mig[1])
+    gpu.mig_mode, gpu.mig_mode_pending = nvml.mig_modes(pynvml, h) or (None, None)
     gpu.mig_devices = list(facts.mig)
     gpu.temperature_c = opt(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
     if gpu.ecc_mode:

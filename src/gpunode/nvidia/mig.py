@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import os
 
+from .devices import under
+
+PROC_NVIDIA = "/proc/driver/nvidia"
 CAPS_DIR = "capabilities"  # under /proc/driver/nvidia
 CONFIG_CAP = "mig/config"
 MONITOR_CAP = "mig/monitor"
@@ -109,6 +112,16 @@ def instances(proc_nvidia: str, gpu_minor: int) -> frozenset[tuple[int, int]]:
             if ci is not None:
                 found.add((gi, ci))
     return frozenset(found)
+
+
+def layout_shown(driver_root: str, watch) -> bool:
+    """Whether the driver (its procfs under ``driver_root``) still shows exactly the recorded
+    (GI, CI) pairs for each GPU: ``watch`` is ``((gpu minor, ((gi, ci), ...)), ...)`` (lists,
+    as JSON keeps it, do too). A few directory reads."""
+    proc_nvidia = under(driver_root, PROC_NVIDIA)
+    return all(
+        instances(proc_nvidia, minor) == {(gi, ci) for gi, ci in pairs} for minor, pairs in watch
+    )
 
 
 def _numbered(name: str, prefix: str) -> int | None:

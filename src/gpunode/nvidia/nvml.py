@@ -106,7 +106,8 @@ def gpu_facts(nv: Any, index: int, handle: Any) -> GpuFacts:
         cc = f"{major}.{minor}"
     except nv.NVMLError:
         cc = ""
-    mig_enabled = mig_mode(nv, handle)
+    modes = mig_modes(nv, handle)
+    mig_enabled = modes is not None and modes[0]  # the current mode: a pending one is not on
     return GpuFacts(
         index=index,
         minor=nv.nvmlDeviceGetMinorNumber(handle),
@@ -120,14 +121,14 @@ def gpu_facts(nv: Any, index: int, handle: Any) -> GpuFacts:
     )
 
 
-def mig_mode(nv: Any, handle: Any) -> bool:
-    """Whether MIG mode is on now (the current mode; a pending change does not count).
-    A GPU that cannot do MIG (NOT_SUPPORTED, or an NVML without the call) is off."""
+def mig_modes(nv: Any, handle: Any) -> tuple[bool, bool] | None:
+    """(current, pending) MIG mode, or None for a GPU that cannot do MIG (NOT_SUPPORTED, or
+    an NVML without the call)."""
     try:
-        current, _pending = nv.nvmlDeviceGetMigMode(handle)
+        current, pending = nv.nvmlDeviceGetMigMode(handle)
     except (nv.NVMLError, AttributeError):
-        return False
-    return bool(current)
+        return None
+    return bool(current), bool(pending)
 
 
 def mig_devices(nv: Any, handle: Any) -> tuple[MigFacts, ...]:
@@ -211,15 +212,6 @@ class GiState:
     size: int
     cis: tuple = ()  # CiState, by id
     handle: Any = None
-
-
-def mig_modes(nv: Any, handle: Any) -> tuple[bool, bool] | None:
-    """(current, pending) MIG mode, or None for a GPU that cannot do MIG."""
-    try:
-        current, pending = nv.nvmlDeviceGetMigMode(handle)
-    except (nv.NVMLError, AttributeError):
-        return None
-    return bool(current), bool(pending)
 
 
 def _gi_name(info: Any, index: int, total_bytes: int) -> str:

@@ -66,22 +66,15 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
     shows."""
     if not request.is_gpu:
         return Plan(request)
-    try:
-        disc = discovery.load(cfg.cache_file, cfg.driver_root)
-    except discovery.DiscoveryError as exc:
-        raise edits.EditError(
-            f"GPUs requested but the NVIDIA driver is not usable: {exc}"
-        ) from None
-    watched = mig_watched(request, disc.node)
-    if watched and disc.from_cache and mig_changed(disc.node, watched, cfg.driver_root):
-        # a MIG layout changes without a driver change: the cache's is stale
-        try:
-            disc = discovery.load(cfg.cache_file, cfg.driver_root, refresh=True)
-        except discovery.DiscoveryError as exc:
-            raise edits.EditError(
-                f"GPUs requested but the NVIDIA driver is not usable: {exc}"
-            ) from None
-        watched = mig_watched(request, disc.node)
+    disc = _discover(cfg)
+    watch = mig_watch(disc.node, mig_watched(request, disc.node))
+    if watch and disc.from_cache:
+        from ..nvidia import mig
+
+        if not mig.layout_shown(cfg.driver_root, watch):
+            # a MIG layout changes without a driver change: the cache's is stale
+            disc = _discover(cfg, refresh=True)
+            watch = mig_watch(disc.node, mig_watched(request, disc.node))
     selection = select_devices(request, disc.node.gpus)
     selected = selection.device_gpus
     check_mig_access(request, selection)  # libnvidia-container: before the requirements
@@ -106,12 +99,16 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
         mig_access_caps=access,
         mig_gpus=mig_gpus,
     )
-    watch = tuple(
-        (g.minor, tuple(sorted((m.gi, m.ci) for m in g.mig)))
-        for g in disc.node.gpus
-        if g.minor in watched
-    )
     return Plan(request, disc, tuple(selected), e, selection.migs, watch)
+
+
+def _discover(cfg: RuntimeConfig, refresh: bool = False) -> Discovery:
+    try:
+        return discovery.load(cfg.cache_file, cfg.driver_root, refresh=refresh)
+    except discovery.DiscoveryError as exc:
+        raise edits.EditError(
+            f"GPUs requested but the NVIDIA driver is not usable: {exc}"
+        ) from None
 
 
 def mig_watched(request: Request, node: NodeFacts) -> frozenset[int]:
@@ -127,15 +124,10 @@ def mig_watched(request: Request, node: NodeFacts) -> frozenset[int]:
     return frozenset()
 
 
-def mig_changed(node: NodeFacts, minors: frozenset[int], driver_root: str) -> bool:
-    """Whether the driver shows another (gi, ci) set than ``node`` for a GPU of
-    ``minors`` (gpunode.nvidia.mig.instances: a few directory reads)."""
-    from ..nvidia import mig
-    from ..nvidia.devices import under
-
-    proc = under(driver_root, "/proc/driver/nvidia")
-    return any(
-        mig.instances(proc, g.minor) != {(m.gi, m.ci) for m in g.mig}
+def mig_watch(node: NodeFacts, minors: frozenset[int]) -> tuple:
+    """Plan.mig_watch: the (gi, ci) pairs ``node`` has for each GPU of ``minors``."""
+    return tuple(
+        (g.minor, tuple(sorted((m.gi, m.ci) for m in g.mig)))
         for g in node.gpus
         if g.minor in minors
     )

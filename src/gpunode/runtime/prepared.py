@@ -88,15 +88,10 @@ def entry(edits: dict[str, Any], hook_argv: list[str], summary: str, mig_watch: 
     return out
 
 
-def _mig_unchanged(watch: Any, driver_root: str) -> bool:
-    """Whether the driver still shows the recorded (gi, ci) pairs for each GPU."""
-    from ..nvidia import mig
-    from ..nvidia.devices import under
+def _mig_layout_shown(watch: Any, driver_root: str) -> bool:
+    from ..nvidia import mig  # only for an entry of a MIG request
 
-    proc = under(driver_root, "/proc/driver/nvidia")
-    return all(
-        mig.instances(proc, minor) == {(gi, ci) for gi, ci in pairs} for minor, pairs in watch
-    )
+    return mig.layout_shown(driver_root, watch)
 
 
 def _devices_unchanged(checks: Any, dev_root: str) -> bool:
@@ -141,7 +136,7 @@ def lookup(k: str | None, dev_root: str, driver_root: str = "/") -> dict[str, An
             and isinstance(found["summary"], str)
             and all(isinstance(found["edits"][f], list) for f in ("devices", "mounts", "env"))
             and _devices_unchanged(found["devices"], dev_root)
-            and ("mig" not in found or _mig_unchanged(found["mig"], driver_root))
+            and ("mig" not in found or _mig_layout_shown(found["mig"], driver_root))
         ):
             return found
     except (KeyError, TypeError, ValueError):  # another shape: not ours to use

@@ -71,9 +71,9 @@ def test_mig_devices_are_numbered_by_position_not_slot_or_instance_id():
 
 def test_mig_mode_is_the_current_mode_only():
     nv = MigNvml()
-    assert nvml.mig_mode(nv, "gpu") is True
-    assert nvml.mig_mode(nv, "pending-only") is False
-    assert nvml.mig_mode(types.SimpleNamespace(NVMLError=Exception), "old-nvml") is False
+    assert nvml.mig_modes(nv, "gpu")[0] is True
+    assert nvml.mig_modes(nv, "pending-only")[0] is False
+    assert nvml.mig_modes(types.SimpleNamespace(NVMLError=Exception), "old-nvml") is None
 
 
 def test_facts_with_mig_devices_round_trip_strictly():

@@ -6,7 +6,7 @@ libnvidia-container's `src/cli/dsl.c` / `src/cli/common.c` for the requirement g
 device selection.
 
 Everything here is pure: no NVML, no file system. `parse_request` turns an OCI spec's
-environment, mounts and annotations into a `Request`; `select_gpus` resolves its device ids
+environment, mounts and annotations into a `Request`; `select_devices` resolves its device ids
 against the node's GPUs and `check_requirements` evaluates its NVIDIA_REQUIRE_* expressions.
 Every user-facing failure is a `RequestError` with a one-line message, because it ends up as
 the error `docker run` prints.
@@ -723,8 +723,3 @@ def check_mig_access(request: Request, selection: Selection) -> None:
                 f"({', '.join(m.name for m in selection.migs)}); accepted with "
                 f"{ENV_VISIBLE_DEVICES}=all or full GPUs"
             )
-
-
-def select_gpus(request: Request, gpus: Sequence[GpuFacts]) -> list[GpuFacts]:
-    """The GPUs whose device node the container gets (select_devices' device_gpus)."""
-    return select_devices(request, gpus).device_gpus

@@ -16,9 +16,14 @@ from gpunode.runtime.request import (
     check_requirements,
     parse_request,
     parse_requirement,
-    select_gpus,
+    select_devices,
 )
 from gpunode.runtime.specinputs import is_privileged
+
+
+def select_gpus(r, gpus):
+    """The GPUs whose device node the container gets."""
+    return select_devices(r, gpus).device_gpus
 
 CUDA_IMAGE = {"CUDA_VERSION": "12.2.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.2"}
 LEGACY_IMAGE = {"CUDA_VERSION": "9.0.116"}

@@ -9,8 +9,8 @@ both come from ``verdicts`` here, so a counter means the same thing wherever it 
 * ``flags(gpu)``: the inventory's health flags, the FLAGS names of the verdicts that fail
   or warn.
 
-A new check is one entry in CHECKS (id, title, its flag per status) and one branch in
-``_judge``; nothing else decides what a GPU's counters mean.
+A new check is one entry in CHECKS (id, title, its flag per status) and its judge (a branch
+in ``_judge``, or a function in ``_JUDGES``); nothing else decides what a GPU's counters mean.
 """
 
 from __future__ import annotations
@@ -155,21 +155,7 @@ def _judge(check: str, gpu) -> tuple[str, str]:
         if gpu.persistence_mode:
             return PASS, "enabled"
         return WARN, "disabled: enable nvidia-persistenced"
-    if check == "gpu.pcie_link":
-        return _pcie_link(gpu)
-    if check == "gpu.pcie_replay":
-        return _pcie_replay(gpu)
-    if check == "gpu.clocks_event":
-        return _clocks_event(gpu)
-    if check == "gpu.nvlink":
-        return _nvlink(gpu)
-    if check == "gpu.fabric_manager":
-        return _fabric_manager(gpu)
-    if check == "gpu.inforom":
-        return _inforom(gpu)
-    if check == "gpu.xid":
-        return _judge_xid(gpu.xid_errors, gpu.xid_sources)
-    raise KeyError(check)  # a check in CHECKS without its branch: a bug, caught by tests
+    return _JUDGES[check](gpu)  # KeyError: a check in CHECKS without its judge (tests catch it)
 
 
 def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str, str]:
@@ -321,3 +307,15 @@ def _inforom(gpu) -> tuple[str, str]:
 def flags(gpu) -> list[str]:
     """The inventory's health flags of ``gpu`` (empty: healthy)."""
     return [FLAGS[c, s] for c, s, _ in verdicts(gpu) if (c, s) in FLAGS]
+
+
+# The checks judged by a function of their own (the counter checks above are inline).
+_JUDGES = {
+    "gpu.pcie_link": _pcie_link,
+    "gpu.pcie_replay": _pcie_replay,
+    "gpu.clocks_event": _clocks_event,
+    "gpu.nvlink": _nvlink,
+    "gpu.fabric_manager": _fabric_manager,
+    "gpu.inforom": _inforom,
+    "gpu.xid": lambda gpu: _judge_xid(gpu.xid_errors, gpu.xid_sources),
+}

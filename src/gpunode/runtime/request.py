@@ -73,6 +73,14 @@ def _is_version(text: str) -> bool:
     return all(_is_number(part) for part in text.split("."))
 
 
+def _as_index(text: str) -> int:
+    """A ``[0-9]+`` id as a number, -1 (matches nothing) past 18 digits: an image's env is
+    hostile input, and int() of a long digit run is costly or refused (ValueError beyond
+    Python's 4,300-digit limit) where no index, GI or CI id is that large."""
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else -1
+
+
 def _is_mig_index(text: str) -> bool:
     """``[0-9]+:[0-9]+``"""
     a, sep, b = text.partition(":")
@@ -615,7 +623,7 @@ def _mig_by_legacy_uuid(device_id: str, gpus: Sequence[GpuFacts]) -> list[Select
         for g in gpus
         if g.uuid.lower() == parent_uuid.lower()
         for m in g.mig
-        if (m.gi, m.ci) == (int(gi), int(ci))
+        if (m.gi, m.ci) == (_as_index(gi), _as_index(ci))
     ]
 
 
@@ -632,7 +640,11 @@ def _find_mig(device_id: str, gpus: Sequence[GpuFacts]) -> list[SelectedMig]:
         return found
     a, _, b = device_id.partition(":")
     return [
-        SelectedMig(g, m) for g in gpus if g.index == int(a) for m in g.mig if m.index == int(b)
+        SelectedMig(g, m)
+        for g in gpus
+        if g.index == _as_index(a)
+        for m in g.mig
+        if m.index == _as_index(b)
     ]
 
 
@@ -671,7 +683,7 @@ def select_devices(request: Request, gpus: Sequence[GpuFacts]) -> Selection:
             continue
         found_migs: list[SelectedMig] = []
         if _is_number(device_id):
-            matches = [g for g in ordered if g.index == int(device_id)]
+            matches = [g for g in ordered if g.index == _as_index(device_id)]
         elif device_id.upper().startswith("GPU-"):
             matches = [g for g in ordered if g.uuid.lower() == device_id.lower()]
         elif is_mig_id(device_id):

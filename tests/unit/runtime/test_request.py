@@ -805,3 +805,14 @@ def test_matchers_agree_with_their_regex(matcher, pattern):
 
     for text in SAMPLES:
         assert matcher(text) is bool(re.fullmatch(pattern, text)), text
+
+
+@pytest.mark.parametrize(
+    "devices",
+    ["9" * 5000, "9" * 5000 + ":0", "0:" + "9" * 5000, "MIG-GPU-x/" + "9" * 5000 + "/0"],
+)
+def test_a_digit_run_of_any_length_is_an_unknown_device_not_a_crash(devices):
+    """An image's env is hostile: int() refuses more than 4,300 digits with a ValueError
+    that is no RequestError's one line."""
+    with pytest.raises(RequestError, match=r"^unknown (MIG )?device '"):
+        select_gpus(req(devices=(devices,)), GPUS)

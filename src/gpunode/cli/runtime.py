@@ -110,6 +110,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument("--json", action="store_true")
     links = rtsub.add_parser("install-links", help="link the executables into a bin dir")
     links.add_argument("--prefix", default="/usr/local/bin")
+    links.add_argument(
+        "--remove",
+        action="store_true",
+        help="remove what install-links made there (and in <prefix>/../libexec/gpunode), only that",
+    )
     links.add_argument("--json", action="store_true")
 
 
@@ -135,9 +140,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.action == "install-links":
-        from ..runtime.firststage import install_links
+        from ..runtime.firststage import install_links, remove_links
 
-        result = install_links(Path(args.prefix), Path(sys.executable).parent)
+        act = remove_links if args.remove else install_links
+        result = act(Path(args.prefix), Path(sys.executable).parent)
         print_json(result) if args.json else print(
             "\n".join(result["changes"]) if result["changes"] else "unchanged"
         )

@@ -98,7 +98,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument(
         "--containerd-runtime-class",
         metavar="FILE",
-        help="write a RuntimeClass manifest per handler there, for the operator to apply",
+        help="write a RuntimeClass manifest per handler there, for the operator to apply, and "
+        "NVIDIA's device plugin's Helm values matching the node beside it",
+    )
+    setup.add_argument(
+        "--containerd-nvidia-cdi-hook",
+        metavar="PATH",
+        help="the hook the device plugin's CDI spec names (cdi.nvidiaHookPath in its values; "
+        "default: install-links' nvidia-cdi-hook, /usr/local/libexec/gpunode/nvidia-cdi-hook)",
     )
     setup.add_argument(
         "--cdi-spec", action="store_true", help="write the CDI spec (as cdi generate --install)"
@@ -184,6 +191,7 @@ def setup(args: argparse.Namespace) -> int:
             args.containerd_cdi,
             args.containerd_pass_annotations,
             args.containerd_runtime_class,
+            args.containerd_nvidia_cdi_hook,
         )
         if args.containerd
         else None,

@@ -22,7 +22,8 @@ not written there is not invented here. Two things:
     ``NVIDIA_CDI_HOOK_PATH``; *id_strategy* ``"uuid"`` or ``"index"``
     (``DEVICE_ID_STRATEGY``).
 
-``hook_args(hook_path, subcommand, *options) -> list[str]`` is the argv the spec's hooks
+``allocate(strategy, ids, *, uid=UID) -> dict`` is the ContainerAllocateResponse itself (the
+proto's field names); ``hook_args(hook_path, subcommand, *options) -> list[str]`` the argv the spec's hooks
 carry (``nvidia-ctk hook <sub> …`` or ``nvidia-cdi-hook <sub> …``).
 """
 

@@ -116,3 +116,36 @@ def test_plugin_spec_by_index(disc, devroot):
         "hook",
         "create-symlinks",
     ]
+
+
+def test_plugin_spec_mig_devices_carry_parent_and_cap_nodes(tmp_path):
+    """MIG devices by MIG UUID (and by <gpu>:<n> with index ids): the parent's node plus
+    the GI and CI cap nodes, as the node's own spec gives them."""
+    import os
+
+    from .mig_node import GPUS as MIG_GPUS
+    from .mig_node import cap_minor, discovery_of, make_dev_root, make_driver_root
+
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    driver = make_driver_root(tmp_path / "driver")
+    make_dev_root(tmp_path)
+    node = cdi.generate(discovery_of(driver), hook_path="/h", dev_root=str(tmp_path))
+    spec = dp.cdi_spec(node)
+    migs = {m.uuid: (g, m) for g in MIG_GPUS for m in g.mig}
+    by_name = {d["name"]: d["containerEdits"]["deviceNodes"] for d in spec["devices"]}
+    assert set(migs) <= set(by_name)
+    gpu, m = next(iter(migs.values()))
+    paths = [n["path"] for n in by_name[m.uuid]]
+    assert paths[0] == f"/dev/nvidia{gpu.minor}"
+    assert paths[1:] == [
+        f"/dev/nvidia-caps/nvidia-cap{cap_minor(c)}"
+        for c in (
+            f"gpu{gpu.minor}/mig/gi{m.gi}/access",
+            f"gpu{gpu.minor}/mig/gi{m.gi}/ci{m.ci}/access",
+        )
+    ]
+    assert all(
+        not n.startswith("MIG-")
+        for n in (d["name"] for d in dp.cdi_spec(node, id_strategy="index")["devices"])
+    )

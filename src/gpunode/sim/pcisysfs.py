@@ -56,8 +56,9 @@ class Function:
 
 
 def _bar_base(bus: BusId) -> int:
-    # 256 GiB of address space per bus number: BARs never overlap across functions
-    return 0x2000_0000_0000 + (bus.bus << 38) + (bus.device << 33)
+    # 2 TiB of address space per bus number (a GPU has a bus of its own): the registers'
+    # BARs at the start, the framebuffer's (up to 1 TiB) in the upper half
+    return (1 << 48) + (bus.bus << 41) + (bus.device << 34)
 
 
 def _resource(bars: list[tuple[int, int, int]]) -> str:
@@ -147,7 +148,7 @@ def gpu_function(gpu: Gpu) -> Function:
     bar1 = 1 << max(28, (gpu.memory_mib * 1024 * 1024 - 1).bit_length())  # >= the memory
     bars = [
         (base, 16 << 20, MEM32),  # BAR0: registers
-        (base + (1 << 37), bar1, MEM64_PREFETCH),  # BAR1 (+ the upper half): the framebuffer
+        (base + (1 << 40), bar1, MEM64_PREFETCH),  # BAR1 (+ the upper half): the framebuffer
         (0, 0, 0),
         (base + (1 << 32), 32 << 20, MEM64_PREFETCH),  # BAR3
     ]

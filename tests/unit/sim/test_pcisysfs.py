@@ -146,8 +146,10 @@ def test_nvidia_ctk_finds_the_profiles_gpus_and_nvswitches(node, tmp_path):
     bars = gpus[0]["resources"]
     assert sorted(bars) == [0, 1, 3]  # BAR0, BAR1 (64-bit), BAR3
     assert bars[1][1] - bars[1][0] + 1 == 128 << 30  # BAR1 covers the 80 GiB framebuffer
-    # no two functions' BARs overlap
-    spans = sorted((s, e) for g in gpus for s, e, _ in g["resources"].values())
+    # no two functions' BARs overlap (GPUs and NVSwitches)
+    everything = nvpci_all_devices(devices)
+    spans = sorted((s, e) for g in everything for s, e, _ in g["resources"].values())
+    assert len(spans) == 4 * 3 + 6
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
     # the six NVSwitches the GPUs' NVLinks reach, as nvpci's GetNVSwitches sees them
     switches = [d for d in nvpci_all_devices(devices) if d["class"] == NVSWITCH]

@@ -90,6 +90,33 @@ def test_driver_files_look_like_a_loaded_driver(node):
     assert "libnvidia-ml.so.1 " in node.sh("ldconfig -p").stdout
 
 
+PCI_PROBE = (
+    "from pathlib import Path; import json; from gpunode.provision.preflight import pci_gpus; "
+    "print(json.dumps(pci_gpus(Path('/'))))"
+)
+
+
+def test_pci_sysfs_shows_the_gpus_as_the_kernel_would(node):
+    """NVIDIA's tools and gpunode's preflight find the GPUs in the node's PCI sysfs: a tmpfs
+    over /sys/bus/pci/devices with the kernel's other entries (issue 25 §5)."""
+    assert node.sh("findmnt -no FSTYPE /sys/bus/pci/devices").stdout.strip() == "tmpfs"
+    found = node.json(f"/opt/gpunode/bin/python -c {shlex.quote(PCI_PROBE)}")
+    assert [(g["bus_id"], g["device_id"], g["class"]) for g in found] == [
+        (g.bus_id.procfs, "0x20b2", "0x030200") for g in A100.gpus
+    ]
+    numa = node.sh("cat /sys/bus/pci/devices/0000:47:00.0/numa_node").stdout.strip()
+    assert numa == "1"
+    # every other entry is the kernel's: a symlink that resolves, with a vendor to read
+    others = node.sh(
+        "for e in /sys/bus/pci/devices/*; do [ -L $e ] && { cat $e/vendor || echo unreadable; }"
+        "; done; true"
+    ).stdout.split()
+    assert "unreadable" not in others and "0x10de" not in others
+    node.apply("nogpu")
+    assert node.sh("findmnt -no FSTYPE /sys/bus/pci/devices", check=False).stdout.strip() == ""
+    assert node.json(f"/opt/gpunode/bin/python -c {shlex.quote(PCI_PROBE)}") == []
+
+
 def test_reapplying_is_idempotent(node):
     assert node.apply("a100x4")["changed"] is False
 

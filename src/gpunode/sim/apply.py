@@ -17,6 +17,8 @@ Runs as root *inside* the node container (``gpunode sim apply-local``). It produ
 * the mock NVML as ``<libdir>/libnvidia-ml.so.<driver version>`` with the profile compiled
   into it, and ``libnvidia-ml.so.1`` pointing at it, so the GPU data travels with the
   library into containers (a real NVML in a CDI container has no /proc either);
+* the node's NVIDIA PCI functions in ``/sys/bus/pci/devices`` (a tmpfs over it with the
+  kernel's other entries; see :func:`apply_pci_sysfs` and :mod:`gpunode.sim.pcisysfs`);
 * the simulator's stand-in for the kernel module showing its tree in every procfs:
   ``procdriver.c`` installed as the node's runc and crun, the real binaries diverted to
   ``*.gpunode-real``, so every container gets the node's ``/proc/driver`` and
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..util.files import write_atomic
-from . import migstate, mocknvml, procdriver, procfs
+from . import migstate, mocknvml, pcisysfs, procdriver, procfs
 from .devnodes import ensure_chr
 from .procfs import UVM_MAJOR, DevicesError
 from .profiles import Profile, mock_payload
@@ -54,6 +56,10 @@ STATE_FILE = Path("/var/lib/gpunode-sim/profile.json")
 # is gone when the node restarts (and so is the bind mount that shows it).
 DEVICES_FILE = Path("/run/gpunode-sim/devices")
 DIVERT_SUFFIX = ".gpunode-real"
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+# The kernel's entries of PCI_DEVICES as they were when the simulator's tmpfs first covered
+# it (name -> [symlink target, vendor]); on /run, gone with the mount when the node restarts.
+PCI_SNAPSHOT = Path("/run/gpunode-sim/pci-devices.json")
 
 
 @dataclass
@@ -67,6 +73,9 @@ class Paths:
     state: Path = STATE_FILE
     procdriver: Path = procdriver.IN_NODE
     runtimes: tuple[Path, ...] | None = None  # None: procdriver.RUNTIMES on a real system
+    # None: PCI_DEVICES and PCI_SNAPSHOT on a real system, no PCI sysfs elsewhere
+    pci_devices: Path | None = None
+    pci_snapshot: Path | None = None
     real_system: bool = True  # mount tmpfs, run ldconfig and dpkg-divert
 
 
@@ -254,6 +263,96 @@ def apply_proc_devices(profile: Profile, paths: Paths, res: Result) -> None:
         res.note(f"mounted {target} on {paths.proc_devices}")
 
 
+def _kernel_pci_entries(devices: Path, snapshot: Path) -> dict[str, list[str]]:
+    """The kernel's entries of *devices* (name -> [symlink target, vendor]): read from the
+    directory the first time, while it is the kernel's, then kept in *snapshot*."""
+    try:
+        return json.loads(snapshot.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        pass
+    entries = {}
+    for entry in sorted(devices.iterdir()):
+        if not entry.is_symlink():
+            continue
+        try:
+            vendor = (entry / "vendor").read_text(encoding="utf-8").strip().lower()
+        except OSError:
+            vendor = ""
+        entries[entry.name] = [os.readlink(entry), vendor]
+    write_atomic(snapshot, (json.dumps(entries, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+    return entries
+
+
+def apply_pci_sysfs(profile: Profile, paths: Paths, res: Result) -> None:
+    """Show the node's NVIDIA PCI functions in /sys/bus/pci/devices, as the kernel does.
+
+    A node's sysfs is the host's, read-only, and its /sys/devices cannot gain entries, so
+    the simulator mounts a tmpfs over /sys/bus/pci/devices holding the kernel's entries
+    (symlinks into /sys/devices, as the kernel made them) without the host's own NVIDIA
+    functions, plus a directory per GPU and NVSwitch of the profile
+    (:mod:`gpunode.sim.pcisysfs`). A profile without GPUs unmounts it: the kernel's
+    directory shows again. Containers of the node have their own sysfs.
+    """
+    devices, snapshot = paths.pci_devices, paths.pci_snapshot
+    if devices is None or snapshot is None:
+        if not paths.real_system:
+            return
+        devices, snapshot = PCI_DEVICES, PCI_SNAPSHOT
+    functions = pcisysfs.functions(profile)
+    mounted = paths.real_system and _is_mountpoint_tmpfs(devices)
+    if not functions and not (mounted or snapshot.exists()):
+        return
+    kernel = _kernel_pci_entries(devices, snapshot)
+    if not functions and paths.real_system:
+        if mounted:
+            subprocess.run(["umount", str(devices)], check=True)
+            res.note(f"unmounted {devices}")
+        snapshot.unlink()
+        return
+    if paths.real_system and not mounted:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev,noexec", "gpunode-sim",
+             str(devices)],
+            check=True,
+        )  # fmt: skip
+        res.note(f"mounted tmpfs on {devices}")
+    ours = {f.address: f for f in functions}
+    links = {
+        name: target
+        for name, (target, vendor) in kernel.items()
+        if name not in ours and (vendor != "0x10de" or not functions)
+    }
+    for entry in sorted(devices.iterdir()):
+        keep = links.get(entry.name) if entry.is_symlink() else None
+        if entry.name in ours and entry.is_dir() and not entry.is_symlink():
+            continue
+        if keep is None or os.readlink(entry) != keep:
+            _remove(entry, res)
+    for name, target in links.items():
+        if not (devices / name).is_symlink():
+            (devices / name).symlink_to(target)
+            res.note(f"linked {devices / name} -> {target}")
+    for function in ours.values():
+        folder = devices / function.address
+        known = {*function.files, "config", "driver"}
+        if folder.is_dir():
+            for stale in sorted(folder.iterdir()):
+                if stale.name not in known:  # an attribute another kind of function had
+                    _remove(stale, res)
+        for name, text in function.files.items():
+            _write_if_changed(folder / name, text, res)
+        if write_atomic(folder / "config", function.config, 0o644):
+            res.note(f"wrote {folder / 'config'}")
+        driver = folder / "driver"
+        if not (driver.is_symlink() and os.readlink(driver) == pcisysfs.DRIVER_LINK):
+            if driver.is_symlink():
+                driver.unlink()
+            driver.symlink_to(pcisysfs.DRIVER_LINK)
+            res.note(f"linked {driver} -> {pcisysfs.DRIVER_LINK}")
+    if not functions:
+        snapshot.unlink()  # the directory is the kernel's again
+
+
 def apply_kernel_log(profile: Profile, paths: Paths, res: Result) -> None:
     """The driver's lines in the node's kernel log. A node container has no /dev/kmsg of its
     own (Docker creates none), so the simulator renders the records the driver would have
@@ -374,6 +473,7 @@ def apply_profile(profile: Profile, paths: Paths | None = None) -> Result:
     apply_procfs(profile, paths, res)
     apply_proc_devices(profile, paths, res)
     apply_devices(profile, paths, res)
+    apply_pci_sysfs(profile, paths, res)
     apply_kernel_log(profile, paths, res)
     apply_library(profile, paths, res)
     apply_procdriver(paths, res)

@@ -28,9 +28,37 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
           - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
             placement: 0              #   its start slot (see MIG_SHAPES)
             uuid: MIG-...             #   and the MIG device's UUID
+        numa_node: 0                  # where the GPU sits in the node's PCI tree (see
+        pci_host_bridge: 0            #   "PCI and NVLink layout" below); defaults: NUMA
+        pci_switches: [sw0, sw0a]     #   node 0, host bridge 0, no PCIe switch
+        nvlink_peers: ["0000:0f:00.0", ...]  # the far end of each NVLink, in link order
 
 MIG is only accepted on MIG-capable GPUs (compute capability 8.0, 9.0 or 10.0: A100, A30,
 H100, H200, B200); on those NVML reports MIG mode, disabled unless ``mig`` enables it.
+
+PCI and NVLink layout (what NVML's topology calls and the node's PCI sysfs show):
+
+* ``numa_node``: the NUMA node (CPU socket) whose root complex the GPU hangs off; the
+  node's ``/sys/bus/pci/devices/<bus id>/numa_node``.
+* ``pci_host_bridge``: which host bridge (root complex) of the node; a host bridge belongs
+  to one NUMA node.
+* ``pci_switches``: the PCIe switches between the host bridge and the GPU, top down, by
+  any name (letters, digits, ``.``, ``_``, ``-``). The same name in two GPUs is the same
+  switch: it must sit at the same place (same host bridge, same switches above it).
+
+``nvmlDeviceGetTopologyCommonAncestor`` follows from these as the driver derives it from
+the PCI tree: the same GPU: INTERNAL; other NUMA nodes: SYSTEM; other host bridges of one
+NUMA node: NODE; one host bridge, no switch in common: HOSTBRIDGE; a common switch: SINGLE
+when it is the only switch between them, else MULTIPLE. (INTERNAL between two GPUs, a
+multi-GPU board, is not modelled: every simulated board holds one GPU.)
+
+* ``nvlink_peers``: exactly ``nvlinks`` PCI addresses, the far end of link 0, 1, ...: a
+  GPU of the profile (a direct GPU-to-GPU link; the peer must list as many links back) or
+  any other address, an NVSwitch (HGX boards: every GPU lists the same switches, so it
+  usually goes in ``defaults``). NVSwitches show in the node's PCI sysfs (class 0x068000)
+  with the device id of that GPU generation's NVSwitch (NVSWITCH_DEVICE_IDS). Without
+  ``nvlink_peers`` NVML does not know the far ends (Not Supported), as for a GPU whose
+  links the driver cannot map.
 """
 
 from __future__ import annotations
@@ -106,6 +134,10 @@ GPU_KEYS = {
     "pcie_gen",
     "pcie_width",
     "nvlinks",
+    "numa_node",
+    "pci_host_bridge",
+    "pci_switches",
+    "nvlink_peers",
 }
 DEFAULTABLE = GPU_KEYS - {"uuid", "bus_id", "minor", "faults"}
 MIG_INSTANCE_KEYS = {"profile", "placement", "uuid"}
@@ -209,6 +241,11 @@ class Gpu:
     pcie_gen: int = 4  # the link's maximum (the GPU's in its slot); healthy: trained at it
     pcie_width: int = 16
     nvlinks: int = 0  # NVLink links, all up when healthy
+    # PCI and NVLink layout (see the module docstring)
+    numa_node: int = 0
+    pci_host_bridge: int = 0
+    pci_switches: tuple[str, ...] = ()
+    nvlink_peers: tuple[BusId, ...] = ()
 
     @property
     def fabric(self) -> bool:
@@ -380,6 +417,7 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
             f"{where}: memory_reserved_mib + memory_used_mib ({reserved + used}) exceeds "
             f"memory_mib ({memory})"
         )
+    links = _parse_links(where, raw, compute_capability, frozenset(faults_raw))
     return Gpu(
         minor=_int(f"{where}.minor", raw.get("minor", position), 0, 253),
         uuid=uuid,
@@ -404,7 +442,8 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
         irq=_int(f"{where}.irq", raw.get("irq", 100 + position)),
         faults=frozenset(faults_raw),
         mig_instances=instances,
-        **_parse_links(where, raw, compute_capability, frozenset(faults_raw)),
+        **links,
+        **_parse_layout(where, raw, links["nvlinks"]),
     )
 
 
@@ -443,6 +482,101 @@ def _parse_links(
             f"9.0 or later with NVLinks); this one has {cc[0]}.{cc[1]} and {links} NVLinks"
         )
     return {"pcie_gen": gen, "pcie_width": width, "nvlinks": links}
+
+
+# The device id of the NVSwitch on the HGX boards of a GPU generation (by compute
+# capability), as the PCI ID database names them: GA100 [A100 NVSwitch], GH100 [H100
+# NVSwitch]. What NVML reports for an NVLink whose far end is an NVSwitch, and the
+# NVSwitch's "device" in PCI sysfs.
+NVSWITCH_DEVICE_IDS = {(8, 0): 0x1AF1, (9, 0): 0x22A3}
+NVSWITCH_CLASS = 0x068000  # bridge, "other": what NVIDIA's tools look for (nvpci)
+_SWITCH_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _parse_layout(where: str, raw: dict[str, Any], nvlinks: int) -> dict[str, Any]:
+    """numa_node, pci_host_bridge, pci_switches and nvlink_peers of one GPU (the checks
+    across GPUs are _check_layout's)."""
+    switches = raw.get("pci_switches", [])
+    if not isinstance(switches, list):
+        raise _err(f"{where}.pci_switches", switches, "a list of PCIe switch names")
+    for name in switches:
+        if not isinstance(name, str) or not _SWITCH_NAME_RE.match(name):
+            raise _err(
+                f"{where}.pci_switches", name, "a switch name of letters, digits, '.', '_', '-'"
+            )
+    if len(set(switches)) != len(switches):
+        raise _err(f"{where}.pci_switches", switches, "each switch once")
+    peers_raw = raw.get("nvlink_peers", [])
+    if not isinstance(peers_raw, list):
+        raise _err(f"{where}.nvlink_peers", peers_raw, "a list of PCI addresses, one per NVLink")
+    peers = []
+    for peer in peers_raw:
+        try:
+            peers.append(BusId.parse(str(peer)))
+        except ValueError:
+            raise _err(f"{where}.nvlink_peers", peer, "a PCI address like 0000:0f:00.0") from None
+    if peers and len(peers) != nvlinks:
+        raise ProfileError(
+            f"{where}.nvlink_peers: {len(peers)} far ends for {nvlinks} NVLinks; "
+            "give one per link (or none)"
+        )
+    return {
+        "numa_node": _int(f"{where}.numa_node", raw.get("numa_node", 0), 0, 63),
+        "pci_host_bridge": _int(f"{where}.pci_host_bridge", raw.get("pci_host_bridge", 0), 0, 255),
+        "pci_switches": tuple(switches),
+        "nvlink_peers": tuple(peers),
+    }
+
+
+def _check_layout(where: str, gpus: list[Gpu]) -> None:
+    """The PCI tree and the NVLinks the GPUs describe together are one: a host bridge in one
+    NUMA node, a switch in one place, links to a GPU matched by as many links back."""
+    bridges: dict[int, tuple[int, int]] = {}  # host bridge -> (NUMA node, first GPU)
+    places: dict[str, tuple[tuple[Any, ...], int]] = {}  # switch -> (its path, first GPU)
+    by_bus = {g.bus_id: i for i, g in enumerate(gpus)}
+    for i, g in enumerate(gpus):
+        numa, first = bridges.setdefault(g.pci_host_bridge, (g.numa_node, i))
+        if numa != g.numa_node:
+            raise ProfileError(
+                f"{where}: gpus[{i}].pci_host_bridge {g.pci_host_bridge} is in NUMA node "
+                f"{numa} (gpus[{first}]), not {g.numa_node}; a host bridge is in one NUMA node"
+            )
+        for depth, name in enumerate(g.pci_switches):
+            path = (g.pci_host_bridge, *g.pci_switches[:depth])
+            seen, first = places.setdefault(name, (path, i))
+            if seen != path:
+                raise ProfileError(
+                    f"{where}: gpus[{i}].pci_switches: switch {name!r} is under "
+                    f"{_place(seen)} in gpus[{first}] but under {_place(path)} here; "
+                    "a switch has one place in the tree"
+                )
+        for peer in g.nvlink_peers:
+            if peer == g.bus_id:
+                raise ProfileError(
+                    f"{where}: gpus[{i}].nvlink_peers: {peer.procfs} is this GPU itself"
+                )
+            j = by_bus.get(peer)
+            if j is None:
+                if g.compute_capability not in NVSWITCH_DEVICE_IDS:
+                    known = ", ".join(f"{a}.{b}" for a, b in sorted(NVSWITCH_DEVICE_IDS))
+                    raise ProfileError(
+                        f"{where}: gpus[{i}].nvlink_peers: {peer.procfs} is no GPU of the "
+                        f"profile, so an NVSwitch; NVSwitch boards are known for compute "
+                        f"capability {known}, not {g.compute_capability[0]}."
+                        f"{g.compute_capability[1]}"
+                    )
+                continue
+            there = gpus[j].nvlink_peers.count(g.bus_id)
+            here = g.nvlink_peers.count(peer)
+            if there != here:
+                raise ProfileError(
+                    f"{where}: gpus[{i}] has {here} NVLink(s) to {peer.procfs} (gpus[{j}]) "
+                    f"but gpus[{j}] has {there} back; a link has two ends"
+                )
+
+
+def _place(path: tuple[Any, ...]) -> str:
+    return f"host bridge {path[0]}" + "".join(f" > {name}" for name in path[1:])
 
 
 def _parse_mig(
@@ -532,6 +666,7 @@ def parse_profile(data: Any, source: str = "<memory>") -> Profile:
                     f"{where}: gpus[{i}].{label} {getattr(gpu, attr)!s} duplicates gpus[{seen[key]}]"
                 )
             seen[key] = i
+    _check_layout(where, gpus)
     owners: dict[str, str] = {g.uuid.lower(): f"gpus[{i}]" for i, g in enumerate(gpus)}
     for i, gpu in enumerate(gpus):
         for j, inst in enumerate(gpu.mig_instances):
@@ -637,6 +772,7 @@ def mock_payload(profile: Profile) -> str:
             "serial": g.serial,
             "vbios": g.vbios,
             **_link_fields(g),
+            **_layout_fields(g),
         }
         lines.append(_record("gpu", fields))
         if g.mig_capable:
@@ -673,6 +809,31 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "fabric_status": 999 if "fabric_manager_failed" in f else 0,  # NVML_ERROR_UNKNOWN
         "inforom_corrupt": int("inforom_corrupt" in f),
     }
+
+
+def _layout_fields(g: Gpu) -> dict[str, Any]:
+    """The GPU's place in the PCI tree as one path (NUMA node/host bridge/switch/...; the
+    mock compares two GPUs' paths as the driver walks the tree) and the far end of each
+    NVLink (NVML's bus id form), with the device id NVML reports for an NVSwitch end."""
+    switch = NVSWITCH_DEVICE_IDS.get(g.compute_capability, 0)
+    return {
+        "numa_node": g.numa_node,
+        "pci_path": "/".join(map(str, (g.numa_node, g.pci_host_bridge, *g.pci_switches))),
+        "nvlink_peers": ",".join(peer.nvml for peer in g.nvlink_peers),
+        "nvswitch_device_id": f"0x{(switch << 16) | 0x10DE:08X}" if switch else "0",
+    }
+
+
+def nvswitches(profile: Profile) -> list[tuple[BusId, int, int]]:
+    """The NVSwitches the profile's NVLinks reach: (address, device id, NUMA node of the
+    first GPU linked to it), by address. NVIDIA's tools find them in PCI sysfs."""
+    gpus = {g.bus_id for g in profile.gpus}
+    found: dict[BusId, tuple[int, int]] = {}
+    for g in profile.gpus:
+        for peer in g.nvlink_peers:
+            if peer not in gpus and peer not in found:
+                found[peer] = (NVSWITCH_DEVICE_IDS[g.compute_capability], g.numa_node)
+    return [(bus, *found[bus]) for bus in sorted(found, key=lambda b: b.nvml)]
 
 
 def _record(kind: str, fields: dict[str, Any]) -> str:

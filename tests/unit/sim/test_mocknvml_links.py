@@ -159,5 +159,5 @@ def test_bad_link_values_are_one_line(gpu, message):
 def test_link_defaults_and_overrides():
     t4 = load_profile("t4x2-faulty").gpus[0]
     assert (t4.pcie_gen, t4.pcie_width, t4.nvlinks, t4.fabric) == (3, 16, 0, False)
-    g = parse_profile(h100(pcie_gen=4, pcie_width=8, nvlinks=0)).gpus[0]
+    g = parse_profile(h100(pcie_gen=4, pcie_width=8, nvlinks=0, nvlink_peers=[])).gpus[0]
     assert (g.pcie_gen, g.pcie_width, g.nvlinks, g.fabric) == (4, 8, 0, False)

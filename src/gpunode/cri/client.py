@@ -198,13 +198,17 @@ class Client:
         env: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
+        mounts: list[Mapping] | None = None,
     ):
+        """*mounts*: CRI ``Mount`` fields as keywords (``container_path``, ``host_path``,
+        ``readonly``), as kubelet turns a volume or a device plugin's mount into one."""
         pb = self.pb
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name),
             image=pb.ImageSpec(image=image),
             command=command,
             envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            mounts=[pb.Mount(**m) for m in mounts or []],
             annotations=dict(annotations or {}),
             log_path=f"{name}/0.log",
             CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices or []],
@@ -259,13 +263,20 @@ class Client:
         env: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
+        mounts: list[Mapping] | None = None,
     ) -> PodResult:
         """One pod with one container run to its end, as kubelet runs it; everything removed
         afterwards. A refused CreateContainer raises CRIError; a container that could not be
         started is returned with its status (reason, message), as kubelet reports it."""
         with self.pod(name, handler, annotations) as (pod_id, pod_config):
             config = self.container_config(
-                name, image, command, env=env, annotations=annotations, cdi_devices=cdi_devices
+                name,
+                image,
+                command,
+                env=env,
+                annotations=annotations,
+                cdi_devices=cdi_devices,
+                mounts=mounts,
             )
             cid = self.call(
                 "CreateContainer", pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config

@@ -156,6 +156,9 @@ def test_run_pod_is_kubelets_sequence_and_cleans_up(fake):
         env={"NVIDIA_VISIBLE_DEVICES": "1"},
         annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=0"},
         cdi_devices=["nvidia.com/gpu=2"],
+        mounts=[
+            {"container_path": "/var/run/nvidia-container-devices/0", "host_path": "/dev/null"}
+        ],
     )
     assert [m for m, _ in runtime.calls] == [
         "RunPodSandbox",
@@ -172,6 +175,9 @@ def test_run_pod_is_kubelets_sequence_and_cleans_up(fake):
     assert create.pod_sandbox_id == "pod1" and create.sandbox_config == run.config
     assert [(e.key, e.value) for e in create.config.envs] == [("NVIDIA_VISIBLE_DEVICES", "1")]
     assert [d.name for d in create.config.CDI_devices] == ["nvidia.com/gpu=2"]
+    assert [(m.container_path, m.host_path, m.readonly) for m in create.config.mounts] == [
+        ("/var/run/nvidia-container-devices/0", "/dev/null", False)
+    ]
     assert dict(create.config.annotations) == {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}
     assert (res.state, res.exit_code, res.stdout, res.stderr) == ("CONTAINER_EXITED", 0, "hi\n", "")
 

@@ -1,0 +1,204 @@
+"""What NVIDIA's Kubernetes device plugin sends: the one home of it in the tests.
+
+Built from /work/shared/reference/device-plugin.md (NVIDIA/k8s-device-plugin at 1b826acc, run
+unmodified, its Allocate answers turned into pods as kubelet does) and nothing else; a shape
+not written there is not invented here. Two things:
+
+``container_config(strategy, ids, *, uid=UID, env=None) -> dict``
+    The plugin's ``ContainerAllocateResponse`` for *ids* under ``DEVICE_LIST_STRATEGY``
+    *strategy* (one of ``STRATEGIES``), turned into the pieces of the CRI ContainerConfig that
+    kubelet sends, as keywords of ``gpunode.cri.client.Client.run_pod``: ``env`` (the pod's own
+    *env* first, then the plugin's), ``mounts`` (CRI ``Mount`` fields), ``annotations``,
+    ``cdi_devices``; a key is present only when the strategy sends it. *ids* are what
+    Allocate is asked for and answers with: GPU UUIDs, indices (``DEVICE_ID_STRATEGY=index``)
+    or MIG UUIDs, as strings. *uid* is the allocation's id in the cdi-annotations key.
+
+``cdi_spec(node_spec, *, hook_path=DEFAULT_HOOK_PATH, id_strategy="uuid") -> dict``
+    The plugin's own CDI spec (``SPEC_FILE``, kind ``KIND``) for a node, its facts read from
+    *node_spec*: the node's own gpunode CDI spec (``gpunode cdi generate --format json`` run
+    on it), which names every GPU and MIG device by index and UUID with its device nodes, the
+    control nodes, the driver's library mounts and their SONAME links. *hook_path* is
+    ``NVIDIA_CDI_HOOK_PATH``; *id_strategy* ``"uuid"`` or ``"index"``
+    (``DEVICE_ID_STRATEGY``).
+
+``hook_args(hook_path, subcommand, *options) -> list[str]`` is the argv the spec's hooks
+carry (``nvidia-ctk hook <sub> …`` or ``nvidia-cdi-hook <sub> …``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+KIND = "k8s.device-plugin.nvidia.com/gpu"  # vendor hard-coded in plugin-manager.go
+SPEC_FILE = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
+DEFAULT_HOOK_PATH = "/usr/bin/nvidia-ctk"  # api/config/v1/consts.go
+VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+VOLUME_DIR = "/var/run/nvidia-container-devices"
+ANNOTATION_PREFIX = "cdi.k8s.io/nvidia-device-plugin_"
+UID = "5f1c4f8e-3b1a-4d2e-9c61-000000000001"  # any allocation id
+HOOK_ENV = ["NVIDIA_CTK_DEBUG=false"]
+HOOK_SUBCOMMANDS = (
+    "create-symlinks",
+    "enable-cuda-compat",
+    "update-ldcache",
+    "disable-device-node-modification",
+    "update-application-profile",
+)
+CONTROL_NODES = ("nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidiactl")
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # container-toolkit.md §2b
+
+
+def allocate(strategy: str, ids: Sequence[str], *, uid: str = UID) -> dict:
+    """The ContainerAllocateResponse (PASS_DEVICE_SPECS off: no ``devices``) as a dict with
+    the proto's field names: envs, mounts (host_path, container_path, read_only),
+    annotations, cdi_devices (names)."""
+    ids = [str(i) for i in ids]
+    if strategy == "envvar":
+        return {"envs": {VISIBLE: ",".join(ids)}}
+    if strategy == "volume-mounts":
+        return {
+            "envs": {VISIBLE: VOLUME_DIR},
+            "mounts": [
+                {
+                    "host_path": "/dev/null",
+                    "container_path": f"{VOLUME_DIR}/{i}",
+                    "read_only": False,
+                }
+                for i in ids
+            ],
+        }
+    if strategy == "cdi-annotations":
+        return {"annotations": {ANNOTATION_PREFIX + uid: ",".join(f"{KIND}={i}" for i in ids)}}
+    if strategy == "cdi-cri":
+        return {"cdi_devices": [f"{KIND}={i}" for i in ids]}
+    raise ValueError(f"unknown DEVICE_LIST_STRATEGY {strategy!r}; known: {', '.join(STRATEGIES)}")
+
+
+def container_config(
+    strategy: str, ids: Sequence[str], *, uid: str = UID, env: Mapping[str, str] | None = None
+) -> dict:
+    """``run_pod`` keywords for a container allocated *ids* (see the module docstring).
+
+    kubelet appends the plugin's envs after the pod's own (a later duplicate wins in the OCI
+    spec; ``env`` here is a dict, so a pod variable of the same name takes the plugin's
+    value, as the last entry does for the container), copies the mounts with their
+    read-only flag, adds the annotations to the container's and passes the CDI names as
+    ``CDI_devices``."""
+    resp = allocate(strategy, ids, uid=uid)
+    out: dict = {}
+    if env or "envs" in resp:
+        out["env"] = {**(env or {}), **resp.get("envs", {})}
+    if "mounts" in resp:
+        out["mounts"] = [
+            {
+                "container_path": m["container_path"],
+                "host_path": m["host_path"],
+                "readonly": m["read_only"],
+            }
+            for m in resp["mounts"]
+        ]
+    if "annotations" in resp:
+        out["annotations"] = dict(resp["annotations"])
+    if "cdi_devices" in resp:
+        out["cdi_devices"] = list(resp["cdi_devices"])
+    return out
+
+
+def hook_args(hook_path: str, subcommand: str, *options: str) -> list[str]:
+    """argv of one of the spec's hooks: ``nvidia-ctk hook <sub> …`` when the hook path's
+    name is nvidia-ctk, else ``<name> <sub> …`` (``nvidia-cdi-hook <sub> …``)."""
+    base = os.path.basename(hook_path)
+    return (
+        [base, "hook", subcommand, *options]
+        if base == "nvidia-ctk"
+        else [base, subcommand, *options]
+    )
+
+
+def _hook(hook_path: str, subcommand: str, *options: str) -> dict:
+    return {
+        "hookName": "createContainer",
+        "path": hook_path,
+        "args": hook_args(hook_path, subcommand, *options),
+        "env": list(HOOK_ENV),
+    }
+
+
+def _node_facts(node_spec: Mapping) -> dict:
+    """What the plugin's spec needs, read from the node's gpunode spec."""
+    common = node_spec["containerEdits"]
+    libs = [m for m in common.get("mounts", []) if ".so." in os.path.basename(m["containerPath"])]
+    ml = [m for m in libs if os.path.basename(m["containerPath"]).startswith("libnvidia-ml.so.")]
+    if not ml:
+        raise ValueError("the node's spec mounts no libnvidia-ml.so.<driver version>")
+    version = os.path.basename(ml[0]["containerPath"])[len("libnvidia-ml.so.") :]
+    libs = [m for m in libs if m["containerPath"].endswith(f".so.{version}")]
+    links = []
+    for hook in common.get("hooks", []):
+        args = hook["args"]
+        links += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--link"]
+    cuda = [m for m in libs if os.path.basename(m["containerPath"]).startswith("libcuda.so.")]
+    libdir = os.path.dirname((cuda or ml)[0]["containerPath"])
+    nodes = {os.path.basename(n["path"]): n for n in common.get("deviceNodes", [])}
+    return {
+        "version": version,
+        "libs": libs,
+        "links": links,
+        "libdir": libdir,
+        "folders": sorted({os.path.dirname(m["containerPath"]) for m in libs}),
+        "control": [nodes[n] for n in CONTROL_NODES if n in nodes],
+    }
+
+
+def _is_index(name: str) -> bool:
+    return all(part.isdigit() for part in name.split(":")) and name.count(":") <= 1
+
+
+def cdi_spec(
+    node_spec: Mapping, *, hook_path: str = DEFAULT_HOOK_PATH, id_strategy: str = "uuid"
+) -> dict:
+    """The plugin's CDI spec for the node *node_spec* describes (module docstring)."""
+    if id_strategy not in ("uuid", "index"):
+        raise ValueError(f"unknown DEVICE_ID_STRATEGY {id_strategy!r}; known: uuid, index")
+    facts = _node_facts(node_spec)
+    devices = []
+    for dev in node_spec["devices"]:
+        name = dev["name"]
+        by_index = _is_index(name)
+        by_uuid = name.startswith(("GPU-", "MIG-"))
+        if (id_strategy == "index" and by_index) or (id_strategy == "uuid" and by_uuid):
+            nodes = [{"path": n["path"]} for n in dev["containerEdits"].get("deviceNodes", [])]
+            devices.append({"name": name, "containerEdits": {"deviceNodes": nodes}})
+    links = []
+    for link in facts["links"]:
+        links += ["--link", link]
+    folders = []
+    for folder in facts["folders"]:
+        folders += ["--folder", folder]
+    edits = {
+        "env": [f"NVIDIA_CTK_LIBCUDA_DIR={facts['libdir']}", "NVIDIA_VISIBLE_DEVICES=void"],
+        "deviceNodes": [{"path": n["path"]} for n in facts["control"]],
+        "mounts": [
+            {
+                "hostPath": m["hostPath"],
+                "containerPath": m["containerPath"],
+                "options": list(MOUNT_OPTIONS),
+            }
+            for m in facts["libs"]
+        ],
+        "hooks": [
+            _hook(hook_path, "create-symlinks", *links),
+            _hook(hook_path, "enable-cuda-compat", f"--host-driver-version={facts['version']}"),
+            _hook(hook_path, "update-ldcache", *folders),
+            _hook(hook_path, "disable-device-node-modification"),
+            _hook(hook_path, "update-application-profile"),
+        ],
+    }
+    # device-plugin.md: cdiVersion 0.3.0. Device names starting with a digit (index ids) are
+    # valid only from CDI 0.5.0 on, and the CDI library refuses a spec whose version is lower
+    # than its content needs: with index ids the spec says 0.5.0 (nvcdi writes the minimum
+    # version the content needs).
+    version = "0.5.0" if id_strategy == "index" else "0.3.0"
+    return {"cdiVersion": version, "kind": KIND, "devices": devices, "containerEdits": edits}

@@ -1,0 +1,118 @@
+"""tests/deviceplugin.py against device-plugin.md: each strategy's container config, the
+plugin's own CDI spec for a node (read from gpunode's spec of the fake node)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode.runtime import cdi
+
+from ... import deviceplugin as dp
+from .fake_node import GPUS, VERSION
+
+U0, U1 = GPUS[0].uuid, GPUS[1].uuid
+MIG = "MIG-11111111-2222-4333-8444-555555555555"
+
+
+def test_envvar_is_the_variable_after_the_pods_own():
+    assert dp.container_config("envvar", [U0, U1]) == {
+        "env": {"NVIDIA_VISIBLE_DEVICES": f"{U0},{U1}"}
+    }
+    assert dp.container_config("envvar", ["3", "1"]) == {"env": {"NVIDIA_VISIBLE_DEVICES": "3,1"}}
+    got = dp.container_config("envvar", [MIG], env={"A": "1", "NVIDIA_VISIBLE_DEVICES": "all"})
+    assert list(got["env"].items()) == [("A", "1"), ("NVIDIA_VISIBLE_DEVICES", MIG)]
+
+
+def test_volume_mounts_are_dev_null_per_device():
+    got = dp.container_config("volume-mounts", [U0, "1"])
+    assert got == {
+        "env": {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
+        "mounts": [
+            {
+                "container_path": f"/var/run/nvidia-container-devices/{U0}",
+                "host_path": "/dev/null",
+                "readonly": False,
+            },
+            {
+                "container_path": "/var/run/nvidia-container-devices/1",
+                "host_path": "/dev/null",
+                "readonly": False,
+            },
+        ],
+    }
+
+
+def test_cdi_strategies_name_the_plugins_kind_and_send_no_env():
+    got = dp.container_config("cdi-annotations", [U0, MIG], uid="u1")
+    assert got == {
+        "annotations": {
+            "cdi.k8s.io/nvidia-device-plugin_u1": (
+                f"k8s.device-plugin.nvidia.com/gpu={U0},k8s.device-plugin.nvidia.com/gpu={MIG}"
+            )
+        }
+    }
+    assert dp.container_config("cdi-cri", ["0", "2"]) == {
+        "cdi_devices": ["k8s.device-plugin.nvidia.com/gpu=0", "k8s.device-plugin.nvidia.com/gpu=2"]
+    }
+    with pytest.raises(ValueError, match="unknown DEVICE_LIST_STRATEGY 'cdi'"):
+        dp.allocate("cdi", [U0])
+
+
+def test_hook_args_per_hook_path():
+    assert dp.hook_args("/usr/bin/nvidia-ctk", "update-ldcache", "--folder", "/l") == [
+        "nvidia-ctk",
+        "hook",
+        "update-ldcache",
+        "--folder",
+        "/l",
+    ]
+    assert dp.hook_args("/x/nvidia-cdi-hook", "update-application-profile") == [
+        "nvidia-cdi-hook",
+        "update-application-profile",
+    ]
+
+
+def test_plugin_spec_from_the_nodes_spec(disc, devroot):
+    node = cdi.generate(disc, hook_path="/usr/local/bin/gpunode-hook", dev_root=str(devroot))
+    spec = dp.cdi_spec(node, hook_path="/usr/local/libexec/gpunode/nvidia-cdi-hook")
+    assert (spec["cdiVersion"], spec["kind"]) == ("0.3.0", "k8s.device-plugin.nvidia.com/gpu")
+    assert [d["name"] for d in spec["devices"]] == [g.uuid for g in GPUS]
+    assert spec["devices"][1]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia1"}]}
+    edits = spec["containerEdits"]
+    lib = "/usr/lib/x86_64-linux-gnu"
+    assert edits["env"] == [f"NVIDIA_CTK_LIBCUDA_DIR={lib}", "NVIDIA_VISIBLE_DEVICES=void"]
+    assert [n["path"] for n in edits["deviceNodes"]] == [
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidiactl",
+    ]
+    mounted = sorted(m["containerPath"] for m in edits["mounts"])
+    assert f"{lib}/libnvidia-ml.so.{VERSION}" in mounted
+    assert all(p.endswith(f".so.{VERSION}") for p in mounted)
+    hooks = edits["hooks"]
+    assert all(
+        h["hookName"] == "createContainer"
+        and h["path"] == "/usr/local/libexec/gpunode/nvidia-cdi-hook"
+        and h["env"] == ["NVIDIA_CTK_DEBUG=false"]
+        and h["args"][0] == "nvidia-cdi-hook"
+        for h in hooks
+    )
+    assert [h["args"][1] for h in hooks] == list(dp.HOOK_SUBCOMMANDS)
+    assert f"libnvidia-ml.so.{VERSION}::{lib}/libnvidia-ml.so.1" in hooks[0]["args"]
+    assert f"libcuda.so.1::{lib}/libcuda.so" in hooks[0]["args"]
+    assert hooks[1]["args"][2:] == [f"--host-driver-version={VERSION}"]
+    assert hooks[2]["args"][2:] == ["--folder", lib]
+    assert [h["args"][2:] for h in hooks[3:]] == [[], []]
+
+
+def test_plugin_spec_by_index(disc, devroot):
+    node = cdi.generate(disc, hook_path="/h", dev_root=str(devroot))
+    spec = dp.cdi_spec(node, id_strategy="index")
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "2"]
+    assert spec["cdiVersion"] == "0.5.0"  # names starting with a digit
+    assert spec["containerEdits"]["hooks"][0]["args"][:3] == [
+        "nvidia-ctk",
+        "hook",
+        "create-symlinks",
+    ]

@@ -592,7 +592,7 @@ def test_kubernetes_node_is_secure_by_default(node, capsys):
     """--kubernetes (the role with gpunode registered with containerd): runtime.toml gets
     accept-envvar-unprivileged = false and accept-volume-mounts = true, said in the file;
     the runtime reads them so; a second run changes nothing."""
-    code, out, err = run(node, capsys, "--kubernetes", docker_=False, units=False)
+    code, _, err = run(node, capsys, "--kubernetes", docker_=False, units=False)
     assert code == 0, err
     text = node.config.read_text()
     assert text.startswith(node.settings()), "the given content is kept as it is"
@@ -650,7 +650,7 @@ def test_kubernetes_without_content_checks_the_file(node, capsys):
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"{node.config}: accept-envvar-unprivileged is true" in err
     node.config.write_text(node.settings() + "accept-envvar-unprivileged = false\n")
-    code, out, err = run(node, capsys, "--kubernetes", doc={}, docker_=False, units=False)
+    code, _, err = run(node, capsys, "--kubernetes", doc={}, docker_=False, units=False)
     assert code == 0, err
 
 

@@ -646,7 +646,7 @@ def test_kubernetes_without_content_checks_the_file(node, capsys):
     from unprivileged containers (a key it lacks is gpunode's default, true)."""
     node.config.parent.mkdir(parents=True)
     node.config.write_text(node.settings())
-    code, out, err = run(node, capsys, "--kubernetes", doc={}, docker_=False, units=False)
+    code, _, err = run(node, capsys, "--kubernetes", doc={}, docker_=False, units=False)
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"{node.config}: accept-envvar-unprivileged is true" in err
     node.config.write_text(node.settings() + "accept-envvar-unprivileged = false\n")

@@ -105,6 +105,15 @@ class PodResult:
     annotations: dict = field(default_factory=dict)
 
 
+def _pairs(env) -> list[tuple[str, str]]:
+    """``env`` as CRI KeyValue pairs in order: a mapping, or a sequence of (key, value)
+    pairs, which may name a variable twice as kubelet's list does (a device plugin's
+    entry and the pod's own)."""
+    if env is None:
+        return []
+    return list(env.items()) if hasattr(env, "items") else [(k, v) for k, v in env]
+
+
 @contextlib.contextmanager
 def _cleanup(*steps):
     """Run *steps* in order on leaving. When the body failed, its error is the one raised and a
@@ -213,7 +222,7 @@ class Client:
             metadata=pb.ContainerMetadata(name=name),
             image=pb.ImageSpec(image=image),
             command=command,
-            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            envs=[pb.KeyValue(key=k, value=v) for k, v in _pairs(env)],
             mounts=[pb.Mount(**m) for m in mounts or []],
             annotations=dict(annotations or {}),
             log_path=f"{name}/0.log",

@@ -449,7 +449,11 @@ def secure(cri_nodes):
     try:
         for n in nodes.values():
             saved[n] = n.node.sh(f"cat {RUNTIME_TOML} 2>/dev/null || true").stdout
-            n.node.sh('echo \'{"config": ""}\' | gpunode runtime setup --kubernetes --input -')
+            # as the role does on a node running both engines: runtime.toml, then Docker
+            n.node.sh(
+                'echo \'{"config": ""}\' | gpunode runtime setup --kubernetes --docker '
+                "--input - && systemctl restart docker && docker info >/dev/null"
+            )
             text = n.node.sh(f"cat {RUNTIME_TOML}").stdout
             assert "accept-envvar-unprivileged = false" in text, text
             assert "accept-volume-mounts = true" in text, text

@@ -38,9 +38,17 @@ def knobs(node) -> dict:
             "gpu_container_runtime_runtimeclass_file",
             "/etc/gpunode/kubernetes/runtimeclass.yaml" if k8s else "",
         ),
-        # the role's opt-in; else a Kubernetes node is secure by default
-        "insecure": bool(v.get("gpu_container_runtime_kubernetes_insecure_envvar", False)),
-        "settings": v.get("gpu_container_runtime_settings") or {},
+        # runtime.toml's gates: the inventory's settings, else the secure default unless
+        # the role's opt-in (the settings may say true only with that opt-in)
+        "envvar": bool(
+            (v.get("gpu_container_runtime_settings") or {}).get(
+                "accept-envvar-unprivileged",
+                v.get("gpu_container_runtime_kubernetes_insecure_envvar", False),
+            )
+        ),
+        "volume_mounts": bool(
+            (v.get("gpu_container_runtime_settings") or {}).get("accept-volume-mounts", True)
+        ),
     }
 
 
@@ -123,8 +131,8 @@ def test_runtime_toml_secure_by_default(node, want):
     data = tomllib.loads(f.content_string)
     envvar = data.get("accept-envvar-unprivileged")
     mounts = data.get("accept-volume-mounts")
-    assert envvar is want["insecure"], f"{node.name}: accept-envvar-unprivileged = {envvar!r}"
-    assert mounts is want["settings"].get("accept-volume-mounts", True), (node.name, mounts)
+    assert envvar is want["envvar"], f"{node.name}: accept-envvar-unprivileged = {envvar!r}"
+    assert mounts is want["volume_mounts"], f"{node.name}: accept-volume-mounts = {mounts!r}"
 
 
 def test_pods_through_the_cri_see_exactly_their_gpus(node, want):
@@ -145,7 +153,7 @@ def test_pods_through_the_cri_see_exactly_their_gpus(node, want):
         c = checks[cid]
         assert c["status"] == "pass", f"{node.name}: {cid} {c['status']}: {c['detail']}"
     c = checks["container.unallocated"]
-    expected = "fail" if want["insecure"] else "pass"
+    expected = "fail" if want["envvar"] else "pass"
     assert c["status"] == expected, (
         f"{node.name}: container.unallocated {c['status']}: {c['detail']}"
     )

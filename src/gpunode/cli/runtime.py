@@ -108,6 +108,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default: install-links' nvidia-cdi-hook, /usr/local/libexec/gpunode/nvidia-cdi-hook)",
     )
     setup.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="pods reach gpunode through containerd's CRI: runtime.toml gets "
+        "accept-envvar-unprivileged = false and accept-volume-mounts = true where its content "
+        "does not set them (a pod gets GPUs only through its device plugin allocation)",
+    )
+    setup.add_argument(
+        "--kubernetes-insecure-envvar",
+        action="store_true",
+        help="with --kubernetes: INSECURE, any pod may take any GPU by NVIDIA_VISIBLE_DEVICES "
+        "(accept-envvar-unprivileged = true)",
+    )
+    setup.add_argument(
         "--cdi-spec", action="store_true", help="write the CDI spec (as cdi generate --install)"
     )
     setup.add_argument("--unit-dir", default=None, help="where units go (/etc/systemd/system)")
@@ -170,10 +183,14 @@ def setup(args: argparse.Namespace) -> int:
         if given and not getattr(args, engine):
             opt = "--" + given[0].replace("_", "-")
             raise UsageError(f"gpunode runtime setup: {opt} needs --{engine}")
+    if args.kubernetes_insecure_envvar and not args.kubernetes:
+        raise UsageError("gpunode runtime setup: --kubernetes-insecure-envvar needs --kubernetes")
     config_text, units = rs.read_input(args.input)
     s = rs.Setup(
         config_path=args.config,
         config_text=config_text,
+        kubernetes=args.kubernetes,
+        insecure_envvar=args.kubernetes_insecure_envvar,
         docker=rs.Docker(
             args.docker_config or docker.DAEMON_JSON,
             "gpunode" if args.docker_name is None else args.docker_name,
@@ -246,8 +263,12 @@ def configure(args: argparse.Namespace) -> int:
             container_annotations=annotations,
             **kwargs,
         )
+    # The engine reads its configuration only when it starts: configure never restarts it
+    # (`gpunode runtime setup` reports it in `restart`, and the role restarts it), so it
+    # says so, on stderr (stdout stays JSON with --json) and as restart_needed.
+    restart_needed = res.changed and not args.dry_run
     if args.json:
-        print_json(res.to_dict())
+        print_json({**res.to_dict(), "restart_needed": restart_needed})
     elif args.dry_run:
         sys.stdout.write(res.diff())
     else:
@@ -255,4 +276,21 @@ def configure(args: argparse.Namespace) -> int:
             f"{res.path}: {'changed' if res.changed else 'unchanged'}"
             + (f" (backup {res.backup})" if res.backup else "")
         )
+    if restart_needed:
+        sys.stderr.write(restart_line(args.engine, names) + "\n")
     return EXIT_OK
+
+
+def restart_line(engine: str, names: list[str]) -> str:
+    """What `runtime configure` says after changing an engine's configuration."""
+    if engine == "containerd":
+        return (
+            "restart needed: containerd loads its configuration only when it starts; until "
+            "`systemctl restart containerd`, pods through "
+            + ", ".join(f"handler {n!r}" for n in names)
+            + f' fail with `no runtime for "{names[0]}" is configured`'
+        )
+    return (
+        "restart needed: Docker loads daemon.json only when it starts; "
+        "run `systemctl restart docker`"
+    )

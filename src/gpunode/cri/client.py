@@ -105,6 +105,15 @@ class PodResult:
     annotations: dict = field(default_factory=dict)
 
 
+def _pairs(env) -> list[tuple[str, str]]:
+    """``env`` as CRI KeyValue pairs in order: a mapping, or a sequence of (key, value)
+    pairs, which may name a variable twice as kubelet's list does (a device plugin's
+    entry and the pod's own)."""
+    if env is None:
+        return []
+    return list(env.items()) if hasattr(env, "items") else [(k, v) for k, v in env]
+
+
 @contextlib.contextmanager
 def _cleanup(*steps):
     """Run *steps* in order on leaving. When the body failed, its error is the one raised and a
@@ -175,7 +184,11 @@ class Client:
     def version(self):
         return self.call("Version", version=CRI_VERSION)
 
-    def pod_config(self, name: str, annotations: Mapping[str, str] | None = None):
+    def pod_config(
+        self, name: str, annotations: Mapping[str, str] | None = None, privileged: bool = False
+    ):
+        """``privileged``: the sandbox may hold privileged containers (kubelet sets it when a
+        container of the pod is privileged; containerd refuses one otherwise)."""
         pb = self.pb
         uid = uuid.uuid4().hex
         return pb.PodSandboxConfig(
@@ -184,7 +197,8 @@ class Client:
             annotations=dict(annotations or {}),
             linux=pb.LinuxPodSandboxConfig(
                 security_context=pb.LinuxSandboxSecurityContext(
-                    namespace_options=pb.NamespaceOption(network=pb.NODE)
+                    namespace_options=pb.NamespaceOption(network=pb.NODE),
+                    privileged=privileged,
                 )
             ),
         )
@@ -199,6 +213,7 @@ class Client:
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
         mounts: list[Mapping] | None = None,
+        privileged: bool = False,
     ):
         """*mounts*: CRI ``Mount`` fields as keywords (``container_path``, ``host_path``,
         ``readonly``), as kubelet turns a volume or a device plugin's mount into one."""
@@ -207,11 +222,14 @@ class Client:
             metadata=pb.ContainerMetadata(name=name),
             image=pb.ImageSpec(image=image),
             command=command,
-            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            envs=[pb.KeyValue(key=k, value=v) for k, v in _pairs(env)],
             mounts=[pb.Mount(**m) for m in mounts or []],
             annotations=dict(annotations or {}),
             log_path=f"{name}/0.log",
             CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices or []],
+            linux=pb.LinuxContainerConfig(
+                security_context=pb.LinuxContainerSecurityContext(privileged=privileged)
+            ),
         )
 
     def status(self, container_id: str):
@@ -242,10 +260,14 @@ class Client:
 
     @contextlib.contextmanager
     def pod(
-        self, name: str, handler: str = "", annotations: Mapping[str, str] | None = None
+        self,
+        name: str,
+        handler: str = "",
+        annotations: Mapping[str, str] | None = None,
+        privileged: bool = False,
     ) -> Iterator[tuple[str, object]]:
         """A running pod sandbox (id, config), stopped and removed on leaving."""
-        config = self.pod_config(name, annotations)
+        config = self.pod_config(name, annotations, privileged)
         pod_id = self.call("RunPodSandbox", config=config, runtime_handler=handler).pod_sandbox_id
         with _cleanup(
             lambda: self.call("StopPodSandbox", pod_sandbox_id=pod_id),
@@ -264,11 +286,12 @@ class Client:
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
         mounts: list[Mapping] | None = None,
+        privileged: bool = False,
     ) -> PodResult:
         """One pod with one container run to its end, as kubelet runs it; everything removed
         afterwards. A refused CreateContainer raises CRIError; a container that could not be
         started is returned with its status (reason, message), as kubelet reports it."""
-        with self.pod(name, handler, annotations) as (pod_id, pod_config):
+        with self.pod(name, handler, annotations, privileged) as (pod_id, pod_config):
             config = self.container_config(
                 name,
                 image,
@@ -277,6 +300,7 @@ class Client:
                 annotations=annotations,
                 cdi_devices=cdi_devices,
                 mounts=mounts,
+                privileged=privileged,
             )
             cid = self.call(
                 "CreateContainer", pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config

@@ -182,6 +182,21 @@ def test_run_pod_is_kubelets_sequence_and_cleans_up(fake):
     assert (res.state, res.exit_code, res.stdout, res.stderr) == ("CONTAINER_EXITED", 0, "hi\n", "")
 
 
+def test_privileged_pod_is_privileged_in_the_sandbox_and_the_container(fake):
+    """kubelet marks the sandbox privileged when a container of the pod is (containerd
+    refuses a privileged container in a sandbox that is not); unprivileged by default."""
+    runtime, client = fake()
+    client.run_pod("p", "img", ["true"], privileged=True)
+    run, create = runtime.calls[0][1], runtime.calls[1][1]
+    assert run.config.linux.security_context.privileged is True
+    assert create.config.linux.security_context.privileged is True
+    client.run_pod("q", "img", ["true"], env=[("A", "1"), ("A", "2")])
+    run, create = runtime.calls[7][1], runtime.calls[8][1]
+    assert [(e.key, e.value) for e in create.config.envs] == [("A", "1"), ("A", "2")]
+    assert run.config.linux.security_context.privileged is False
+    assert create.config.linux.security_context.privileged is False
+
+
 def test_start_error_is_in_the_status_and_everything_removed(fake):
     runtime, client = fake(start_error="OCI runtime create failed:\nunknown device '7'")
     res = client.run_pod("p", "img", ["true"])

@@ -29,7 +29,10 @@ FAULTS = [
     ({"xid_errors": [XID79]}, "gpu.xid", "fail", ["xid_error"]),
     ({"xid_errors": [XID13, XID13]}, "gpu.xid", "warn", ["xid_application_error"]),
     ({"pcie_link": {"gen": 4, "max_gen": 4, "width": 8, "max_width": 16}}, "gpu.pcie_link",
-     "warn", ["pcie_link_degraded"]),
+     "fail", ["pcie_link_degraded"]),  # an SXM module (the fake's A100-SXM4)
+    ({"pcie_link": {"gen": 4, "max_gen": 4, "width": 8, "max_width": 16},
+      "name": "NVIDIA A100 80GB PCIe", "fabric": None}, "gpu.pcie_link", "warn",
+     ["pcie_link_degraded"]),
     ({"pcie_replays": 9}, "gpu.pcie_replay", "warn", ["pcie_replays"]),
     ({"clocks_event_reasons": 0x8}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
     ({"clocks_event_reasons": 0x40}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
@@ -92,12 +95,19 @@ def test_unsupported_counters_skip_with_the_reason():
 def test_every_gpu_lists_the_missing_ones_in_bus_order():
     from gpunode.nvidia.inventory import Inventory
 
-    gpus = [healthy_gpu(0, pci_bus_id="00000000:07:00.0"), healthy_gpu(1, pci_bus_id="00000000:47:00.0")]
+    gpus = [
+        healthy_gpu(0, pci_bus_id="00000000:07:00.0"),
+        healthy_gpu(1, pci_bus_id="00000000:47:00.0"),
+    ]
     problem = {"issue": "device_node_missing", "detail": "/dev/nvidia1 is missing", "uuid": "GPU-m",
                "pci_bus_id": "00000000:0F:00.0", "minor": 1}  # fmt: skip
     inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", gpus, [problem])
     every = inv.every_gpu()
-    assert [g.pci_bus_id for g in every] == ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0"]
+    assert [g.pci_bus_id for g in every] == [
+        "00000000:07:00.0",
+        "00000000:0F:00.0",
+        "00000000:47:00.0",
+    ]
     assert every[1].missing == "/dev/nvidia1 is missing" and inv.gpus == gpus  # usable ones only
     assert health.flags(every[1]) == [] and not inv.healthy  # a problem, not a flag
 
@@ -106,11 +116,40 @@ def verdict(check, **fault):
     return {c: (s, d) for c, s, d in health.verdicts(healthy_gpu(0, **fault))}[check]
 
 
-def test_pcie_width_below_the_maximum_warns_whatever_the_load():
+NO_FABRIC = {"state": 0}  # nvmlGpuFabricState NOT_SUPPORTED: no NVSwitch baseboard
+
+
+@pytest.mark.parametrize(
+    ("name", "fabric", "status"),
+    [
+        ("NVIDIA A100-SXM4-80GB", NO_FABRIC, "fail"),
+        ("Tesla V100-SXM2-32GB", None, "fail"),
+        ("NVIDIA H100 80GB HBM3", NO_FABRIC, "fail"),  # SXM5; its card is "H100 PCIe"
+        ("NVIDIA B200", None, "fail"),
+        ("NVIDIA Graphics Device", {"state": 3, "status": 0}, "fail"),  # on an NVSwitch fabric
+        ("NVIDIA H100 PCIe", NO_FABRIC, "warn"),
+        ("NVIDIA H100 NVL", NO_FABRIC, "warn"),
+        ("NVIDIA H200 NVL", None, "warn"),
+        ("NVIDIA A100 80GB PCIe", None, "warn"),
+        ("Tesla T4", None, "warn"),
+    ],
+)
+def test_pcie_width_below_the_maximum_fails_on_an_sxm_module_and_warns_on_a_card(
+    name, fabric, status
+):
+    """DCGM fails a width drop on SXM/HGX boards; on a card it is a warning, and the detail
+    says the node still passes. Whatever the load."""
     for reasons in (0x1, 0x0, None):
-        status, detail = verdict("gpu.pcie_link", clocks_event_reasons=reasons,
-                                 pcie_link={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16})
-        assert status == "warn" and "x8 of x16" in detail and "DCGM_FR_PCIE_WIDTH" in detail
+        got, detail = verdict(
+            "gpu.pcie_link",
+            clocks_event_reasons=reasons,
+            name=name,
+            fabric=fabric,
+            pcie_link={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16},
+        )
+        assert got == status and "x8 of x16" in detail and "DCGM_FR_PCIE_WIDTH" in detail
+        assert ("the node still passes validation" in detail) == (status == "warn"), detail
+        assert ("SXM module" in detail) == (status == "fail"), detail
 
 
 def test_pcie_generation_below_the_maximum_is_normal_only_while_idle():
@@ -164,8 +203,9 @@ def test_fabric_manager_states():
     assert verdict("gpu.fabric_manager")[0] == "pass"
     assert verdict("gpu.fabric_manager", fabric={})[0] == "skip"
     assert verdict("gpu.fabric_manager", fabric={"state": 0, "status": 0})[0] == "skip"
-    status, detail = verdict("gpu.fabric_manager",
-                             fabric={"state": 3, "status": 999, "status_text": "Unknown Error"})
+    status, detail = verdict(
+        "gpu.fabric_manager", fabric={"state": 3, "status": 999, "status_text": "Unknown Error"}
+    )
     assert status == "fail" and "(Unknown Error)" in detail
     assert "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR" in detail
     status, detail = verdict("gpu.fabric_manager", fabric={"state": 1, "status": 0})

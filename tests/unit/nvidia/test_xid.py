@@ -172,3 +172,40 @@ def test_the_simulated_drivers_lines_are_still_caught(tmp_path):
     got = xid.parse_log(xid.read_kernel_log(str(kmsg)))
     assert [(e.xid, e.bus.procfs) for e in got][-1] == (79, "0000:3b:00.0")
     assert len(got) == 4
+
+
+def test_an_xid_on_a_bus_no_gpu_has_is_a_node_finding_naming_the_bus(tmp_path):
+    """A GPU gone so completely that NVML and the driver no longer list it leaves only its
+    Xid in the log: validate's node.xid fails naming the bus (an application Xid there
+    warns), where before nothing showed it."""
+    from gpunode.nvidia.inventory import Inventory, attach_xid_errors
+    from gpunode.validate import gpus as vgpus
+    from gpunode.validate.expect import Expectations
+
+    from ..validate.fakes import healthy_gpu
+
+    def node_xid(log_text: str | None) -> tuple[str, str]:
+        inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03",
+                        [healthy_gpu(0, pci_bus_id="00000000:D8:00.0", xid_errors=None)])  # fmt: skip
+        log = tmp_path / "kmsg"
+        if log_text is None:
+            log.unlink(missing_ok=True)
+        else:
+            log.write_text(log_text)
+        attach_xid_errors(inv, str(log))
+        _, checks = vgpus.evaluate(inv, None, Expectations(gpus=1), 0.0)
+        (check,) = [c for c in checks if c.id == "node.xid"]
+        assert check.gpu is None  # a node-level finding, on no GPU's row
+        return check.status, check.detail
+
+    status, detail = node_xid(KMSG)  # 79 on bus 3b and 48 on bus 07: no GPU there
+    assert status == "fail"
+    assert "00000000:3B:00.0, 00000000:07:00.0, a bus none of the node's GPUs has" in detail
+    assert "Xid 79 on 0000:3b:00.0" in detail and "drain, reboot" in detail
+    only_app = "4,1,5,-;NVRM: Xid (PCI:0000:5e:00): 13, pid=1, name=x, Graphics Exception\n"
+    assert node_xid(only_app)[0] == "warn"
+    assert node_xid("4,1,5,-;NVRM: Xid (PCI:0000:d8:00): 79, pid=1, name=x, gone\n") == (
+        "pass",
+        "every Xid logged is on one of the node's GPUs",
+    )
+    assert node_xid(None)[0] == "skip"

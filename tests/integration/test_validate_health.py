@@ -131,7 +131,7 @@ def test_an_xid_off_every_gpu_fails_the_node_and_a_forged_record_nothing(hnode):
               "GPU has fallen off the bus.")  # fmt: skip
     hnode.sh("cp /dev/kmsg /root/kmsg.before")
     try:
-        hnode.sh("gpunode sim xid-local 0000:c1:00.0 79")
+        cluster.raise_xid(hnode.name, "0000:c1:00.0", "79")  # as the driver logs it
         hnode.sh(f"printf '%s\\n' '{forged}' >> /dev/kmsg")
         proc = hnode.sh(f"gpunode validate --json {ARGS} --node {hnode.name}",
                         check=False, timeout=300)  # fmt: skip

@@ -95,19 +95,12 @@ def test_unsupported_counters_skip_with_the_reason():
 def test_every_gpu_lists_the_missing_ones_in_bus_order():
     from gpunode.nvidia.inventory import Inventory
 
-    gpus = [
-        healthy_gpu(0, pci_bus_id="00000000:07:00.0"),
-        healthy_gpu(1, pci_bus_id="00000000:47:00.0"),
-    ]
+    gpus = [healthy_gpu(0, pci_bus_id="00000000:07:00.0"), healthy_gpu(1, pci_bus_id="00000000:47:00.0")]
     problem = {"issue": "device_node_missing", "detail": "/dev/nvidia1 is missing", "uuid": "GPU-m",
                "pci_bus_id": "00000000:0F:00.0", "minor": 1}  # fmt: skip
     inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", gpus, [problem])
     every = inv.every_gpu()
-    assert [g.pci_bus_id for g in every] == [
-        "00000000:07:00.0",
-        "00000000:0F:00.0",
-        "00000000:47:00.0",
-    ]
+    assert [g.pci_bus_id for g in every] == ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0"]
     assert every[1].missing == "/dev/nvidia1 is missing" and inv.gpus == gpus  # usable ones only
     assert health.flags(every[1]) == [] and not inv.healthy  # a problem, not a flag
 
@@ -203,9 +196,8 @@ def test_fabric_manager_states():
     assert verdict("gpu.fabric_manager")[0] == "pass"
     assert verdict("gpu.fabric_manager", fabric={})[0] == "skip"
     assert verdict("gpu.fabric_manager", fabric={"state": 0, "status": 0})[0] == "skip"
-    status, detail = verdict(
-        "gpu.fabric_manager", fabric={"state": 3, "status": 999, "status_text": "Unknown Error"}
-    )
+    status, detail = verdict("gpu.fabric_manager",
+                             fabric={"state": 3, "status": 999, "status_text": "Unknown Error"})
     assert status == "fail" and "(Unknown Error)" in detail
     assert "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR" in detail
     status, detail = verdict("gpu.fabric_manager", fabric={"state": 1, "status": 0})

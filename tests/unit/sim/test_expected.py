@@ -97,11 +97,7 @@ EXACT = {
 
 def test_the_link_faults_must_show_exactly_their_check_and_status():
     assert compare(*h100_report(EXACT)) == []
-    wrong = {
-        **EXACT,
-        3: {"gpu.clocks_event": "fail"},
-        4: {"gpu.nvlink": "fail", "gpu.lost": "fail"},
-    }
+    wrong = {**EXACT, 3: {"gpu.clocks_event": "fail"}, 4: {"gpu.nvlink": "fail", "gpu.lost": "fail"}}
     assert compare(*h100_report(wrong)) == [
         "h100: GPU 3 has faults clocks_sw_thermal: shows gpu.clocks_event fail; expected "
         "gpu.clocks_event warn",

@@ -14,11 +14,8 @@ def test_nothing_given_validates_what_it_can():
         "strict",
         "docker",
     )
-    assert [m.split(" (")[0] for m in e.missing()] == [
-        "expected GPU count",
-        "driver pin",
-        "MIG layout",
-    ]
+    assert [m.split(" (")[0] for m in e.missing()] == ["expected GPU count", "driver pin",
+                                                  "MIG layout"]
 
 
 def test_vars_file_with_inventory_names_and_flags_win(tmp_path):

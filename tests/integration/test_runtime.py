@@ -13,6 +13,8 @@ import pytest
 from gpunode.sim.docker import docker
 from gpunode.sim.profiles import load_profile
 
+from ..unit.util.test_ldsocache import sort_bomb
+
 pytestmark = pytest.mark.integration
 
 A100 = load_profile("a100x4")
@@ -495,6 +497,38 @@ def test_hostile_etc_or_ld_cache(runtime_nodes, case):
     assert lines[1] == "1", case  # one entry: the injected library's, read by glibc
     after = node.sh(f"ls -l --time-style=+%s.%N {HOSTILE_ETC}; md5sum {HOSTILE_ETC}/*").stdout
     assert after == before, case  # the node's directory and file untouched
+
+
+@pytest.mark.parametrize("kind", ["one-name-digit-runs", "one-name-ucs4"])
+def test_hostile_ld_cache_sort_bomb_starts_promptly(runtime_nodes, tmp_path, kind):
+    """An image whose ld.so.cache makes sorting it cost (65,535 entries naming one 4,095-byte
+    SONAME of digit runs: ~280 s of CPU per container create before sort keys were built
+    per distinct name): the GPU container still starts, under a 20 s CPU limit on the
+    runtime (the shim sorts in-process), and keeps the image's entries next to the
+    driver's."""
+    node = runtime_nodes["bookworm"]
+    (tmp_path / "bomb.cache").write_bytes(sort_bomb(kind))
+    docker(["cp", str(tmp_path / "bomb.cache"), f"{node.name}:{WORK}/bomb.cache"])
+    bundle = f"{WORK}/bundles/hostile-sort-{kind}"
+    check = "python3 /opt/probe.py && /sbin/ldconfig -p | grep -c 'libnvidia-ml.so.1 '"
+    node.sh(
+        f"python3 {WORK}/make_bundle.py {bundle} {ROOTFS} "
+        f"{shlex.quote(json.dumps(['NVIDIA_VISIBLE_DEVICES=0']))} "
+        f"{shlex.quote(json.dumps(['sh', '-c', check]))}"
+    )
+    node.sh(f"cp {WORK}/bomb.cache {bundle}/rootfs/etc/ld.so.cache")
+    proc = node.sh(
+        f"prlimit --cpu=20 sh {WORK}/run_bundle.sh gpunode-container-runtime {bundle} "
+        f"t-sort-{kind}",
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "not usable" not in proc.stderr  # the image's cache was kept, not replaced
+    lines = proc.stdout.strip().splitlines()
+    assert json.loads(lines[0])["nvml"] == [UUID[0]]
+    assert lines[1] == "1"
+    listed = node.sh(f"ldconfig -p -C {bundle}/rootfs/etc/ld.so.cache | grep -c '=>'").stdout
+    assert int(listed) > 65_535  # the image's entries and the driver's
 
 
 def test_hostile_nvidia_smi_symlink_target(runtime_nodes):

@@ -25,7 +25,7 @@ from junitparser import JUnitXml
 
 from gpunode.sim import cluster
 from gpunode.sim.docker import docker
-from gpunode.sim.expected import compare
+from gpunode.sim.expected import compare, gpu_faults
 from gpunode.sim.profiles import load_profile
 
 from .conftest import Node, start_nodes
@@ -38,7 +38,7 @@ PROFILE = "h100x8-degraded"
 ARGS = "--expect-gpus 8 --driver-pin 550.163.01 --engine none"
 # GPU (PCI bus order) -> its fault's check and status; GPU 7 has none
 SHOWN = {
-    0: ("pcie_degraded", "gpu.pcie_link", "warn", "x8 of x16"),
+    0: ("pcie_degraded", "gpu.pcie_link", "fail", "x8 of x16 on an SXM module"),  # HGX: fails
     1: ("pcie_replays", "gpu.pcie_replay", "warn", "120 PCIe replays"),
     2: ("clocks_hw_slowdown", "gpu.clocks_event", "fail", "HW slowdown"),
     3: ("clocks_sw_thermal", "gpu.clocks_event", "warn", "SW thermal slowdown"),
@@ -98,22 +98,22 @@ def test_exactly_the_injected_gpus_fail_on_exactly_their_checks(hnode, tmp_path)
                          capture_output=True, text=True, check=False)  # fmt: skip
     assert rep.returncode == 1, rep.stderr  # a node failed
     model = json.loads((out / "report.json").read_text())
-    assert compare(model, {hnode.name: {i: sorted(g.faults) for i, g in enumerate(gpus)}}) == []
+    assert compare(model, {hnode.name: {i: gpu_faults(g) for i, g in enumerate(gpus)}}) == []
     junit = ET.parse(out / "junit.xml")
     cases = {(c.get("classname"), c.get("name")): c for c in junit.iter("testcase")}
     names = " ".join(f"{k[0]} {k[1]}" for k in cases)
     html, md = (out / "index.html").read_text(), (out / "summary.md").read_text()
     for check in NEW_CHECKS:
         assert check in names and check in html, check
-    assert " pass, 3 warn, 4 fail, " in md  # 7 faults: 3 warn, 4 fail
+    assert " pass, 2 warn, 5 fail, " in md  # 7 faults: 2 warn, 5 fail
     assert "DCGM\\_FR\\_CORRUPT\\_INFOROM" in md and "NVLink 0 down" in md
     failures = [k for k, c in cases.items() if c.find("failure") is not None]
-    assert len(failures) == 4, failures  # the four fails; warnings are not failures
+    assert len(failures) == 5, failures  # the five fails; warnings are not failures
     xmlschema.XMLSchema(str(XSD)).validate(str(out / "junit.xml"))
     parsed = [c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite]
     assert sorted(c.name for c in parsed if not c.is_passed and not c.is_skipped) == [
         "gpu.clocks_event[gpu2]", "gpu.fabric_manager[gpu6]", "gpu.inforom[gpu5]",
-        "gpu.nvlink[gpu4]"]  # fmt: skip
+        "gpu.nvlink[gpu4]", "gpu.pcie_link[gpu0]"]  # fmt: skip
     prom = tmp_path / "gpunode.prom"
     docker(["cp", f"{hnode.name}:/var/lib/gpunode-textfile/gpunode.prom", str(prom)])
     text = prom.read_text()
@@ -121,3 +121,26 @@ def test_exactly_the_injected_gpus_fail_on_exactly_their_checks(hnode, tmp_path)
     lint = subprocess.run([shutil.which("promtool"), "check", "metrics"], input=text,
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_an_xid_off_every_gpu_fails_the_node_and_a_forged_record_nothing(hnode):
+    """The driver's Xid for a bus none of the GPUs has (a GPU gone from NVML and the driver's
+    list) is node.xid, failing and naming the bus; a record written to /dev/kmsg from
+    userspace (prio 12: LOG_USER) naming GPU 1's bus fails nothing."""
+    forged = ("12,9000,99000000,-;NVRM: Xid (PCI:0000:2a:00): 79, pid=1, name=x, "
+              "GPU has fallen off the bus.")  # fmt: skip
+    hnode.sh("cp /dev/kmsg /root/kmsg.before")
+    try:
+        cluster.raise_xid(hnode.name, "0000:c1:00.0", "79")  # as the driver logs it
+        hnode.sh(f"printf '%s\\n' '{forged}' >> /dev/kmsg")
+        proc = hnode.sh(f"gpunode validate --json {ARGS} --node {hnode.name}",
+                        check=False, timeout=300)  # fmt: skip
+        assert "Traceback" not in proc.stderr and proc.returncode == 1, proc.stderr
+        grid = by_gpu(json.loads(proc.stdout))
+        node_xid = grid[None]["node.xid"]
+        assert node_xid["status"] == "fail", node_xid
+        assert "00000000:C1:00.0, a bus none of the node's GPUs has" in node_xid["detail"]
+        bad = {c["id"]: c["status"] for c in grid[1].values() if c["status"] in ("fail", "warn")}
+        assert bad == {"gpu.pcie_replay": "warn"}, bad  # the forged record: nothing
+    finally:
+        hnode.sh("cp /root/kmsg.before /dev/kmsg")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..util.boundedyaml import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlError, describe, load_file
 from ..util.record import record
 from . import MigConfigError
 
@@ -44,8 +45,8 @@ class Entry:
 
 
 def _show(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    # never str(value): a YAML alias nine times per level expands without bound as text
+    return describe(value)
 
 
 def _err(where: str, value: Any, accepted: str) -> MigConfigError:
@@ -142,21 +143,15 @@ def parse(data: Any, source: str = "<config>") -> dict[str, tuple[Entry, ...]]:
 
 
 def load(path: str, name: str) -> tuple[Entry, ...]:
-    """The entries of config ``name`` in the file at ``path``."""
-    import yaml
-
+    """The entries of config ``name`` in the file at ``path`` (read within the bounds of
+    gpunode.util.boundedyaml: a ConfigMap or a shared repository may hold anything)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise MigConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise MigConfigError(f"{path}: not UTF-8 text; accepted: a mig-parted YAML file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid"
-        raise MigConfigError(f"{path}: not valid YAML{at}: {problem}") from None
+        data = load_file(path)
+    except YamlError as exc:
+        raise MigConfigError(
+            f"{exc}; accepted: a mig-parted YAML file (at most {MAX_BYTES} bytes, "
+            f"{MAX_NODES} nodes, {MAX_DEPTH} levels deep)"
+        ) from None
     configs = parse(data, path)
     if name not in configs:
         raise MigConfigError(

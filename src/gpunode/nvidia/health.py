@@ -49,6 +49,7 @@ FLAGS = {
     ("gpu.persistence", WARN): "persistence_off",
     ("gpu.xid", FAIL): "xid_error",
     ("gpu.xid", WARN): "xid_application_error",
+    ("gpu.pcie_link", FAIL): "pcie_link_degraded",
     ("gpu.pcie_link", WARN): "pcie_link_degraded",
     ("gpu.pcie_replay", WARN): "pcie_replays",
     ("gpu.clocks_event", FAIL): "clocks_hw_slowdown",
@@ -175,12 +176,36 @@ def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str,
     return (FAIL if worst["verdict"] == FAIL else WARN), f"{text} — {what}"
 
 
+# Product names of SXM modules that do not say "SXM" (the HGX H100/H200/B200 boards' GPUs);
+# their PCIe cards are named "... PCIe" or "... NVL".
+SXM_NAMES = ("H100 80GB HBM3", "H100 SXM", "H800", "H200", "H20", "B100", "B200", "GB200")
+
+
+def board_form(gpu) -> str:
+    """ "sxm" for a GPU on an SXM module (an HGX/DGX baseboard), "pcie" for a card (or a board
+    this cannot tell), from what the driver reports: "SXM" in the product name (A100-SXM4,
+    V100-SXM2), a product sold only as an SXM module (SXM_NAMES, not "PCIe"/"NVL"), or an
+    NVSwitch fabric NVML reports for the GPU (only baseboards have one)."""
+    name = (gpu.name or "").upper()
+    if "SXM" in name:
+        return "sxm"
+    if "PCIE" not in name and " NVL" not in name and any(n.upper() in name for n in SXM_NAMES):
+        return "sxm"
+    fab = gpu.fabric
+    if fab and fab.get("state") not in (None, FABRIC_NOT_SUPPORTED):
+        return "sxm"
+    return "pcie"
+
+
 def _pcie_link(gpu) -> tuple[str, str]:
     """Width below the maximum is the classic fault (a badly seated GPU or riser, a damaged
-    slot) and warns whenever it is seen. Generation below the maximum warns only when the
-    GPU is not idle: an idle GPU retrains its link to a lower generation to save power (and
-    back to full speed under load), so Gen1 on an idle GPU is normal; whether it is idle is
-    NVML's "GPU idle" clock event reason. The maxima are NVML's for this GPU in this slot
+    slot). On an SXM module (board_form) it fails, as DCGM fails a width drop on SXM/HGX
+    boards: the module sits in a socket of the baseboard, and a narrower link there is a
+    hardware fault, never a slot choice. On a PCIe card it warns, and the detail says that
+    the node still passes (a warning never fails validation). Generation below the maximum
+    warns only when the GPU is not idle: an idle GPU retrains its link to a lower generation
+    to save power (and back to full speed under load), so Gen1 on an idle GPU is normal;
+    whether it is idle is NVML's "GPU idle" clock event reason. The maxima are NVML's for this GPU in this slot
     (nvmlDeviceGetMaxPcieLinkGeneration/Width); a slot slower than the GPU is a property of
     the server, not a fault, and is only named."""
     pl = gpu.pcie_link
@@ -192,17 +217,25 @@ def _pcie_link(gpu) -> tuple[str, str]:
     )
     status, notes = PASS, []
     if have_width and pl["width"] < pl["max_width"]:
-        status = WARN
-        notes.append(
-            f"link width x{pl['width']} of x{pl['max_width']}: reseat the GPU and its riser or "
-            "try another slot (DCGM_FR_PCIE_WIDTH)"
-        )
+        if board_form(gpu) == "sxm":
+            status = FAIL
+            notes.append(
+                f"link width x{pl['width']} of x{pl['max_width']} on an SXM module: a "
+                "hardware fault on the baseboard; drain the node, reseat the module and have "
+                "the board checked (DCGM_FR_PCIE_WIDTH)"
+            )
+        else:
+            status = WARN
+            notes.append(
+                f"link width x{pl['width']} of x{pl['max_width']}: reseat the GPU and its "
+                "riser or try another slot (DCGM_FR_PCIE_WIDTH)"
+            )
     if have_gen and pl["gen"] < pl["max_gen"]:
         reasons = gpu.clocks_event_reasons
         if reasons is not None and reasons & CLOCKS_IDLE:
             notes.append(f"Gen{pl['gen']} of Gen{pl['max_gen']} while idle (power saving)")
         else:
-            status = WARN
+            status = max(status, WARN, key=_SEVERITY.index)
             why = "under load" if reasons is not None else "(NVML cannot tell if it is idle)"
             notes.append(
                 f"Gen{pl['gen']} of Gen{pl['max_gen']} {why}: check the slot's PCIe speed in "
@@ -210,7 +243,12 @@ def _pcie_link(gpu) -> tuple[str, str]:
             )
     if status == PASS and pl.get("gpu_max_gen", 0) > pl.get("max_gen", 99):
         notes.append(f"the slot limits the GPU's Gen{pl['gpu_max_gen']} to Gen{pl['max_gen']}")
+    if status == WARN:
+        notes.append("a warning: the node still passes validation")
     return status, "; ".join([now, *notes]) if notes else f"{now}, the maximum"
+
+
+_SEVERITY = (PASS, WARN, FAIL)
 
 
 def _pcie_replay(gpu) -> tuple[str, str]:

@@ -343,7 +343,8 @@ def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:
             owner.xid_errors.append(entry)
         elif owner is None:
             inv.problems.append(
-                {"issue": "xid_unmatched", "pci_bus_id": event.bus.nvml,
+                {"issue": "xid_unmatched", "pci_bus_id": event.bus.nvml, "xid": event.xid,
+                 "verdict": event.verdict,
                  "detail": f"Xid {event.xid} on {event.bus.procfs}, a bus no GPU here has: "
                            f"{event.message or 'no message'}"}
             )  # fmt: skip
@@ -370,7 +371,8 @@ def attach_xid_events(inv: Inventory, events: list[tuple[str, int, int | None, i
         if owner is not None:
             owner.xid_errors.append(entry)
         else:
-            inv.problems.append({"issue": "xid_unmatched", "pci_bus_id": bus,
+            inv.problems.append({"issue": "xid_unmatched", "pci_bus_id": bus, "xid": code,
+                                 "verdict": verdict,
                                  "detail": f"Xid {code} delivered by NVML for {bus}, a bus no "
                                            "GPU here has"})  # fmt: skip
 

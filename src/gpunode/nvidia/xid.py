@@ -7,7 +7,23 @@ The driver logs each one as a kernel message (``NVRM`` prefix, bus id without th
 Where the log comes from: ``/dev/kmsg``, the kernel's ring buffer as records
 (``prio,seq,usec,flags;message``, one record per read, continuation lines starting with a
 blank), read without waiting: what the kernel still holds since boot. A plain text log
-(``dmesg`` output, a journal export) is read line by line with the same pattern.
+(``dmesg`` output, a journal export, kern.log) is read line by line.
+
+Only the driver may raise a verdict, and the log holds text others chose: any writer of
+/dev/kmsg (a root daemon, a pod given the device) adds records, and kernel lines print
+user-chosen strings (a memcg OOM line prints the cgroup path, which an unprivileged user
+names in a delegated subtree). So a record counts only if the kernel wrote it, facility 0:
+``prio`` below 8 (the kernel forces a userspace write onto LOG_USER or the facility it
+names, never 0), and only if its message *starts* with the driver's ``NVRM: Xid (PCI:``.
+A plain-text line counts only with that prefix right after the line's own header: a dmesg
+timestamp (``[  9.123456]``, ``-T``'s date, ``-r``'s ``<prio>`` below 8, ``-x``'s ``kern``
+facility), a syslog/journal timestamp and host with the ``kernel:`` tag, or nothing. A
+plain-text export cannot tell the kernel's lines from a process that tags itself
+``kernel`` (``logger -t kernel``): read /dev/kmsg (the default) or ``journalctl -k``
+(kernel transport only) where that matters. NVML's Xid events (gpunode.nvidia.xidevents)
+need no log at all: the driver delivers them to a registered process, so ``validate`` takes
+the ones raised while it runs from NVML; the history before it (the log since boot) has no
+second source, NVML delivering only events raised after registration.
 
 Classes follow NVIDIA's Xid catalogue: the codes NVIDIA's device plugin ignores because an
 application caused them (13, 31, 43, 45, 68, 109) only warn; memory, bus, NVLink, GSP and
@@ -33,6 +49,19 @@ _XID = re.compile(
 _PID = re.compile(r"\bpid=(?P<pid>'?[^,\s']*'?)")
 _NAME = re.compile(r"\bname=(?P<name>[^,]*)")
 _KMSG_RECORD = re.compile(r"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)")
+KERNEL_PRIO_END = 8  # prio = facility << 3 | level: below 8 is facility 0, the kernel's own
+# What may come before the driver's text on a plain-text line (see the module docstring):
+# dmesg -r's <prio>, dmesg -x's "kern  :warn  : ", a syslog/journal header (classic or
+# ISO-8601 time, host, the kernel tag), a bracketed time (dmesg, kern.log), dmesg's caller.
+_PLAIN_HEADER = re.compile(
+    r"(?:<(?P<prio>\d{1,10})>)?"
+    r"(?:kern *:[a-z]+ *: )?"
+    r"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.,+-]{8,40}Z?) \S{1,255} "
+    r"kernel: )?"
+    r"(?:\[[\w .:+-]{1,40}\] )?"
+    r"(?:\[ *[TC]\d{1,10}\] )?"
+    r"(?=NVRM: Xid \(PCI:)"
+)
 
 # (class, verdict, what to do)
 _APPLICATION = (
@@ -106,8 +135,8 @@ class XidEvent:
 
 
 def parse_line(text: str, usec: int | None = None) -> XidEvent | None:
-    """The Xid event a kernel message (or a dmesg/journal line holding one) reports."""
-    m = _XID.search(text)
+    """The Xid event a kernel message reports: one that starts with the driver's prefix."""
+    m = _XID.match(text)
     if m is None:
         return None
     bus = BusId.parse(m["bus"] + ".0")
@@ -130,13 +159,24 @@ def parse_line(text: str, usec: int | None = None) -> XidEvent | None:
 
 
 def parse_log(text: str) -> list[XidEvent]:
-    """Every Xid event in a log: /dev/kmsg records or plain lines, in order."""
+    """Every Xid event the driver logged, in order: /dev/kmsg records (a text whose first
+    line is one; then every other line, a record's continuation, is skipped) or plain-text
+    lines (see the module docstring for what counts)."""
     events = []
-    for line in text.splitlines():
+    lines = text.splitlines()
+    records = bool(lines) and _KMSG_RECORD.fullmatch(lines[0]) is not None
+    for line in lines:
         usec = None
-        record_match = _KMSG_RECORD.fullmatch(line)
-        if record_match is not None:
-            line, usec = record_match["text"], int(record_match["usec"])
+        if records:
+            m = _KMSG_RECORD.fullmatch(line)
+            if m is None or int(m["prio"]) >= KERNEL_PRIO_END:
+                continue  # a continuation line, or a record userspace wrote
+            line, usec = m["text"], int(m["usec"])
+        else:
+            h = _PLAIN_HEADER.match(line)
+            if h is None or (h["prio"] is not None and int(h["prio"]) >= KERNEL_PRIO_END):
+                continue
+            line = line[h.end() :]
         event = parse_line(line, usec)
         if event is not None:
             events.append(event)

@@ -19,7 +19,10 @@ BAD = ("fail", "warn")
 # status. A GPU whose faults are all listed here must show exactly those checks bad (two
 # faults on one check: the worse status), nothing else.
 SHOWS = {
-    "pcie_degraded": ("gpu.pcie_link", "warn"),
+    # a width drop fails on an SXM module (HGX/DGX baseboards, as DCGM judges it) and only
+    # warns on a PCIe card: injected() names the card's fault CARD_PCIE_DEGRADED
+    "pcie_degraded": ("gpu.pcie_link", "fail"),
+    "pcie_degraded (PCIe card)": ("gpu.pcie_link", "warn"),
     "pcie_replays": ("gpu.pcie_replay", "warn"),
     "clocks_hw_slowdown": ("gpu.clocks_event", "fail"),
     "clocks_sw_thermal": ("gpu.clocks_event", "warn"),
@@ -49,8 +52,20 @@ def injected(inventory: Path) -> dict[str, dict[int, list[str]]]:
         except ProfileError as exc:
             raise SimError(f"{inventory}: host {spec.name}: {exc}") from None
         gpus = sorted(profile.gpus, key=lambda g: g.bus_id.nvml.lower())
-        out[spec.name] = {i: sorted(g.faults) for i, g in enumerate(gpus)}
+        out[spec.name] = {i: gpu_faults(g) for i, g in enumerate(gpus)}
     return out
+
+
+CARD_PCIE_DEGRADED = "pcie_degraded (PCIe card)"
+
+
+def gpu_faults(gpu) -> list[str]:
+    """The GPU's faults; pcie_degraded on a PCIe card named CARD_PCIE_DEGRADED. A card is a
+    GPU whose model does not say SXM and that is not on an NVSwitch baseboard (the
+    profile's fabric: NVLinks on compute capability 9.0+): the profiles' SXM GPUs are
+    named "...-SXM..." (A100, V100) or sit on one (H100 80GB HBM3)."""
+    card = "SXM" not in gpu.model.upper() and not gpu.fabric
+    return sorted(CARD_PCIE_DEGRADED if f == "pcie_degraded" and card else f for f in gpu.faults)
 
 
 def compare(model: dict, expected: dict[str, dict[int, list[str]]]) -> list[str]:

@@ -34,6 +34,10 @@ costs memory and time in proportion to its size: each string offset is decoded o
 entry reuses the bytes of an offset met before), a string is at most MAX_STRING bytes, the
 entries at most MAX_ENTRIES, and the strings decoded in all at most STRING_BUDGET times the
 file's size; past any of these the file is a CacheError like any other corrupt cache.
+Sorting the entries for the new file costs in proportion to that too: a sort key is built
+once per distinct SONAME (sort_entries), and what a key costs beyond a few C-level passes
+over the name's bytes is its digit runs, which the parser bounds (one run per RUN_BYTES
+bytes of the file, in all the distinct SONAMEs).
 
 Only struct is imported: the hook imports this on every GPU container start.
 """
@@ -59,6 +63,12 @@ MAX_STRING = 4096  # PATH_MAX: no SONAME or path the loader opens is longer
 # of its path, so a real cache decodes up to about twice its string table; an image whose
 # entries all point at distinct places of one long string would decode far more.
 STRING_BUDGET = 4
+# Digit runs in the distinct SONAMEs: one per RUN_BYTES bytes of the file (plus RUN_SLACK
+# for a tiny file). A real cache has one per ~60 bytes (this host's: 630 runs in 36 KiB;
+# "libfoo.so.1.2.3" has 4); each run costs the sort key a dozen steps in Python's maps,
+# so 65,536 names of 2,048 one-digit runs each cost seconds, where the file is 1.5 MiB.
+RUN_BYTES = 8
+RUN_SLACK = 64
 GENERATOR = b"gpunode"
 
 FLAG_ELF_LIBC6 = 0x0003
@@ -121,15 +131,19 @@ class Entry:
 # ------------------------------------------------------------------ order
 
 
-def _int32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
-# Bytes as C's signed char order them, mapped to unsigned order (-128 -> 0, 0 -> 128).
-_SIGNED = bytes((c + 128) & 0xFF for c in range(256))
+# A name's bytes as C's char orders them (signed: -128 -> 0, 0 -> 128), except that digits
+# map to what the terminating NUL maps to: no byte of a name is NUL, so that value marks
+# the digits alone, and splitting on it leaves the non-digit segments.
+_SEP = {True: "\x80", False: "\0"}
+_KEYMAP = {
+    signed: bytes(
+        ord(_SEP[signed]) if 48 <= c <= 57 else ((c + 128) & 0xFF if signed else c)
+        for c in range(256)
+    )
+    for signed in (True, False)
+}
+_DIGITS_ONLY = bytes(c if 48 <= c <= 57 else 32 for c in range(256))  # non-digits -> space
 _DIGIT_MASK = bytes(49 if 48 <= c <= 57 else 48 for c in range(256))  # b"1" digit else b"0"
-_RUN = chr(0x100)  # a digit run: above every char
 
 
 def run_value(run: bytes) -> int:
@@ -151,28 +165,44 @@ def libcmp_key(name: bytes, signed_char: bool = True) -> str:
     walks both names: a digit run is one number (accumulated in a C int, which wraps for
     runs over 9 digits, as here) and is greater than any non-digit; other bytes compare
     as C ``char`` values, the terminating NUL included (so with a signed char, byte 0xff
-    sorts before the end of a name). The key: each byte as a code point in its char
-    order, each digit run as a mark above all of them plus its value in two fixed-width
-    code points, the NUL at the end. Built with bytes.translate and find per digit run,
-    not per byte: the hook sorts a whole image cache on every GPU container start."""
-    chars = (name.translate(_SIGNED) if signed_char else name).decode("latin-1")
-    term = "\x80" if signed_char else "\0"
-    mask = name.translate(_DIGIT_MASK)
-    j = mask.find(b"1")
-    if j < 0:
-        return chars + term
-    out = []
-    i = 0
-    while j >= 0:
-        k = mask.find(b"0", j)
-        if k < 0:
-            k = len(name)
-        u = _int32(run_value(name[j:k])) + (1 << 31)
-        out += (chars[i:j], _RUN, chr(0x200 + (u >> 16)), chr(0x200 + (u & 0xFFFF)))
-        i = k
-        j = mask.find(b"1", k)
-    out += (chars[i:], term)
-    return "".join(out)
+    sorts before the end of a name). The key: each non-digit byte as one code point in
+    its char order (0-255), each digit run as three code points from U+0100 (above every
+    byte; its signed value plus 2**31 in 12+10+10 bits), the NUL at the end.
+
+    Cost: the hook sorts a whole image cache on every GPU container start, and the names
+    come from the image. No step is per byte in Python: the segments and runs are cut by
+    bytes.translate and split, and each run's three code points come from maps over all
+    runs at once. A key stays within U+1FFF (two bytes per code point, never four) and
+    holds at most two code points per byte of the name (a one-digit run and the non-digit
+    after it: two bytes, four code points): at most four bytes of key per byte of name."""
+    sep = _SEP[signed_char]
+    chars = name.translate(_KEYMAP[signed_char]).decode("latin-1")
+    if sep not in chars:
+        return chars + sep
+    runs = name.translate(_DIGITS_ONLY).split()
+    segs = chars.split(sep)  # one per digit: the segments, "" between a run's digits
+    if len(segs) != len(runs) + 1 or "" in segs:
+        segs = list(filter(None, segs))  # the non-digit segments, in order
+        if 48 <= name[0] <= 57:
+            segs.insert(0, "")  # the name starts with a run
+        if len(segs) == len(runs):
+            segs.append("")  # and ends with one
+    if len(runs) < 16:  # a real SONAME ("libfoo.so.1.2.3"): a loop is cheaper than the maps
+        out = []
+        for seg, run in zip(segs, runs):  # noqa: B905 (segs: one more)
+            u = (int(run) if len(run) <= 9 else run_value(run)) ^ 0x80000000
+            out += (seg, chr(0x100 + (u >> 20)), chr(0x100 + ((u >> 10) & 0x3FF)))
+            out.append(chr(0x100 + (u & 0x3FF)))
+        out += (segs[-1], sep)
+        return "".join(out)
+    values = map(int if max(map(len, runs)) <= 9 else run_value, runs)
+    # _int32(v) + 2**31 of the unsigned 32-bit value v: its top bit flipped
+    us = list(map((0x80000000).__xor__, map((0xFFFFFFFF).__and__, values)))
+    hi = map(chr, map((0x100).__add__, map((20).__rrshift__, us)))
+    mid = map(chr, map((0x100).__add__, map((0x3FF).__and__, map((10).__rrshift__, us))))
+    lo = map(chr, map((0x100).__add__, map((0x3FF).__and__, us)))
+    runs_chars = map(str.__add__, map(str.__add__, hi, mid), lo)
+    return "".join(map(str.__add__, segs, runs_chars)) + segs[-1] + sep
 
 
 def libcmp(a: bytes, b: bytes, signed_char: bool = True) -> int:
@@ -196,7 +226,13 @@ def sort_entries(entries: list[Entry], signed_char: bool = True) -> list[Entry]:
     if any(e.hwcap or e.osversion or e.hwcaps is not None for e in out):
         out.sort(key=legacy, reverse=True)
         out.sort(key=lambda e: (0, e.hwcaps) if e.hwcaps is not None else (1, b""))
-    out.sort(key=lambda e: (libcmp_key(e.soname, signed_char), e.flags), reverse=True)
+    # One key per distinct name, not per entry: this is what keeps sorting an image's cache
+    # in proportion to its size. 65,536 entries may name one 4,095-byte SONAME; the distinct
+    # names are what the parser decoded within STRING_BUDGET times the file (so are their
+    # keys, at most four bytes per name byte: see libcmp_key), their digit runs within its
+    # run budget. Entries of one name share one key object: compared by identity.
+    keys = {name: libcmp_key(name, signed_char) for name in {e.soname for e in out}}
+    out.sort(key=lambda e: (keys[e.soname], e.flags), reverse=True)
     return out
 
 
@@ -256,7 +292,20 @@ def _parse_new(data: bytes, base: int, end: str) -> list[Entry]:
                 continue  # its subdirectory is not known (anymore): the loader skips it too
             name = hwcaps[hwcap & 0xFFFFFFFF]
         out.append(Entry(at(key), at(value), fl, hwcap, osv, name))
-    return out
+    return _runs_checked(out, len(data))
+
+
+def _runs_checked(entries: list[Entry], size: int) -> list[Entry]:
+    """``entries``, once the digit runs of their distinct SONAMEs are found within one per
+    RUN_BYTES bytes of the file (the sort's cost, see RUN_BYTES). Counted in C: the names
+    joined by NUL (no digit), digits mapped to b"1" and the rest to b"0", a run being
+    where b"01" occurs (or the start)."""
+    mask = b"\0".join({e.soname for e in entries}).translate(_DIGIT_MASK)
+    if mask.count(b"01") + mask.startswith(b"1") > RUN_SLACK + size // RUN_BYTES:
+        raise CacheError(
+            f"its names hold more than one digit run per {RUN_BYTES} bytes of the file"
+        )
+    return entries
 
 
 def _check_count(nlibs: int) -> None:
@@ -308,10 +357,11 @@ def parse(data: bytes, machine: str = "x86_64") -> list[Entry]:
         return _parse_new(data, new, end)
     _check_count(nlibs)
     at = _Strings(data, table_end).at
-    return [
+    entries = [
         Entry(at(key), at(value), fl)
         for fl, key, value in struct.iter_unpack(end + "iII", data[OLD_HEADER:table_end])
     ]
+    return _runs_checked(entries, len(data))
 
 
 # ------------------------------------------------------------------ writing

@@ -122,7 +122,7 @@ def _read_text(path: str) -> str:
 def read_vars(path: str) -> dict[str, Any]:
     """The vars file (``-``: standard input) as a mapping; one-line BadInput for anything
     else."""
-    import yaml
+    from ..util import boundedyaml
 
     try:
         text = _read_text(path)
@@ -130,10 +130,14 @@ def read_vars(path: str) -> dict[str, Any]:
         why = getattr(exc, "strerror", None) or str(exc)
         raise BadInput(f"--vars {path}: cannot read ({why})") from None
     try:
-        data = yaml.safe_load(text) if not text.lstrip().startswith("{") else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        # YAML within gpunode.util.boundedyaml's bounds (a vars file may come from a shared
+        # repository or a ConfigMap: an alias bomb or 5,000 '[' is one line, not a traceback)
+        data = boundedyaml.loads(text) if not text.lstrip().startswith("{") else json.loads(text)
+    except (boundedyaml.YamlError, json.JSONDecodeError) as exc:
         first = " ".join(str(exc).split())[:160]
         raise BadInput(f"--vars {path}: not valid YAML/JSON ({first})") from None
+    except RecursionError:
+        raise BadInput(f"--vars {path}: not valid YAML/JSON (nested too deeply)") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -10,20 +10,26 @@ report names the same GPU whatever else is broken. The UUID is always given when
 
 GPU count: every GPU the node has (as above) against the expected count; a lost GPU or a
 missing device node fails its own checks, not the count, so each fault shows once.
+
+node.xid: an Xid the driver logged (or NVML delivered) for a bus none of the node's GPUs
+has. A GPU that fell off the bus so completely that neither NVML nor the kernel module
+lists it any more leaves exactly this behind, and no GPU row could show it: the check
+names the bus, at the Xid's own verdict (an application Xid warns, any other fails).
 """
 
 from __future__ import annotations
 
 import time
 
-from ..nvidia import health, inventory
+from ..nvidia import health, inventory, xid
 from .expect import Expectations
-from .model import FAIL, PASS, SKIP, Check, Gpu, MigDevice
+from .model import FAIL, PASS, SKIP, WARN, Check, Gpu, MigDevice
 
 TITLES = {
     "node.driver": "NVIDIA driver present",
     "node.nvml": "NVML usable",
     "node.gpu_count": "GPU count",
+    "node.xid": "Xid errors on a bus no GPU has (a GPU gone from the bus)",
     **health.CHECKS,
 }
 GPU_CHECKS = list(health.CHECKS)
@@ -77,6 +83,7 @@ def evaluate(
     else:
         st = PASS if found == expect.gpus else FAIL
         add("node.gpu_count", st, f"{found} GPU(s), expected {expect.gpus}", t=seconds)
+    add("node.xid", *_unmatched_xids(inv))
     for g, entry in zip(gpus, listing, strict=True):
         start = time.monotonic()
         verdicts = health.verdicts(g)
@@ -87,6 +94,23 @@ def evaluate(
         for cid, status, detail in verdicts:
             add(cid, status, detail, entry, t)
     return listing, checks
+
+
+def _unmatched_xids(inv: inventory.Inventory) -> tuple[str, str]:
+    found = [p for p in inv.problems if p.get("issue") == "xid_unmatched"]
+    if not found:
+        if inv.kernel_log is not None:
+            return SKIP, inv.kernel_log
+        return PASS, "every Xid logged is on one of the node's GPUs"
+    buses = list(dict.fromkeys(p["pci_bus_id"] for p in found))
+    worst = next((p for p in found if p.get("verdict") == FAIL), found[-1])
+    status = FAIL if worst.get("verdict") == FAIL else WARN
+    what = xid.classify(worst["xid"])[2] if "xid" in worst else ""
+    return status, (
+        f"{len(found)} Xid error(s) on {', '.join(buses)}, a bus none of the node's GPUs has "
+        f"(a GPU gone from NVML and the driver's list): {worst['detail']}"
+        + (f" — {what}" if what else "")
+    )
 
 
 def collect() -> tuple[inventory.Inventory | None, str | None, float]:

@@ -8,6 +8,7 @@ at. The host's ldconfig reads the caches back (``ldconfig -p -C``).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import stat
@@ -24,6 +25,7 @@ from gpunode.runtime import edits, firststage, oci
 from gpunode.util import ldsocache
 
 from ..helpers import cc, snapshot
+from ..util.test_ldsocache import SORT_BOMBS, sort_bomb
 from .helpers import CLEAN_ENV, HOOK, SRC, run_hook
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -319,7 +321,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 def _peak_kib(root: Path) -> tuple[int, str]:
     proc = subprocess.run(
         [sys.executable, "-c", PEAK_PROBE, str(root)],
-        capture_output=True, text=True, env=CLEAN_ENV, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=CLEAN_ENV,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     return int(proc.stdout), proc.stderr
@@ -364,3 +370,49 @@ def test_any_failure_reading_or_sorting_the_images_cache_falls_back(ld_rootfs, m
     assert listing(ld_rootfs / "etc/ld.so.cache") == [
         f"libcuda.so.1 (libc6,x86-64) => {LIBDIR}/libcuda.so.1"
     ]
+
+
+BOUNDED_PROBE = r"""
+import resource, sys
+# Generous bounds the whole path (parse, merge, sort, write) must stay within on a 1.5-7 MiB
+# image cache; before sort keys were built per distinct name, 65,536 entries of one
+# 4,095-byte name of digit runs took ~280 s of CPU and 1-2 GiB (ucs4: four bytes a code point).
+resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
+resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+from gpunode.hook import ldcache
+ldcache.update_container_cache(sys.argv[1], [("libcuda.so.1", "/usr/lib/libcuda.so.1")], [])
+"""
+
+
+@pytest.mark.parametrize("kind", SORT_BOMBS)
+def test_sorting_a_hostile_cache_is_bounded_by_its_size(rootfs, kind):
+    """The review's sort finding: the rootfs step (the shim and this hook share it) run in a
+    fresh process under a CPU and an address-space limit, on the worst caches for the sort
+    (sort_bomb). The valid ones keep every entry, in glibc's order; the one whose names
+    hold more digit runs than the file's size allows is refused in one line."""
+    cache = rootfs / "etc/ld.so.cache"
+    cache.parent.mkdir(exist_ok=True)
+    cache.write_bytes(sort_bomb(kind))
+    proc = subprocess.run(
+        [sys.executable, "-c", BOUNDED_PROBE, str(rootfs)],
+        capture_output=True,
+        text=True,
+        env=CLEAN_ENV,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
+    entries = ldsocache.parse(cache.read_bytes())
+    if kind == "distinct-digit-runs":
+        assert proc.stderr == (
+            "gpunode-hook: the image's /etc/ld.so.cache is not usable (its names hold more "
+            "than one digit run per 8 bytes of the file); rebuilt with the injected "
+            "libraries only\n"
+        )
+        assert [e.soname for e in entries] == [b"libcuda.so.1"]
+        return
+    assert proc.stderr == ""
+    assert len(entries) == ldsocache.MAX_ENTRIES
+    names = list(dict.fromkeys(e.soname for e in entries))  # distinct, in file order
+    assert b"libcuda.so.1" in names
+    assert all(ldsocache.libcmp(a, b) > 0 for a, b in itertools.pairwise(names))

@@ -3,11 +3,14 @@ accepted."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
 from gpunode.mig import MigConfigError
 from gpunode.mig.config import load, parse
+from gpunode.util.boundedyaml import describe
 
 GOOD = """
 version: v1
@@ -105,3 +108,91 @@ def test_load(tmp_path):
         load(str(path), "x")
     with pytest.raises(MigConfigError, match=r"missing.yaml: cannot be read \(No such file"):
         load(str(tmp_path / "missing.yaml"), "x")
+
+
+LOL = '["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]'
+
+
+def _alias_bomb(levels: int) -> str:
+    """Nine aliases per level, each level's anchor defined at its first use (the file's
+    keys are checked, so the bomb lives in the one value shown in the error)."""
+    text = f"&l0 {LOL}"
+    for i in range(1, levels + 1):
+        text = f"&l{i} [{text}, " + ", ".join([f"*l{i - 1}"] * 8) + "]"
+    return text
+
+
+def _merge_bomb(levels: int) -> str:
+    lines = ["m0: &m0 {" + ", ".join(f"k{i}: {i}" for i in range(9)) + "}"]
+    for i in range(1, levels + 1):
+        lines.append(f"m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 9) + "]}")
+    return "\n".join(lines)
+
+
+HOSTILE = {
+    # the review's: nine aliases per level, shown whole in the error (552 bytes: 18.8 s,
+    # 645 MiB at 8 levels; 9 levels ~6 GiB)
+    "alias-bomb": (
+        "version: v1\nmig-configs: {x: [{devices: " + _alias_bomb(9) + ", mig-enabled: true}]}",
+        r"mig-configs\.x\[0\]\.devices: \[\[\[\[\[\[\[\[\[\['lol', 'lol'.*\.\.\. \(a list of 9 "
+        r"items\) is not accepted; accepted: all or a list of GPU indexes such as \[0, 1\]$",
+    ),
+    "merge-bomb": (
+        _merge_bomb(12) + "\nversion: v1\nmig-configs: {x: [{devices: all, mig-enabled: true}]}",
+        r"not valid YAML at line \d+: merge keys copy more than 100000 pairs; accepted: a "
+        r"mig-parted YAML file \(at most 1048576 bytes, 100000 nodes, 64 levels deep\)$",
+    ),
+    "nested": ("[" * 5000, r"not valid YAML at line 1: nested deeper than 64 levels; accepted"),
+    "nodes": (
+        "[" + "0, " * 200_000 + "]",
+        r"not valid YAML at line 1: more than 100000 nodes \(aliases counted each use\)",
+    ),
+    "huge": ("version: v1\n#" + "x" * (1 << 20), r"larger than 1048576 bytes; accepted"),
+    "long-int": (
+        "version: v1\nmig-configs: {x: [{devices: [" + "1" * 5000 + "], mig-enabled: true}]}",
+        r"not valid YAML: ValueError: Exceeds the limit \(4300 digits\)",
+    ),
+}
+
+BOUNDED_LOAD = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from gpunode.mig import MigConfigError
+from gpunode.mig.config import load
+try:
+    load(sys.argv[1], "x")
+except MigConfigError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_yaml_is_one_line_within_bounds(tmp_path, case):
+    """Each in a fresh process under a CPU and address-space limit: before, the alias bomb
+    ran out of memory showing the value, the merge bomb copying pairs, 5,000 '[' raised
+    RecursionError and a 5,000-digit number ValueError, both as tracebacks."""
+    import subprocess
+    import sys
+
+    doc, message = HOSTILE[case]
+    path = tmp_path / "mig.yaml"
+    path.write_text(doc)
+    proc = subprocess.run(
+        [sys.executable, "-c", BOUNDED_LOAD, str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr[-600:])
+    assert proc.stdout.count("\n") == 1 and len(proc.stdout) < 400, proc.stdout[:400]
+    assert re.search(message, proc.stdout), proc.stdout
+
+
+def test_describe_shows_small_values_whole_and_large_ones_by_type_and_size():
+    assert describe([-1]) == "[-1]" and describe({"1g.10gb": 7}) == "{'1g.10gb': 7}"
+    assert describe("x" * 100) == "'" + "x" * 27 + "... (a string of 100 characters)"
+    assert describe(list(range(1000))).endswith("... (a list of 1000 items)")
+    assert describe(10**400) == "<an integer of 1329 bits>"
+    shared: list = ["lol"] * 9
+    for _ in range(30):  # 9**30 'lol's if expanded
+        shared = [shared] * 9
+    assert len(describe(shared)) <= 60

@@ -29,7 +29,10 @@ FAULTS = [
     ({"xid_errors": [XID79]}, "gpu.xid", "fail", ["xid_error"]),
     ({"xid_errors": [XID13, XID13]}, "gpu.xid", "warn", ["xid_application_error"]),
     ({"pcie_link": {"gen": 4, "max_gen": 4, "width": 8, "max_width": 16}}, "gpu.pcie_link",
-     "warn", ["pcie_link_degraded"]),
+     "fail", ["pcie_link_degraded"]),  # an SXM module (the fake's A100-SXM4)
+    ({"pcie_link": {"gen": 4, "max_gen": 4, "width": 8, "max_width": 16},
+      "name": "NVIDIA A100 80GB PCIe", "fabric": None}, "gpu.pcie_link", "warn",
+     ["pcie_link_degraded"]),
     ({"pcie_replays": 9}, "gpu.pcie_replay", "warn", ["pcie_replays"]),
     ({"clocks_event_reasons": 0x8}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
     ({"clocks_event_reasons": 0x40}, "gpu.clocks_event", "fail", ["clocks_hw_slowdown"]),
@@ -106,11 +109,40 @@ def verdict(check, **fault):
     return {c: (s, d) for c, s, d in health.verdicts(healthy_gpu(0, **fault))}[check]
 
 
-def test_pcie_width_below_the_maximum_warns_whatever_the_load():
+NO_FABRIC = {"state": 0}  # nvmlGpuFabricState NOT_SUPPORTED: no NVSwitch baseboard
+
+
+@pytest.mark.parametrize(
+    ("name", "fabric", "status"),
+    [
+        ("NVIDIA A100-SXM4-80GB", NO_FABRIC, "fail"),
+        ("Tesla V100-SXM2-32GB", None, "fail"),
+        ("NVIDIA H100 80GB HBM3", NO_FABRIC, "fail"),  # SXM5; its card is "H100 PCIe"
+        ("NVIDIA B200", None, "fail"),
+        ("NVIDIA Graphics Device", {"state": 3, "status": 0}, "fail"),  # on an NVSwitch fabric
+        ("NVIDIA H100 PCIe", NO_FABRIC, "warn"),
+        ("NVIDIA H100 NVL", NO_FABRIC, "warn"),
+        ("NVIDIA H200 NVL", None, "warn"),
+        ("NVIDIA A100 80GB PCIe", None, "warn"),
+        ("Tesla T4", None, "warn"),
+    ],
+)
+def test_pcie_width_below_the_maximum_fails_on_an_sxm_module_and_warns_on_a_card(
+    name, fabric, status
+):
+    """DCGM fails a width drop on SXM/HGX boards; on a card it is a warning, and the detail
+    says the node still passes. Whatever the load."""
     for reasons in (0x1, 0x0, None):
-        status, detail = verdict("gpu.pcie_link", clocks_event_reasons=reasons,
-                                 pcie_link={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16})
-        assert status == "warn" and "x8 of x16" in detail and "DCGM_FR_PCIE_WIDTH" in detail
+        got, detail = verdict(
+            "gpu.pcie_link",
+            clocks_event_reasons=reasons,
+            name=name,
+            fabric=fabric,
+            pcie_link={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16},
+        )
+        assert got == status and "x8 of x16" in detail and "DCGM_FR_PCIE_WIDTH" in detail
+        assert ("the node still passes validation" in detail) == (status == "warn"), detail
+        assert ("SXM module" in detail) == (status == "fail"), detail
 
 
 def test_pcie_generation_below_the_maximum_is_normal_only_while_idle():

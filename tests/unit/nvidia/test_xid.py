@@ -105,3 +105,107 @@ def test_the_inventory_gives_each_gpu_its_xids_and_names_the_rest(tmp_path):
     assert unread.gpus[0].xid_errors is None
     assert "the kernel log cannot be read" in unread.kernel_log
     assert unread.to_dict()["kernel_log_error"] == unread.kernel_log
+
+
+FORGED = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+MEMCG = "/user.slice/user-1000.slice/user@1000.service/app.slice/" + FORGED
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        # /dev/kmsg records userspace wrote (echo ... > /dev/kmsg): the kernel forces them
+        # onto LOG_USER (prio 8 + level), or the facility they name, never facility 0
+        f"12,1030,9400000,-;{FORGED}",
+        f"14,1031,9400001,-;{FORGED}",
+        f"190,1032,9400002,-;{FORGED}",  # local7.info
+        # genuine kernel records embedding a cgroup path an unprivileged user named
+        "6,1033,9500000,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+        f"mems_allowed=0,oom_memcg={MEMCG},task_memcg={MEMCG},task=x,pid=77,uid=1000",
+        f"6,1034,9500001,-;Memory cgroup stats for {MEMCG}:",
+        f"4,1035,9500002,-;memory: usage 1024kB, limit 1024kB, failcnt 3 {FORGED}",
+        # a record's continuation line (the kernel's dictionary) is never a message
+        f" DEVICE=+pci:{FORGED}",
+    ],
+    ids=["user", "user-info", "local7", "oom-kill", "memcg-stats", "mid-line", "continuation"],
+)
+def test_forged_kmsg_records_raise_nothing(record):
+    """Before: any record, whatever its facility, with the driver's text anywhere in it
+    failed the GPU at the bus it named (the review: gpu.xid fail, 'drain, reboot')."""
+    text = KMSG + record + "\n"
+    assert [e.usec for e in xid.parse_log(text)] == [9123456, 9200000, 9300000]
+
+
+@pytest.mark.parametrize(
+    ("line", "counts"),
+    [
+        (f"[    9.123456] {FORGED}", True),  # dmesg
+        (f"[Tue Nov 25 06:00:01 2026] {FORGED}", True),  # dmesg -T
+        (f"<4>[    9.123456] {FORGED}", True),  # dmesg -r, kernel facility
+        (f"kern  :warn  : [    9.123456] {FORGED}", True),  # dmesg -x
+        (f"Nov 25 06:00:01 node1 kernel: {FORGED}", True),  # journalctl, syslog
+        (f"Nov 25 06:00:01 node1 kernel: [    9.123456] {FORGED}", True),  # kern.log
+        (f"2026-11-25T06:00:01.123456+00:00 node1 kernel: {FORGED}", True),  # rsyslog ISO
+        (f"[    9.123456] [    T812] {FORGED}", True),  # dmesg with caller id
+        (FORGED, True),  # dmesg --notime
+        (f"<12>[    9.123456] {FORGED}", False),  # dmesg -r: user facility
+        (f"user  :warn  : [    9.123456] {FORGED}", False),  # dmesg -x: user facility
+        (f"Nov 25 06:00:01 node1 evil[123]: {FORGED}", False),  # another process's line
+        (f"[    9.5] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg={MEMCG},task=x", False),
+        (f"Nov 25 06:00:01 node1 kernel: Memory cgroup stats for {MEMCG}:", False),
+        (f"[    9.5] x {FORGED}", False),
+    ],
+)
+def test_plain_text_lines_count_only_right_after_their_header(line, counts):
+    assert len(xid.parse_log(line + "\n")) == (1 if counts else 0), line
+
+
+def test_the_simulated_drivers_lines_are_still_caught(tmp_path):
+    """The simulator logs as the driver does (prio 4: kernel facility, warning level)."""
+    from gpunode.sim import xidraise
+
+    kmsg, events = tmp_path / "kmsg", tmp_path / "events"
+    kmsg.write_text(KMSG)
+    line = xidraise.raise_xid("0000:3b:00.0", "79", kmsg=kmsg, events=events)
+    (record,) = kmsg.read_text().splitlines()[-1:]
+    assert record.startswith("4,") and record.endswith(line)
+    got = xid.parse_log(xid.read_kernel_log(str(kmsg)))
+    assert [(e.xid, e.bus.procfs) for e in got][-1] == (79, "0000:3b:00.0")
+    assert len(got) == 4
+
+
+def test_an_xid_on_a_bus_no_gpu_has_is_a_node_finding_naming_the_bus(tmp_path):
+    """A GPU gone so completely that NVML and the driver no longer list it leaves only its
+    Xid in the log: validate's node.xid fails naming the bus (an application Xid there
+    warns), where before nothing showed it."""
+    from gpunode.nvidia.inventory import Inventory, attach_xid_errors
+    from gpunode.validate import gpus as vgpus
+    from gpunode.validate.expect import Expectations
+
+    from ..validate.fakes import healthy_gpu
+
+    def node_xid(log_text: str | None) -> tuple[str, str]:
+        inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03",
+                        [healthy_gpu(0, pci_bus_id="00000000:D8:00.0", xid_errors=None)])  # fmt: skip
+        log = tmp_path / "kmsg"
+        if log_text is None:
+            log.unlink(missing_ok=True)
+        else:
+            log.write_text(log_text)
+        attach_xid_errors(inv, str(log))
+        _, checks = vgpus.evaluate(inv, None, Expectations(gpus=1), 0.0)
+        (check,) = [c for c in checks if c.id == "node.xid"]
+        assert check.gpu is None  # a node-level finding, on no GPU's row
+        return check.status, check.detail
+
+    status, detail = node_xid(KMSG)  # 79 on bus 3b and 48 on bus 07: no GPU there
+    assert status == "fail"
+    assert "00000000:3B:00.0, 00000000:07:00.0, a bus none of the node's GPUs has" in detail
+    assert "Xid 79 on 0000:3b:00.0" in detail and "drain, reboot" in detail
+    only_app = "4,1,5,-;NVRM: Xid (PCI:0000:5e:00): 13, pid=1, name=x, Graphics Exception\n"
+    assert node_xid(only_app)[0] == "warn"
+    assert node_xid("4,1,5,-;NVRM: Xid (PCI:0000:d8:00): 79, pid=1, name=x, gone\n") == (
+        "pass",
+        "every Xid logged is on one of the node's GPUs",
+    )
+    assert node_xid(None)[0] == "skip"

@@ -276,3 +276,15 @@ def test_results_file_entry_also_in_another_file_names_both(tmp_path):
         results.ResultError, match=r"n2\.json: node 'n2' is also in .*all\.json results\[1\]"
     ):
         model_from([str(tmp_path)])
+
+
+def test_a_result_file_nested_without_end_is_one_line(tmp_path):
+    """A node's result file is the node's to write: 100,000 '[' make json.loads recurse until
+    RecursionError, caught as one line (and each string is scanned once: the load is
+    linear in the file)."""
+    f = tmp_path / "n1.json"
+    f.write_text('{"schema": ' + "[" * 100_000)
+    with pytest.raises(results.ResultError) as exc:
+        results.load(str(f))
+    assert "is nested too deeply to be a result" in str(exc.value)
+    assert "\n" not in str(exc.value)

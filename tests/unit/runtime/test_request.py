@@ -25,6 +25,7 @@ def select_gpus(r, gpus):
     """The GPUs whose device node the container gets."""
     return select_devices(r, gpus).device_gpus
 
+
 CUDA_IMAGE = {"CUDA_VERSION": "12.2.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.2"}
 LEGACY_IMAGE = {"CUDA_VERSION": "9.0.116"}
 DEFAULT_CAPS = frozenset({"compute", "utility"})
@@ -820,3 +821,17 @@ def test_a_digit_run_of_any_length_is_an_unknown_device_not_a_crash(devices):
     that is no RequestError's one line."""
     with pytest.raises(RequestError, match=r"^unknown (MIG )?device '"):
         select_gpus(req(devices=(devices,)), GPUS)
+
+
+def test_a_requirement_of_thousands_of_digits_is_one_unsatisfied_line():
+    """An image's NVIDIA_REQUIRE_CUDA=cuda>=111...1 (5,000 digits): util.versions compared it
+    with int(), whose ValueError (more than 4,300 digits) reached the create as a
+    traceback; now it is a version no driver meets, said in one line."""
+    r = parse_request(
+        {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_REQUIRE_CUDA": "cuda>=" + "1" * 5000}
+    )
+    with pytest.raises(RequestError) as exc:
+        check_requirements(r, NODE, GPUS)
+    assert str(exc.value).startswith("unsatisfied condition: cuda>=111") and "\n" not in str(
+        exc.value
+    )

@@ -10,7 +10,7 @@ import yaml
 
 from gpunode.cli.main import main
 from gpunode.report import results
-from gpunode.sim.expected import compare, describe, injected, shows
+from gpunode.sim.expected import compare, describe, gpu_faults, injected, shows
 from gpunode.sim.profiles import load_profile
 
 from ..report.synthetic import result
@@ -85,11 +85,11 @@ def h100_report(shown: dict[int, dict[str, str]]) -> tuple[dict, dict]:
     model = results.merge([("h100.json", results.check_result(doc, "x"))])
     profile = load_profile("h100x8-degraded")
     gpus = sorted(profile.gpus, key=lambda g: g.bus_id.nvml.lower())
-    return model, {"h100": {i: sorted(g.faults) for i, g in enumerate(gpus)}}
+    return model, {"h100": {i: gpu_faults(g) for i, g in enumerate(gpus)}}
 
 
 EXACT = {
-    0: {"gpu.pcie_link": "warn"}, 1: {"gpu.pcie_replay": "warn"},
+    0: {"gpu.pcie_link": "fail"}, 1: {"gpu.pcie_replay": "warn"},
     2: {"gpu.clocks_event": "fail"}, 3: {"gpu.clocks_event": "warn"}, 4: {"gpu.nvlink": "fail"},
     5: {"gpu.inforom": "fail"}, 6: {"gpu.fabric_manager": "fail"},
 }  # fmt: skip
@@ -104,10 +104,16 @@ def test_the_link_faults_must_show_exactly_their_check_and_status():
         "h100: GPU 4 has faults nvlink_down: shows gpu.lost fail, gpu.nvlink fail; expected "
         "gpu.nvlink fail",
     ]
+    # an SXM module's width drop that only warns (the node would pass) is a wrong verdict
+    assert compare(*h100_report({**EXACT, 0: {"gpu.pcie_link": "warn"}})) == [
+        "h100: GPU 0 has faults pcie_degraded: shows gpu.pcie_link warn; expected "
+        "gpu.pcie_link fail"
+    ]
     assert compare(*h100_report({**EXACT, 7: {"gpu.nvlink": "fail"}})) == [
         "h100: GPU 7 (no fault injected): gpu.nvlink fail"
     ]
     assert shows(["clocks_sw_thermal", "clocks_hw_slowdown"]) == {"gpu.clocks_event": "fail"}
     assert shows(["nvlink_down", "ecc_uncorrectable"]) is None  # not all known: looser rule
     lines = describe(h100_report(EXACT)[1])
-    assert lines[0] == "h100 GPU 0: pcie_degraded (gpu.pcie_link warn)" and len(lines) == 7
+    assert lines[0] == "h100 GPU 0: pcie_degraded (gpu.pcie_link fail)" and len(lines) == 7
+    assert shows(["pcie_degraded (PCIe card)"]) == {"gpu.pcie_link": "warn"}

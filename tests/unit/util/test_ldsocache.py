@@ -430,3 +430,37 @@ def test_a_digit_run_of_any_length_sorts_as_glibc_accumulates_it():
     # such a SONAME cannot come from an image's cache any more: longer than a string may be
     with pytest.raises(L.CacheError, match="longer than 4096 bytes"):
         L.parse(L.build(entries))
+
+
+SORT_BOMBS = ["one-name-digit-runs", "one-name-ucs4", "distinct-digit-runs", "distinct-names"]
+
+
+def sort_bomb(kind: str) -> bytes:
+    """A new-format cache built to make sorting its entries cost (the review's ld.so.cache
+    sort finding); each a valid cache up to the parser's bounds:
+
+    * one-name-digit-runs: 65,536 entries naming one 4,095-byte SONAME of one-digit runs
+      (``1a1a...``, 2,048 runs);
+    * one-name-ucs4: the same with runs whose values are near 2**32 (a key of one code
+      point per run above U+FFFF would make it four bytes per code point);
+    * distinct-digit-runs: 1,600 distinct names of 4,092-4,095 bytes, of one-digit runs
+      after an 8-digit number (400 strings, four offsets into each), within the string
+      budget;
+    * distinct-names: 65,536 distinct 91-byte names of four runs each, well within the
+      string and run budgets (the most work a cache the parser accepts can ask for)."""
+    if kind.startswith("one-name"):
+        unit = b"1a" if kind == "one-name-digit-runs" else b"4294967295a"
+        text = (unit * (4095 // len(unit) + 1))[:4095] + b"\0"
+        offsets = [0] * (L.MAX_ENTRIES - 1)  # and the hook adds one
+    elif kind == "distinct-digit-runs":
+        text = b"".join(b"%08da" % c + b"1a" * 2042 + b"1\0" for c in range(400))
+        offsets = [4096 * c + i for c in range(400) for i in range(4)]
+    else:
+        text = b"".join(b"%08d" % i + b"x" * 78 + b"1a2b3\0" for i in range(L.MAX_ENTRIES - 1))
+        offsets = [92 * i for i in range(L.MAX_ENTRIES - 1)]
+    nlibs = len(offsets)
+    strings = L.NEW_HEADER + nlibs * L.NEW_ENTRY
+    entries = b"".join(
+        struct.pack("<iIIIQ", X86, strings + off, strings + off, 0, 0) for off in offsets
+    )
+    return L.NEW_MAGIC + struct.pack("<IIB3xI12x", nlibs, len(text), 2, 0) + entries + text

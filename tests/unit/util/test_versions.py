@@ -38,3 +38,17 @@ def test_one_home():
 def test_not_a_number_raises_value_error():
     with pytest.raises(ValueError):
         versions.key("12.x")
+
+
+def test_a_component_of_thousands_of_digits_compares_without_int():
+    """An image's NVIDIA_REQUIRE_CUDA=cuda>=111...1 (5,000 digits): int() refuses more than
+    4,300 digits with a ValueError, which reached the container's create as a traceback."""
+    huge = "1" * 5000
+    assert versions.key(huge) > versions.key("999999999999999999")
+    assert not versions.at_least("12.4", "12." + huge)
+    assert versions.at_least("1." + "0" * 5000 + "7", "1.7")  # leading zeros: the number 7
+    assert versions.key("0" * 5000) == (0,)
+    req = request.parse_requirement("cuda>=" + huge)
+    assert versions.key(req[0][0].value) == (versions.HUGE + 5000,)
+    with pytest.raises(ValueError):
+        versions.key("1x" * 3000)

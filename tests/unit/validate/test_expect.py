@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.validate.expect import BadInput, build
+from gpunode.validate.expect import BadInput, build, read_vars
 
 
 def test_nothing_given_validates_what_it_can():
@@ -117,3 +117,31 @@ def test_bad_vars_on_standard_input_is_one_line(monkeypatch, data, tty, message)
     with pytest.raises(BadInput) as exc:
         build(vars_file="-")
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[" * 5000, "nested deeper than 64 levels"),
+        ('{"a": ' + "[" * 100_000, "nested too deeply"),  # JSON
+        (
+            "a: &a {k: 1}\n"
+            + "".join(
+                f"b{i}: &b{i} {{<<: ["
+                + ", ".join([f"*{'a' if i == 0 else f'b{i - 1}'}"] * 9)
+                + "]}\n"
+                for i in range(12)
+            ),
+            "merge keys copy more than 100000 pairs",
+        ),
+    ],
+    ids=["yaml-nesting", "json-nesting", "merge-bomb"],
+)
+def test_hostile_vars_files_are_one_line(tmp_path, text, why):
+    """Before: yaml.safe_load raised RecursionError (a traceback) on 5,000 '[' and copied
+    9**12 pairs for the merge bomb; now each is the one BadInput line."""
+    path = tmp_path / "vars.yml"
+    path.write_text(text)
+    with pytest.raises(BadInput) as exc:
+        read_vars(str(path))
+    assert why in str(exc.value) and "\n" not in str(exc.value)

@@ -31,6 +31,8 @@ def read_state() -> dict:
         state = json.loads(raw)
     except ValueError as exc:
         raise HookError(f"invalid OCI state JSON on stdin: {exc}") from None
+    except RecursionError:  # within MAX_STATE_BYTES, but nested past the decoder's depth
+        raise HookError("invalid OCI state JSON on stdin: nested too deeply") from None
     if not isinstance(state, dict):
         raise HookError("OCI state on stdin is not a JSON object")
     return state
@@ -49,6 +51,8 @@ def resolve_rootfs(state: dict) -> str:
                 config = json.loads(fh.read(16 << 20))
         except (OSError, ValueError) as exc:
             raise HookError(f"cannot read {bundle}/config.json: {exc}") from None
+        except RecursionError:
+            raise HookError(f"cannot read {bundle}/config.json: nested too deeply") from None
         root = config.get("root") if isinstance(config, dict) else None
         path = root.get("path") if isinstance(root, dict) else None
         if isinstance(path, str) and path:

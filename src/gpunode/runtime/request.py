@@ -110,11 +110,21 @@ OPERATORS = ("<=", ">=", "!=", "=", "<", ">")  # longest match first
 _OP_CHARS = "=<>!"
 
 
+# A value from the image or pod is shown at most this long in a message: an error line
+# costs what it shows, never what the image chose to send (a 5,000-character
+# NVIDIA_REQUIRE_CUDA is named by its start and its length).
+SHOW_LIMIT = 200
+
+
 def _show(value: str) -> str:
-    """A user-supplied value as it goes into a one-line message (control chars escaped)."""
-    if value.isprintable():
-        return value
-    return value.encode("unicode_escape").decode("ascii")
+    """A user-supplied value as it goes into a one-line message (control chars escaped,
+    cut to SHOW_LIMIT characters with its length said)."""
+    size = len(value)
+    if size > SHOW_LIMIT:
+        value = value[:SHOW_LIMIT]
+    if not value.isprintable():
+        value = value.encode("unicode_escape").decode("ascii")
+    return value if size <= SHOW_LIMIT else f"{value}... ({size} characters)"
 
 
 class RequestError(ValueError):

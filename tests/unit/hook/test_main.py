@@ -28,6 +28,11 @@ def test_bundle_state_on_stdin(tmp_path, rootfs):
     assert os.readlink(rootfs / "a/l") == "b"
     rc, _, err = run_hook("create-symlinks", "--link", "b::/a/l", stdin="not json")
     assert rc == 1 and err.startswith("gpunode-hook: create-symlinks: invalid OCI state")
+    # within the size bound but nested past the decoder's depth: one line, no traceback
+    rc, _, err = run_hook("create-symlinks", "--link", "b::/a/l", stdin="[" * 100_000)
+    assert rc == 1 and err.strip() == (
+        "gpunode-hook: create-symlinks: invalid OCI state JSON on stdin: nested too deeply"
+    ), err
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import proto
@@ -175,7 +175,11 @@ class Client:
     def version(self):
         return self.call("Version", version=CRI_VERSION)
 
-    def pod_config(self, name: str, annotations: Mapping[str, str] | None = None):
+    def pod_config(
+        self, name: str, annotations: Mapping[str, str] | None = None, privileged: bool = False
+    ):
+        """*privileged*: the sandbox may hold privileged containers (kubelet sets it when a
+        container of the pod is privileged; containerd refuses one otherwise)."""
         pb = self.pb
         uid = uuid.uuid4().hex
         return pb.PodSandboxConfig(
@@ -184,7 +188,7 @@ class Client:
             annotations=dict(annotations or {}),
             linux=pb.LinuxPodSandboxConfig(
                 security_context=pb.LinuxSandboxSecurityContext(
-                    namespace_options=pb.NamespaceOption(network=pb.NODE)
+                    namespace_options=pb.NamespaceOption(network=pb.NODE), privileged=privileged
                 )
             ),
         )
@@ -195,22 +199,29 @@ class Client:
         image: str,
         command: list[str],
         *,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
         mounts: list[Mapping] | None = None,
+        privileged: bool = False,
     ):
         """*mounts*: CRI ``Mount`` fields as keywords (``container_path``, ``host_path``,
-        ``readonly``), as kubelet turns a volume or a device plugin's mount into one."""
+        ``readonly``), as kubelet turns a volume or a device plugin's mount into one.
+        *env*: a mapping, or (name, value) pairs in order, as kubelet sends a device plugin's
+        variable and then the pod's own of the same name."""
         pb = self.pb
+        pairs = env.items() if isinstance(env, Mapping) else env or ()
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name),
             image=pb.ImageSpec(image=image),
             command=command,
-            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            envs=[pb.KeyValue(key=k, value=v) for k, v in pairs],
             mounts=[pb.Mount(**m) for m in mounts or []],
             annotations=dict(annotations or {}),
             log_path=f"{name}/0.log",
+            linux=pb.LinuxContainerConfig(
+                security_context=pb.LinuxContainerSecurityContext(privileged=privileged)
+            ),
             CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices or []],
         )
 
@@ -242,10 +253,14 @@ class Client:
 
     @contextlib.contextmanager
     def pod(
-        self, name: str, handler: str = "", annotations: Mapping[str, str] | None = None
+        self,
+        name: str,
+        handler: str = "",
+        annotations: Mapping[str, str] | None = None,
+        privileged: bool = False,
     ) -> Iterator[tuple[str, object]]:
         """A running pod sandbox (id, config), stopped and removed on leaving."""
-        config = self.pod_config(name, annotations)
+        config = self.pod_config(name, annotations, privileged)
         pod_id = self.call("RunPodSandbox", config=config, runtime_handler=handler).pod_sandbox_id
         with _cleanup(
             lambda: self.call("StopPodSandbox", pod_sandbox_id=pod_id),
@@ -260,15 +275,16 @@ class Client:
         command: list[str],
         *,
         handler: str = "",
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
         mounts: list[Mapping] | None = None,
+        privileged: bool = False,
     ) -> PodResult:
         """One pod with one container run to its end, as kubelet runs it; everything removed
         afterwards. A refused CreateContainer raises CRIError; a container that could not be
         started is returned with its status (reason, message), as kubelet reports it."""
-        with self.pod(name, handler, annotations) as (pod_id, pod_config):
+        with self.pod(name, handler, annotations, privileged) as (pod_id, pod_config):
             config = self.container_config(
                 name,
                 image,
@@ -277,6 +293,7 @@ class Client:
                 annotations=annotations,
                 cdi_devices=cdi_devices,
                 mounts=mounts,
+                privileged=privileged,
             )
             cid = self.call(
                 "CreateContainer", pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config

@@ -182,6 +182,22 @@ def test_run_pod_is_kubelets_sequence_and_cleans_up(fake):
     assert (res.state, res.exit_code, res.stdout, res.stderr) == ("CONTAINER_EXITED", 0, "hi\n", "")
 
 
+def test_privileged_pod_and_repeated_env_in_kubelets_order(fake):
+    """A privileged container needs a privileged sandbox; env pairs keep a repeated name in
+    order (kubelet: the device plugin's variable, then the pod's own)."""
+    runtime, client = fake()
+    env = [("NVIDIA_VISIBLE_DEVICES", "GPU-1"), ("NVIDIA_VISIBLE_DEVICES", "all")]
+    client.run_pod("p", "img", ["true"], env=env, privileged=True)
+    run, create = runtime.calls[0][1], runtime.calls[1][1]
+    assert run.config.linux.security_context.privileged is True
+    assert create.config.linux.security_context.privileged is True
+    assert [(e.key, e.value) for e in create.config.envs] == env
+    client.run_pod("q", "img", ["true"])
+    run, create = runtime.calls[7][1], runtime.calls[8][1]
+    assert run.config.linux.security_context.privileged is False
+    assert create.config.linux.security_context.privileged is False
+
+
 def test_start_error_is_in_the_status_and_everything_removed(fake):
     runtime, client = fake(start_error="OCI runtime create failed:\nunknown device '7'")
     res = client.run_pod("p", "img", ["true"])

@@ -11,6 +11,11 @@ from ..util.command import EXIT_FAIL, EXIT_OK, UsageError, print_json
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--privileged", action="store_true")
+    p.add_argument(
+        "--gpus-hook",
+        action="store_true",
+        help="the spec carries NVIDIA's prestart hook, as Docker's --gpus puts it there",
+    )
     p.add_argument("--mount", action="append", default=[], metavar="SRC:DST")
     p.add_argument("--annotation", action="append", default=[], metavar="K=V")
     p.add_argument("--rootfs", help="the container's root filesystem (decides the lib dir)")
@@ -44,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
     out: dict[str, object] = {}
     try:
         req = parse_request(
-            env, privileged=args.privileged, mounts=mounts, annotations=annotations, cfg=cfg
+            env,
+            privileged=args.privileged,
+            engine_hook=args.gpus_hook,
+            mounts=mounts,
+            annotations=annotations,
+            cfg=cfg,
         )
         out["gpu_container"] = req.is_gpu
         out["request"] = {

@@ -101,6 +101,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="write a RuntimeClass manifest per handler there, for the operator to apply",
     )
     setup.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="pods reach gpunode through containerd's CRI: runtime.toml gets "
+        "accept-envvar-unprivileged = false and accept-volume-mounts = true where its content "
+        "does not set them (a pod gets GPUs only through its device plugin allocation)",
+    )
+    setup.add_argument(
+        "--kubernetes-insecure-envvar",
+        action="store_true",
+        help="with --kubernetes: INSECURE, any pod may take any GPU by NVIDIA_VISIBLE_DEVICES "
+        "(accept-envvar-unprivileged = true)",
+    )
+    setup.add_argument(
         "--cdi-spec", action="store_true", help="write the CDI spec (as cdi generate --install)"
     )
     setup.add_argument("--unit-dir", default=None, help="where units go (/etc/systemd/system)")
@@ -157,10 +170,14 @@ def setup(args: argparse.Namespace) -> int:
         if given and not getattr(args, engine):
             opt = "--" + given[0].replace("_", "-")
             raise UsageError(f"gpunode runtime setup: {opt} needs --{engine}")
+    if args.kubernetes_insecure_envvar and not args.kubernetes:
+        raise UsageError("gpunode runtime setup: --kubernetes-insecure-envvar needs --kubernetes")
     config_text, units = rs.read_input(args.input)
     s = rs.Setup(
         config_path=args.config,
         config_text=config_text,
+        kubernetes=args.kubernetes,
+        insecure_envvar=args.kubernetes_insecure_envvar,
         docker=rs.Docker(
             args.docker_config or docker.DAEMON_JSON,
             "gpunode" if args.docker_name is None else args.docker_name,

@@ -178,7 +178,7 @@ class Client:
     def pod_config(
         self, name: str, annotations: Mapping[str, str] | None = None, privileged: bool = False
     ):
-        """*privileged*: the sandbox may hold privileged containers (kubelet sets it when a
+        """``privileged``: the sandbox may hold privileged containers (kubelet sets it when a
         container of the pod is privileged; containerd refuses one otherwise)."""
         pb = self.pb
         uid = uuid.uuid4().hex
@@ -188,7 +188,8 @@ class Client:
             annotations=dict(annotations or {}),
             linux=pb.LinuxPodSandboxConfig(
                 security_context=pb.LinuxSandboxSecurityContext(
-                    namespace_options=pb.NamespaceOption(network=pb.NODE), privileged=privileged
+                    namespace_options=pb.NamespaceOption(network=pb.NODE),
+                    privileged=privileged,
                 )
             ),
         )
@@ -219,10 +220,10 @@ class Client:
             mounts=[pb.Mount(**m) for m in mounts or []],
             annotations=dict(annotations or {}),
             log_path=f"{name}/0.log",
+            CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices or []],
             linux=pb.LinuxContainerConfig(
                 security_context=pb.LinuxContainerSecurityContext(privileged=privileged)
             ),
-            CDI_devices=[pb.CDIDevice(name=d) for d in cdi_devices or []],
         )
 
     def status(self, container_id: str):

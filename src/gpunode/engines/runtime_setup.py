@@ -122,6 +122,11 @@ class Setup:
 
     config_path: str | None = None
     config_text: str | None = None
+    # A node whose pods reach gpunode through containerd's CRI: runtime.toml gets
+    # runtime_config.KUBERNETES_SETTINGS where its content does not set them, and an
+    # accept-envvar-unprivileged = true needs ``insecure_envvar`` (kubernetes_config).
+    kubernetes: bool = False
+    insecure_envvar: bool = False
     docker: Docker | None = None
     containerd: Containerd | None = None
     cdi_spec: bool = False
@@ -243,6 +248,59 @@ def _new_config(path: str, text: str) -> runtime_config.RuntimeConfig:
         return runtime_config.from_text(text.encode("utf-8"), f"{path} (new content)")
     except runtime_config.ConfigError as exc:
         raise UsageError(f"{exc}; {path} left unchanged") from None
+
+
+def kubernetes_config(path: str, text: str, insecure_envvar: bool) -> str:
+    """runtime.toml content for a Kubernetes node: ``text`` (already checked by
+    _new_config, so its keys are all top-level ones) with each of
+    runtime_config.KUBERNETES_SETTINGS it does not set appended, under a comment saying
+    why. With ``insecure_envvar`` the open mode is written instead (explicitly, so the file
+    says so); without it, content that sets the open mode is refused in one line."""
+    import tomllib
+
+    data = tomllib.loads(text)
+    key = runtime_config.INSECURE_KEY
+    if data.get(key) is True and not insecure_envvar:
+        raise UsageError(
+            f"{path}: {key} = true on a Kubernetes node lets any pod take every GPU by "
+            "NVIDIA_VISIBLE_DEVICES (a CUDA image's ENV does); remove it (gpunode then writes "
+            f"{key} = false, accept-volume-mounts = true) or opt in with "
+            "--kubernetes-insecure-envvar (role: gpu_container_runtime_kubernetes_insecure_envvar)"
+        )
+    lines = []
+    for name, value in runtime_config.KUBERNETES_SETTINGS:
+        if name in data:
+            continue
+        if name == key and insecure_envvar:
+            value = True
+        lines.append(f"{name} = {'true' if value else 'false'}")
+    if not lines:
+        return text
+    why = (
+        "# Kubernetes node, the insecure opt-in (--kubernetes-insecure-envvar): any pod may\n"
+        "# ask for any GPU by NVIDIA_VISIBLE_DEVICES\n"
+        if insecure_envvar
+        else "# Kubernetes node (gpunode runtime setup --kubernetes): an unprivileged pod gets\n"
+        "# GPUs only through its device plugin allocation (volume mounts, CDI)\n"
+    )
+    sep = "" if not text or text.endswith("\n") else "\n"
+    return f"{text}{sep}{why}" + "".join(f"{line}\n" for line in lines)
+
+
+def check_kubernetes_file(path: str | None, insecure_envvar: bool) -> None:
+    """A Kubernetes node's runtime.toml left as it is (no content given): refused in one
+    line while it accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers, unless
+    opted in."""
+    cfg = runtime_config.load(path, write_caches=False)
+    if cfg.accept_envvar_unprivileged and not insecure_envvar:
+        where = runtime_config.config_path(path)
+        raise UsageError(
+            f"{where}: accept-envvar-unprivileged is true (gpunode's default where the key is "
+            "absent): on a Kubernetes node any pod could take every GPU by "
+            "NVIDIA_VISIBLE_DEVICES; give runtime.toml's content (--input; gpunode adds "
+            "accept-envvar-unprivileged = false, accept-volume-mounts = true) or opt in with "
+            "--kubernetes-insecure-envvar"
+        )
 
 
 # --------------------------------------------------------------------------- files
@@ -385,7 +443,9 @@ def _systemctl(*args: str) -> tool.Ran:
 def _systemctl_must(*args: str) -> None:
     proc = _systemctl(*args)
     if proc.returncode != 0:
-        first = tool.first_line(proc.stderr + "\n" + proc.stdout) or f"exit status {proc.returncode}"
+        first = (
+            tool.first_line(proc.stderr + "\n" + proc.stdout) or f"exit status {proc.returncode}"
+        )
         raise EngineRunError(f"`systemctl {' '.join(args)}` failed: {first}")
 
 
@@ -438,6 +498,12 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
             check_unit_name(name, where)
     for name in s.units:
         check_unit_name(name, "units")
+    if s.config_text is not None:
+        _new_config(target, s.config_text)  # the given content, checked as it is
+        if s.kubernetes:
+            s.config_text = kubernetes_config(target, s.config_text, s.insecure_envvar)
+    elif s.kubernetes:
+        check_kubernetes_file(s.config_path, s.insecure_envvar)
     new = _new_config(target, s.config_text) if s.config_text is not None else None
     if s.containerd is not None:
         from . import containerd

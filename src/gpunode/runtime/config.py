@@ -67,6 +67,20 @@ FIRST_STAGE_MODE = 0o644
 _PLAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:+=@~")
 
 
+# What a Kubernetes node's runtime.toml says unless its operator opts out (`gpunode runtime
+# setup --kubernetes`, the gpu_container_runtime role with gpunode registered with
+# containerd): NVIDIA's GPU Operator's settings. Any pod may name the RuntimeClass, and its
+# env (or its image's: CUDA base images carry NVIDIA_VISIBLE_DEVICES=all) would otherwise
+# take every GPU of the node; so an unprivileged container gets GPUs only through what the
+# device plugin allocated (volume mounts, CDI). The defaults of the dataclass below stay
+# NVIDIA's own (true, false): a Docker-only node keeps `docker run -e
+# NVIDIA_VISIBLE_DEVICES=…`. README "Kubernetes nodes", Security.
+KUBERNETES_SETTINGS = (("accept-envvar-unprivileged", False), ("accept-volume-mounts", True))
+# The key whose `true` on a Kubernetes node needs the explicit opt-in (--kubernetes-insecure-envvar,
+# gpu_container_runtime_kubernetes_insecure_envvar).
+INSECURE_KEY = "accept-envvar-unprivileged"
+
+
 class ConfigError(ValueError):
     """Invalid configuration; the message is one line."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..util import fastjson, files
+from .specinputs import is_nvidia_hook
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -12,15 +13,13 @@ if TYPE_CHECKING:
 
     from .edits import Edits
 
-# Prestart hooks that NVIDIA's toolkit (or Docker's --gpus) puts in a spec. When gpunode is
-# the runtime it does their job itself, so they are removed.
-NVIDIA_HOOK_NAMES = ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
-
 
 def remove_nvidia_hooks(spec: dict[str, Any]) -> int:
+    """Remove the prestart hooks NVIDIA's toolkit or Docker's --gpus put in a spec
+    (specinputs.NVIDIA_HOOK_NAMES): when gpunode is the runtime it does their job itself."""
     hooks = spec.get("hooks") or {}
     prestart = hooks.get("prestart") or []
-    kept = [h for h in prestart if os.path.basename(h.get("path", "")) not in NVIDIA_HOOK_NAMES]
+    kept = [h for h in prestart if not is_nvidia_hook(h)]
     removed = len(prestart) - len(kept)
     if removed:
         if kept:

@@ -45,8 +45,9 @@ class Plan:
 
 def request_from_spec(spec: dict[str, Any], cfg: RuntimeConfig) -> Request:
     """The GPU request of an OCI spec, read from its request inputs only
-    (gpunode.runtime.specinputs: the NVIDIA_* env, CAP_SYS_ADMIN, the annotations under
-    the configured prefixes and the volume-mount requests)."""
+    (gpunode.runtime.specinputs: the NVIDIA_* env, CAP_SYS_ADMIN, NVIDIA's legacy hook
+    put in by the engine, the annotations under the configured prefixes and the
+    volume-mount requests)."""
     return request_from_inputs(specinputs.inputs(spec, cfg), cfg)
 
 
@@ -54,6 +55,7 @@ def request_from_inputs(inputs: dict[str, Any], cfg: RuntimeConfig) -> Request:
     return parse_request(
         inputs["env"],
         privileged=inputs["privileged"],
+        engine_hook=inputs.get("engine_hook", False),
         mounts=inputs["mounts"],
         annotations=inputs["annotations"],
         cfg=cfg,

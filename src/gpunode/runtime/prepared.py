@@ -55,14 +55,21 @@ def cache_path() -> str:
     return os.environ.get("GPUNODE_PREPARED_CACHE", PREPARED)
 
 
-def key(spec: dict[str, Any], cfg: RuntimeConfig, rootfs: str) -> str | None:
+def key(
+    spec: dict[str, Any],
+    cfg: RuntimeConfig,
+    rootfs: str,
+    inputs: dict[str, Any] | None = None,
+) -> str | None:
     """The key of what `spec` gets on this node now (see the module docstring); None for
-    a spec whose inputs JSON cannot write (it then always takes the full path)."""
+    a spec whose inputs JSON cannot write (it then always takes the full path).
+    ``inputs``: the spec's request inputs when already taken (specinputs.inputs; the shim
+    takes them before it removes NVIDIA's hook, itself an input)."""
     try:
         return fastjson.dumps(
             [
                 SCHEMA,
-                specinputs.inputs(spec, cfg),
+                specinputs.inputs(spec, cfg) if inputs is None else inputs,
                 specinputs.container_libdir(rootfs),
                 [getattr(cfg, name) for name in fields(cfg)],
                 driverkey.cache_key(cfg.driver_root),

@@ -454,10 +454,22 @@ def check_requirements(
 # --------------------------------------------------------------------------- request
 
 
+def cdi_injected(env: Mapping[str, str]) -> bool:
+    """Whether an engine has already applied an NVIDIA-style CDI spec to this container:
+    its env says NVIDIA_VISIBLE_DEVICES=void, which every such spec sets in its common
+    edits (gpunode's own, `nvidia-ctk cdi generate`'s, the device plugin's: container-toolkit
+    §2b) precisely so that a legacy consumer of the variable keeps off. CDI env edits
+    replace a variable of the same name, so after containerd (>= 1.7, enable_cdi) or Docker
+    (>= 25, --device) injected such a spec the value is "void" whatever the pod or image
+    said. An image that sets void itself asks for no GPU by NVIDIA's rules anyway."""
+    return "void" in _split(env.get(ENV_VISIBLE_DEVICES, ""))
+
+
 def parse_request(
     env: list[str] | dict[str, str],
     *,
     privileged: bool = False,
+    engine_hook: bool = False,
     mounts: list[dict] | None = None,
     annotations: dict[str, str] | None = None,
     cfg: RuntimeConfig | None = None,
@@ -465,11 +477,38 @@ def parse_request(
     """Read a container's GPU request from its OCI process env, mounts and annotations.
 
     Device sources, first non-empty wins: CDI annotations, volume mounts (only with
-    accept-volume-mounts), then NVIDIA_VISIBLE_DEVICES (only if privileged or
-    accept-envvar-unprivileged). Capabilities and requirements always come from the env.
-    For a GPU container they are validated here (so errors surface even on a node without
-    GPUs); for a non-GPU container they are resolved best-effort and never raise, because
-    such a container must run exactly as with runc.
+    accept-volume-mounts), then NVIDIA_VISIBLE_DEVICES (only if privileged, or the engine
+    put NVIDIA's legacy hook in the spec (``engine_hook``), or accept-envvar-unprivileged).
+    Capabilities and requirements always come from the env. For a GPU container they are
+    validated here (so errors surface even on a node without GPUs); for a non-GPU container
+    they are resolved best-effort and never raise, because such a container must run
+    exactly as with runc.
+
+    The gates, and why (README "Kubernetes nodes", Security):
+
+    * The env is the pod's and the image's to write (a CUDA base image carries
+      ``ENV NVIDIA_VISIBLE_DEVICES=all``, and an image's ENV reaches the OCI spec exactly
+      as a pod's env entry does: containerd merges both into process.env), so with
+      accept-envvar-unprivileged = false it is not read for an unprivileged container,
+      silently (every CUDA-image pod without a GPU must still start). As NVIDIA's.
+    * ``engine_hook``: NVIDIA's prestart hook, which only an engine writes into a spec
+      (Docker's ``--gpus``; gpunode.runtime.specinputs.engine_hook). Docker sets the env
+      with it, after the image's, so the env it carries is the engine's request and is
+      honoured under accept-envvar-unprivileged = false too. This is where gpunode differs
+      from NVIDIA's runtime, whose gate ignores the hook (``--gpus`` then gives nothing on a
+      GPU-Operator-configured node): a node running Docker beside Kubernetes keeps
+      ``docker run --gpus``. ``docker run -e NVIDIA_VISIBLE_DEVICES=1`` without ``--gpus``
+      gets no GPU there, as with NVIDIA's.
+    * Privileged containers read the env whatever the setting (NVIDIA's semantics: a
+      privileged container has every device node of the host anyway).
+    * Volume mounts and annotations come first: a device plugin's allocation (volume-mounts,
+      CDI annotations) decides even when the pod's own env says ``all``.
+    * Annotations are not read again for a spec an engine already applied an NVIDIA CDI
+      spec to (cdi_injected): containerd >= 1.7 resolves ``cdi.k8s.io/*`` itself, and a
+      handler that also passes the annotations to the runtime must not get the GPUs
+      injected twice (issue 25 item 3: ``/proc/driver/nvidia is already mounted over``).
+      On containerd 1.6 nothing resolves them before the runtime, so the env has no void
+      and the annotations are served here.
     """
     cfg = cfg or RuntimeConfig()
     envd = _env_dict(env)
@@ -478,7 +517,9 @@ def parse_request(
     devices: tuple[str, ...] | None = None
     cdi: tuple[str, ...] = ()
     source = "none"
-    ann_tokens = _tokens_from_annotations(annotations or {}, cfg.annotation_prefixes)
+    ann_tokens: list[str] = []
+    if not cdi_injected(envd):
+        ann_tokens = _tokens_from_annotations(annotations or {}, cfg.annotation_prefixes)
     mount_tokens = _tokens_from_mounts(mounts or []) if cfg.accept_volume_mounts else []
     if ann_tokens:
         devices, cdi = _devices_from_tokens(ann_tokens)
@@ -486,7 +527,7 @@ def parse_request(
     elif mount_tokens:
         devices, cdi = _devices_from_tokens(mount_tokens)
         source = "volume-mounts"
-    elif privileged or cfg.accept_envvar_unprivileged:
+    elif privileged or engine_hook or cfg.accept_envvar_unprivileged:
         raw = envd.get(ENV_VISIBLE_DEVICES)
         if raw is None:
             if legacy:

@@ -228,7 +228,9 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
             raw = fh.read()
     spec = fastjson.loads(raw)
     rootfs = specinputs.rootfs_of(spec, bundle)
-    key = prepared.key(spec, cfg, rootfs)
+    # the request inputs before NVIDIA's hook goes: Docker's --gpus hook is one of them
+    inputs = specinputs.inputs(spec, cfg)
+    key = prepared.key(spec, cfg, rootfs, inputs)
     kept = prepared.lookup(key, cfg.dev_root, cfg.driver_root)
     removed_hooks = oci.remove_nvidia_hooks(spec)
     if kept is not None:
@@ -236,7 +238,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         summary = f"{kept['summary']}, prepared"
         hook_argv = kept["hook_argv"]
     else:
-        edits, hook_argv, summary = _plan(spec, cfg, rootfs, key)
+        edits, hook_argv, summary = _plan(spec, cfg, rootfs, key, inputs)
         if edits is None:  # no GPU request
             if removed_hooks:
                 # Docker's --gpus hook with no GPU request: drop the hook, nothing else.
@@ -249,14 +251,15 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     return GpuCreate(summary, bundle, rootfs, hook_argv, overlap)
 
 
-def _plan(spec, cfg, rootfs, key):
-    """The full work of a GPU create (gpunode.runtime.plan): (spec edits without hooks,
-    the hook's arguments, summary), kept for the next create of the same
-    request when discovery came from an inventory cache still there (see
-    gpunode.runtime.prepared); (None, None, None) for a spec without GPU request."""
+def _plan(spec, cfg, rootfs, key, inputs):
+    """The full work of a GPU create (gpunode.runtime.plan) for the request ``inputs``
+    (gpunode.runtime.specinputs): (spec edits without hooks, the hook's arguments,
+    summary), kept for the next create of the same request when discovery came from an
+    inventory cache still there (see gpunode.runtime.prepared); (None, None, None) for a
+    spec without GPU request."""
     from . import oci, plan, prepared
 
-    request = plan.request_from_spec(spec, cfg)
+    request = plan.request_from_inputs(inputs, cfg)
     if not request.is_gpu:
         return None, None, None
     p = plan.make(request, cfg, rootfs)
@@ -271,7 +274,7 @@ def _plan(spec, cfg, rootfs, key):
         + f"capabilities {','.join(sorted(request.capabilities))}, "
         f"{len(p.edits.devices)} devices, {len(p.edits.mounts)} mounts"
     )
-    if p.discovery.from_cache and prepared.key(spec, cfg, rootfs) == key:
+    if p.discovery.from_cache and prepared.key(spec, cfg, rootfs, inputs) == key:
         # from the inventory cache the key names (a fresh discovery, or a refresh since
         # the key was taken, is kept by the next create instead)
         prepared.store(key, prepared.entry(edits, hook_argv, summary, p.mig_watch))

@@ -26,6 +26,10 @@ ENV_PREFIX = "NVIDIA_"
 ENV_CUDA_VERSION = "CUDA_VERSION"
 # Volume-mount requests (accept-volume-mounts): /dev/null mounted at these destinations.
 DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
+# Prestart hooks that NVIDIA's toolkit (or Docker's --gpus) puts in a spec, by basename.
+# gpunode.runtime.oci removes them (gpunode does their job); their presence is also a request
+# input (engine_hook): an engine put it there, never an image or a pod.
+NVIDIA_HOOK_NAMES = ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
 # Where a container's driver libraries go (container_libdir)
 DEBIAN_LIBDIR = "/usr/lib/x86_64-linux-gnu"
 OTHER_LIBDIR = "/usr/lib64"
@@ -58,6 +62,26 @@ def is_privileged(spec: dict) -> bool:
     return isinstance(caps, list) and "CAP_SYS_ADMIN" in caps
 
 
+def is_nvidia_hook(hook: Any) -> bool:
+    """A prestart hook entry that runs NVIDIA's legacy hook (by the basename of its path)."""
+    return (
+        isinstance(hook, dict) and os.path.basename(str(hook.get("path", ""))) in NVIDIA_HOOK_NAMES
+    )
+
+
+def engine_hook(spec: dict[str, Any]) -> bool:
+    """Whether the spec carries NVIDIA's legacy prestart hook (NVIDIA_HOOK_NAMES): what
+    Docker's ``--gpus`` adds (moby daemon/nvidia_linux.go), with the NVIDIA_VISIBLE_DEVICES
+    it sets. Only the engine writes a spec's hooks: an image cannot carry one, and
+    containerd's CRI adds none of its own for a pod (hooks come only from CDI specs and NRI
+    plugins, both the node administrator's). So an env request in such a spec is the
+    engine's request, honoured under accept-envvar-unprivileged = false too
+    (gpunode.runtime.request.parse_request)."""
+    hooks = spec.get("hooks") if isinstance(spec, dict) else None
+    prestart = hooks.get("prestart") if isinstance(hooks, dict) else None
+    return isinstance(prestart, list) and any(is_nvidia_hook(h) for h in prestart)
+
+
 def request_env(env: Any) -> list[str]:
     """The entries of an OCI process env the request reads, in their order (later
     duplicates still win, as in the full env)."""
@@ -70,9 +94,10 @@ def request_env(env: Any) -> list[str]:
 
 
 def inputs(spec: dict[str, Any], cfg: RuntimeConfig) -> dict[str, Any]:
-    """The request inputs of `spec` under `cfg`: {"env", "privileged", "annotations",
-    "mounts"}, JSON values. Annotations: those under cfg's annotation prefixes. Mounts:
-    the volume-mount requests, only when cfg accepts them."""
+    """The request inputs of `spec` under `cfg`: {"env", "privileged", "engine_hook",
+    "annotations", "mounts"}, JSON values. Annotations: those under cfg's annotation
+    prefixes. Mounts: the volume-mount requests, only when cfg accepts them. Taken before
+    the shim removes NVIDIA's hook from the spec."""
     process = spec.get("process") or {}
     annotations = spec.get("annotations") or {}
     if not isinstance(annotations, dict):
@@ -90,6 +115,7 @@ def inputs(spec: dict[str, Any], cfg: RuntimeConfig) -> dict[str, Any]:
     return {
         "env": request_env(process.get("env") if isinstance(process, dict) else None),
         "privileged": is_privileged(spec),
+        "engine_hook": engine_hook(spec),
         "annotations": {
             k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(prefixes)
         },

@@ -41,7 +41,12 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
 
             runner = cri.runner(cri_client, expect.runtime_name)
         try:
-            later += container.evaluate(inv, expect, engine_up=info is not None, runner=runner)
+            done = container.evaluate(inv, expect, engine_up=info is not None, runner=runner)
+            later += done
+            if expect.engine == "cri":
+                from . import cri
+
+                later += cri.unallocated_after(cri_client, expect.runtime_name, runner, done)
         finally:
             if cri_client is not None:
                 cri_client.close()

@@ -16,7 +16,16 @@ as kubelet runs pods (gpunode.cri.client).
   (``sandbox_image``): validate never builds or pulls one itself; containerd pulls it as for
   any pod, and a pod that cannot start says why in container.isolation.
 * container.isolation and container.cuda: two pods through the handler, one requesting one
-  GPU and one all (``NVIDIA_VISIBLE_DEVICES``), judged as the Docker containers are.
+  GPU and one all, judged as the Docker containers are. They ask as NVIDIA's device plugin
+  allocates on this node (request_channel): by volume mounts (its volume-mounts strategy:
+  ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>``) where runtime.toml accepts
+  them, as a Kubernetes node's does, else by ``NVIDIA_VISIBLE_DEVICES`` (envvar).
+* container.unallocated: a pod through the handler whose env says
+  ``NVIDIA_VISIBLE_DEVICES=all`` (its own, or a CUDA image's ENV) and that was allocated
+  nothing must start and see no GPU (no device node, NVML sees none): passes on a node set
+  up for Kubernetes (accept-envvar-unprivileged = false), fails on an open one naming the
+  setting. /proc/driver/nvidia/gpus is not judged: the kernel's procfs lists every GPU in a
+  container nothing was injected into.
 """
 
 from __future__ import annotations
@@ -31,13 +40,17 @@ from typing import Any
 from ..engines.containerd import CRI_PLUGINS, RUNC_SHIM
 from ..util import tool
 from . import container
-from .model import FAIL, PASS, SKIP
+from .model import FAIL, PASS, SKIP, Check, titled
 
 SOCKET = "/run/containerd/containerd.sock"
 REPOSITORY = "gpunode.local/validate-probe"
 CTR = "ctr"
 CONTAINERD = "containerd"
 POD_TIMEOUT = 120
+# The device plugin's volume-mounts strategy (tests/deviceplugin.py, device-plugin.md).
+DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
+UNALLOCATED = "container.unallocated"
+TITLES = {UNALLOCATED: "A pod allocated no GPU gets none (NVIDIA_VISIBLE_DEVICES=all)"}
 
 
 def client(timeout: float = POD_TIMEOUT):
@@ -167,21 +180,54 @@ def ensure_image() -> tuple[str, bool]:
     return name, True
 
 
-def run_probe(c, handler: str, image: str, request: str) -> dict[str, Any]:
-    """What a pod requesting ``request`` through ``handler`` sees ({"error": …} when not)."""
+def request_channel() -> str:
+    """How the probe pods ask for GPUs here: "volume-mounts" where the node's runtime.toml
+    accepts them (a Kubernetes node's does, and there the env of an unprivileged pod is not
+    read), else "env"."""
+    from ..runtime import config as runtime_config
+
+    try:
+        cfg = runtime_config.load(write_caches=False)
+    except runtime_config.ConfigError:
+        return "env"  # the runtime refuses every GPU container then; the pods will say so
+    return "volume-mounts" if cfg.accept_volume_mounts else "env"
+
+
+def pod_request(request: str | None, channel: str) -> dict[str, Any]:
+    """``run_pod`` keywords of a probe pod asking for ``request`` (ids, comma-separated, or
+    all) by ``channel`` as kubelet passes the device plugin's answer: the volume-mounts
+    strategy's env and one mount per id, or the envvar strategy's env. ``None``: a pod
+    allocated nothing whose env says NVIDIA_VISIBLE_DEVICES=all (a CUDA image's ENV)."""
+    env = {"NVIDIA_DRIVER_CAPABILITIES": "utility,compute"}
+    if request is None:
+        return {"env": {"NVIDIA_VISIBLE_DEVICES": "all", **env}}
+    if channel == "volume-mounts":
+        ids = [i for i in request.split(",") if i]
+        return {
+            "env": {"NVIDIA_VISIBLE_DEVICES": DEVICE_MOUNT_DIR, **env},
+            "mounts": [
+                {"container_path": f"{DEVICE_MOUNT_DIR}/{i}", "host_path": "/dev/null"} for i in ids
+            ],
+        }
+    return {"env": {"NVIDIA_VISIBLE_DEVICES": request, **env}}
+
+
+def run_probe(
+    c, handler: str, image: str, request: str | None, channel: str = "env"
+) -> dict[str, Any]:
+    """What a pod requesting ``request`` through ``handler`` sees ({"error": …} when not);
+    see pod_request."""
     from ..cri.client import CRIError
 
-    name = "gpunode-validate-" + hashlib.sha256(request.encode()).hexdigest()[:8]
+    key = f"{channel}:{request}" if request is not None else "unallocated"
+    name = "gpunode-validate-" + hashlib.sha256(key.encode()).hexdigest()[:8]
     try:
         res = c.run_pod(
             name,
             image,
             [os.path.realpath(container._python()), "-I", "-S", container.PROBE_PATH],
             handler=handler,
-            env={
-                "NVIDIA_VISIBLE_DEVICES": request,
-                "NVIDIA_DRIVER_CAPABILITIES": "utility,compute",
-            },
+            **pod_request(request, channel),
         )
     except CRIError as exc:
         return {"error": str(exc)}
@@ -194,7 +240,67 @@ def run_probe(c, handler: str, image: str, request: str) -> dict[str, Any]:
         return {"error": f"the probe printed no JSON: {res.stdout.strip()[-160:]!r}"}
 
 
-def runner(c, handler: str) -> tuple:
+def runner(c, handler: str, channel: str | None = None) -> tuple:
     """container.evaluate's ``runner``: the probe image for containerd, pods through
-    ``handler``."""
-    return ensure_image, lambda tag, request: run_probe(c, handler, tag, request)
+    ``handler`` asking by ``channel`` (default: request_channel())."""
+    how = channel or request_channel()
+    made: dict[str, str] = {}
+
+    def make_image() -> tuple[str, bool]:
+        if "tag" in made:  # container.unallocated's pod uses the image of the others
+            return made["tag"], False
+        tag, built = ensure_image()
+        made["tag"] = tag
+        return tag, built
+
+    return make_image, lambda tag, request: run_probe(c, handler, tag, request, how)
+
+
+def unallocated_after(c, handler: str, run: tuple | None, done: list[Check]) -> list[Check]:
+    """container.unallocated once the other container checks (``done``) ran: skipped with
+    container.image's reason where that did not pass (no CRI, no usable GPU, no image)."""
+    image_check = next((x for x in done if x.id == "container.image"), None)
+    if c is None or run is None or image_check is None or image_check.status != PASS:
+        why = "the CRI does not answer (see engine.active)"
+        if image_check is not None and image_check.status == SKIP:
+            why = image_check.detail
+        elif image_check is not None:
+            why = "no probe image (see container.image)"
+        return unallocated(c, handler, None, why)
+    try:
+        tag, _ = run[0]()
+    except (container.ImageError, OSError) as exc:
+        return unallocated(c, handler, None, f"no probe image: {exc}")
+    return unallocated(c, handler, tag)
+
+
+def unallocated(c, handler: str, image: str | None, why: str = "") -> list[Check]:
+    """container.unallocated (module docstring): a pod through ``handler`` with
+    NVIDIA_VISIBLE_DEVICES=all and no allocation. ``image`` None: skipped for ``why``."""
+    checks: list[Check] = []
+    add = titled(checks, TITLES)
+    if image is None:
+        add(UNALLOCATED, SKIP, why)
+        return checks
+    seen = run_probe(c, handler, image, None)
+    if "error" in seen:
+        add(UNALLOCATED, FAIL, f"a pod with NVIDIA_VISIBLE_DEVICES=all and no allocation did "
+            f"not run through handler {handler} (a CUDA image's pod must start without a GPU): "
+            f"{seen['error']}")  # fmt: skip
+        return checks
+    nvml = seen.get("nvml") or {}
+    uuids = [g.get("uuid") or "?" for g in nvml.get("gpus", [])] if "error" not in nvml else []
+    if seen.get("dev") or uuids:
+        from ..runtime import config as runtime_config
+
+        got = ", ".join(uuids) or f"device nodes {seen.get('dev')}"
+        add(UNALLOCATED, FAIL, f"a pod with NVIDIA_VISIBLE_DEVICES=all and no allocation sees "
+            f"{max(len(uuids), len(seen.get('dev') or []))} GPU(s) through handler {handler} "
+            f"({got}): {runtime_config.config_path()} accepts NVIDIA_VISIBLE_DEVICES from "
+            "unprivileged containers, so any pod (any CUDA image) takes every GPU; set "
+            "accept-envvar-unprivileged = false and accept-volume-mounts = true (gpunode "
+            "runtime setup --kubernetes; role: gpu_container_runtime_containerd)")  # fmt: skip
+        return checks
+    add(UNALLOCATED, PASS, f"a pod with NVIDIA_VISIBLE_DEVICES=all and no allocation through "
+        f"handler {handler}: no GPU (no device node, NVML sees none)")  # fmt: skip
+    return checks

@@ -182,20 +182,27 @@ def test_run_pod_is_kubelets_sequence_and_cleans_up(fake):
     assert (res.state, res.exit_code, res.stdout, res.stderr) == ("CONTAINER_EXITED", 0, "hi\n", "")
 
 
-def test_privileged_pod_and_repeated_env_in_kubelets_order(fake):
-    """A privileged container needs a privileged sandbox; env pairs keep a repeated name in
-    order (kubelet: the device plugin's variable, then the pod's own)."""
+def test_privileged_pod_is_privileged_in_the_sandbox_and_the_container(fake):
+    """kubelet marks the sandbox privileged when a container of the pod is (containerd
+    refuses a privileged container in a sandbox that is not); unprivileged by default."""
     runtime, client = fake()
-    env = [("NVIDIA_VISIBLE_DEVICES", "GPU-1"), ("NVIDIA_VISIBLE_DEVICES", "all")]
-    client.run_pod("p", "img", ["true"], env=env, privileged=True)
+    client.run_pod("p", "img", ["true"], privileged=True)
     run, create = runtime.calls[0][1], runtime.calls[1][1]
     assert run.config.linux.security_context.privileged is True
     assert create.config.linux.security_context.privileged is True
-    assert [(e.key, e.value) for e in create.config.envs] == env
     client.run_pod("q", "img", ["true"])
     run, create = runtime.calls[7][1], runtime.calls[8][1]
     assert run.config.linux.security_context.privileged is False
     assert create.config.linux.security_context.privileged is False
+
+
+def test_repeated_env_names_are_sent_in_order(fake):
+    """env pairs keep a repeated name in order, as kubelet sends the device plugin's variable
+    and then the pod's own of the same name (the later one wins in the OCI spec)."""
+    runtime, client = fake()
+    env = [("NVIDIA_VISIBLE_DEVICES", "GPU-1"), ("NVIDIA_VISIBLE_DEVICES", "all")]
+    client.run_pod("p", "img", ["true"], env=env)
+    assert [(e.key, e.value) for e in runtime.calls[1][1].config.envs] == env
 
 
 def test_start_error_is_in_the_status_and_everything_removed(fake):

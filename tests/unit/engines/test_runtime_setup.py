@@ -582,3 +582,79 @@ def test_containerd_kubernetes_dry_run_shows_the_manifest(node, capsys):
     f = by_kind(out)["runtimeclass"]
     assert f["changed"] and f["before"] is None and "handler: nvidia\n" in f["after"]
     assert not rc.exists() and not node.containerd.exists()
+
+
+def _runtime_toml(node) -> dict:
+    return tomllib.loads(node.config.read_text())
+
+
+def test_kubernetes_node_is_secure_by_default(node, capsys):
+    """--kubernetes (the role with gpunode registered with containerd): runtime.toml gets
+    accept-envvar-unprivileged = false and accept-volume-mounts = true, said in the file;
+    the runtime reads them so; a second run changes nothing."""
+    code, _, err = run(node, capsys, "--kubernetes", docker_=False, units=False)
+    assert code == 0, err
+    text = node.config.read_text()
+    assert text.startswith(node.settings()), "the given content is kept as it is"
+    data = _runtime_toml(node)
+    assert data["accept-envvar-unprivileged"] is False and data["accept-volume-mounts"] is True
+    assert "device plugin allocation" in text
+    from gpunode.runtime import config as runtime_config
+
+    cfg = runtime_config.load(str(node.config), write_caches=False)
+    assert cfg.accept_envvar_unprivileged is False and cfg.accept_volume_mounts is True
+    again = run(node, capsys, "--kubernetes", docker_=False, units=False)[1]
+    assert again["changed"] is False
+
+
+def test_kubernetes_keeps_what_the_content_sets(node, capsys):
+    """A key the operator's settings set is theirs (accept-volume-mounts = false: the
+    volume-mounts strategy then gives nothing, which is not insecure)."""
+    doc = {"config": node.settings() + "accept-volume-mounts = false\n"}
+    code, _, err = run(node, capsys, "--kubernetes", doc=doc, docker_=False, units=False)
+    assert code == 0, err
+    data = _runtime_toml(node)
+    assert data["accept-volume-mounts"] is False and data["accept-envvar-unprivileged"] is False
+
+
+def test_kubernetes_open_mode_needs_the_insecure_opt_in(node, capsys):
+    doc = {"config": node.settings() + "accept-envvar-unprivileged = true\n"}
+    code, out, err = run(node, capsys, "--kubernetes", doc=doc, docker_=False, units=False)
+    assert code == 2 and out is None and len(err.splitlines()) == 1
+    assert "accept-envvar-unprivileged = true on a Kubernetes node" in err
+    assert "--kubernetes-insecure-envvar" in err
+    assert not node.config.exists() and not node.cdi_dir.exists()
+    code, _, err = run(
+        node, capsys, "--kubernetes", "--kubernetes-insecure-envvar", doc=doc, docker_=False,
+        units=False,
+    )  # fmt: skip
+    assert code == 0, err
+    assert _runtime_toml(node)["accept-envvar-unprivileged"] is True
+
+
+def test_kubernetes_insecure_opt_in_is_written_explicitly(node, capsys):
+    args = ("--kubernetes", "--kubernetes-insecure-envvar")
+    code, _, err = run(node, capsys, *args, docker_=False, units=False)
+    assert code == 0, err
+    data = _runtime_toml(node)
+    assert data["accept-envvar-unprivileged"] is True and data["accept-volume-mounts"] is True
+    assert "insecure opt-in" in node.config.read_text()
+
+
+def test_kubernetes_without_content_checks_the_file(node, capsys):
+    """No runtime.toml content given: the node's file is refused while it accepts the env
+    from unprivileged containers (a key it lacks is gpunode's default, true)."""
+    node.config.parent.mkdir(parents=True)
+    node.config.write_text(node.settings())
+    code, _, err = run(node, capsys, "--kubernetes", doc={}, docker_=False, units=False)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{node.config}: accept-envvar-unprivileged is true" in err
+    node.config.write_text(node.settings() + "accept-envvar-unprivileged = false\n")
+    code, _, err = run(node, capsys, "--kubernetes", doc={}, docker_=False, units=False)
+    assert code == 0, err
+
+
+def test_insecure_opt_in_needs_kubernetes(node, capsys):
+    assert cli.main(["runtime", "setup", "--kubernetes-insecure-envvar"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "needs --kubernetes" in err

@@ -322,3 +322,19 @@ def test_a_mig_request_is_not_served_after_the_layout_changed(tmp_path, node, mo
     paths = [d["path"] for d in after["linux"]["devices"]]
     assert f"/dev/nvidia-caps/nvidia-cap{ci8}" in paths and ci7 not in paths
     assert job3.args.mig_cap == ["gpu0/mig/gi8/access", "gpu0/mig/gi8/ci0/access"]
+
+
+def test_docker_gpus_hook_is_part_of_the_key(tmp_path, node):
+    """Under accept-envvar-unprivileged = false a spec with Docker's --gpus hook gets its
+    GPU; the prepared edits kept for it are never served to the same env without the hook
+    (an image's or a pod's NVIDIA_VISIBLE_DEVICES), which gets no GPU."""
+    node.accept_envvar_unprivileged = False
+    hook = {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook",
+                          "args": ["nvidia-container-runtime-hook", "prestart"]}]}  # fmt: skip
+    spec, job = create(tmp_path, node, hooks=hook)
+    assert not served(job) and "/dev/nvidia0" in json.dumps(spec)
+    assert "prestart" not in spec.get("hooks", {})
+    _, job = create(tmp_path, node, hooks=hook)
+    assert served(job)
+    spec, job = create(tmp_path, node)
+    assert job is None and "linux" not in spec

@@ -100,9 +100,19 @@ class FakeClient:
             raise CRIError("Version", "unavailable", self.fail)
         return SimpleNamespace(runtime_name="containerd", runtime_version="v1.7.24")
 
-    def run_pod(self, name, image, command, *, handler="", env=None):
-        self.pods.append((name, image, handler, env["NVIDIA_VISIBLE_DEVICES"]))
-        out = self.answers[env["NVIDIA_VISIBLE_DEVICES"]]
+    def run_pod(self, name, image, command, *, handler="", env=None, mounts=None):
+        """Answers by what the pod asked: ``mounts:<ids>`` for volume mounts (the device
+        plugin's volume-mounts strategy), else the env's NVIDIA_VISIBLE_DEVICES."""
+        if mounts:
+            assert env["NVIDIA_VISIBLE_DEVICES"] == cri.DEVICE_MOUNT_DIR  # as the plugin sends
+            assert {m["host_path"] for m in mounts} == {"/dev/null"}
+            key = "mounts:" + ",".join(
+                m["container_path"].rpartition("/")[2] for m in mounts
+            )
+        else:
+            key = env["NVIDIA_VISIBLE_DEVICES"]
+        self.pods.append((name, image, handler, key))
+        out = self.answers[key]
         if isinstance(out, PodResult):
             return out
         return PodResult("p", "c", "CONTAINER_EXITED", 0, "Completed", "", json.dumps(out) + "\n",
@@ -123,6 +133,7 @@ def cri_node(monkeypatch, tmp_path):
     monkeypatch.setattr(cri, "ensure_image", lambda: ("gpunode.local/validate-probe:x", False))
     monkeypatch.setattr(container, "_host_has_libcuda", lambda: False)
     monkeypatch.setattr(container, "_python", lambda: "/usr/bin/python3")
+    monkeypatch.setattr(cri, "request_channel", lambda: "env")
     return fake
 
 
@@ -179,3 +190,118 @@ def test_probe_image_archive_is_reproducible_and_importable_layout(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(layer)) as lt:
         assert "usr/bin/python3" in lt.getnames()
         assert container.PROBE_PATH.lstrip("/") in lt.getnames()
+
+
+NO_GPU = {"dev": [], "proc": ["0000:07:00.0"], "caps": [],
+          "nvml": {"error": "cannot load libnvidia-ml.so.1: not found"},
+          "cuda": {"absent": True, "error": "cannot load libcuda.so.1: x"}}  # fmt: skip
+
+
+def run_cri_checks(cri_node, tmp_path, channel):
+    """engine + container checks + container.unallocated, as gpunode.validate.checks runs
+    them for --engine cri."""
+    expect = Expectations(engine="cri", runtime_name="nvidia")
+    info, _ = engine.evaluate(expect)
+    run = cri.runner(info["cri"], "nvidia", channel)
+    done = container.evaluate(inventory(), expect, True, proc_gpus=str(tmp_path), runner=run)
+    return by_id(done + cri.unallocated_after(info["cri"], "nvidia", run, done))
+
+
+def test_secure_node_pods_ask_by_volume_mounts_and_unallocated_gets_nothing(cri_node, tmp_path):
+    """A Kubernetes node (accept-volume-mounts): the probe pods ask as the device plugin's
+    volume-mounts strategy sends; the pod whose env says all with no allocation sees no GPU."""
+    cri_node.answers = {f"mounts:{UUIDS[0]}": seen([0]), "mounts:all": seen([0, 1, 2, 3]),
+                        "all": NO_GPU}  # fmt: skip
+    cc = run_cri_checks(cri_node, tmp_path, "volume-mounts")
+    assert cc["container.isolation"].status == "pass", cc["container.isolation"].detail
+    u = cc["container.unallocated"]
+    assert u.status == "pass", u.detail
+    assert u.title == "A pod allocated no GPU gets none (NVIDIA_VISIBLE_DEVICES=all)"
+    assert "handler nvidia: no GPU" in u.detail
+    assert sorted(p[3] for p in cri_node.pods) == sorted(
+        [f"mounts:{UUIDS[0]}", "mounts:all", "all"]
+    )
+    assert {p[2] for p in cri_node.pods} == {"nvidia"}
+
+
+def test_open_node_fails_unallocated_naming_the_setting(cri_node, tmp_path):
+    """accept-envvar-unprivileged = true: the pod that asked by env alone gets every GPU."""
+    cri_node.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
+    cc = run_cri_checks(cri_node, tmp_path, "env")
+    assert cc["container.isolation"].status == "pass"
+    u = cc["container.unallocated"]
+    assert u.status == "fail"
+    assert "sees 4 GPU(s) through handler nvidia" in u.detail
+    assert "set accept-envvar-unprivileged = false" in u.detail and "\n" not in u.detail
+
+
+def test_unallocated_pod_that_does_not_start_fails(cri_node, tmp_path):
+    bad = PodResult("p", "c", "CONTAINER_EXITED", 128, "StartError", "unknown device", "", "")
+    cri_node.answers = {f"mounts:{UUIDS[0]}": seen([0]), "mounts:all": seen([0, 1, 2, 3]),
+                        "all": bad}  # fmt: skip
+    u = run_cri_checks(cri_node, tmp_path, "volume-mounts")["container.unallocated"]
+    assert u.status == "fail" and "must start without a GPU" in u.detail
+    assert "StartError exit 128: unknown device" in u.detail
+
+
+def test_unallocated_skips_where_the_others_could_not_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(cri, "SOCKET", str(tmp_path / "containerd.sock"))
+    expect = Expectations(engine="cri")
+    done = container.evaluate(inventory(), expect, engine_up=False)
+    u = by_id(cri.unallocated_after(None, "gpunode", None, done))["container.unallocated"]
+    assert u.status == "skip" and "the cri engine does not answer" in u.detail
+
+
+def test_pod_request_shapes():
+    assert cri.pod_request("GPU-a,GPU-b", "volume-mounts") == {
+        "env": {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices",
+                "NVIDIA_DRIVER_CAPABILITIES": "utility,compute"},
+        "mounts": [
+            {"container_path": "/var/run/nvidia-container-devices/GPU-a", "host_path": "/dev/null"},
+            {"container_path": "/var/run/nvidia-container-devices/GPU-b", "host_path": "/dev/null"},
+        ],
+    }  # fmt: skip
+    assert cri.pod_request("0:1", "env")["env"]["NVIDIA_VISIBLE_DEVICES"] == "0:1"
+    assert cri.pod_request(None, "volume-mounts") == {
+        "env": {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility,compute"}
+    }
+
+
+@pytest.mark.parametrize(
+    ("toml", "channel"),
+    [
+        ("accept-volume-mounts = true\naccept-envvar-unprivileged = false\n", "volume-mounts"),
+        ("", "env"),
+        ("accept-volume-mounts = 1\n", "env"),  # the runtime refuses it; pods will say so
+    ],
+)
+def test_request_channel_follows_runtime_toml(monkeypatch, tmp_path, toml, channel):
+    conf = tmp_path / "runtime.toml"
+    conf.write_text(toml)
+    monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG", str(conf))
+    assert cri.request_channel() == channel
+
+
+def test_unallocated_reaches_every_output(cri_node, tmp_path):
+    """The check goes the one result path: JSON, the Prometheus textfile, and the cluster
+    report's JUnit, Markdown and HTML."""
+    from gpunode.report import build
+    from gpunode.validate import output
+    from gpunode.validate.model import Result
+
+    cri_node.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
+    cc = run_cri_checks(cri_node, tmp_path, "env")
+    result = Result(node="n1", hostname="n1", started="2026-01-01T00:00:00Z",
+                    gpunode_version="0")  # fmt: skip
+    result.checks = list(cc.values())
+    doc = result.to_dict()
+    assert any(c["id"] == "container.unallocated" and c["status"] == "fail"
+               for c in doc["checks"])  # fmt: skip
+    assert 'check="container.unallocated"' in output.textfile(result)
+    path = tmp_path / "n1.json"
+    path.write_text(json.dumps(doc))
+    files = build.render_all(build.model_from([str(path)]))
+    for name in ("junit.xml", "summary.md", "index.html", "report.json"):
+        assert b"container.unallocated" in files[name] or b"A pod allocated no GPU" in files[
+            name
+        ], name

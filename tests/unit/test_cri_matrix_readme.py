@@ -65,3 +65,13 @@ def test_bad_data_is_one_line_naming_it(edit, message):
     with pytest.raises(cm.MatrixError) as err:
         cm.Matrix(data)
     assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_security_modes_are_what_gpunode_writes_for_kubernetes():
+    """The matrix's `secure` is what `gpunode runtime setup --kubernetes` writes, `open` what
+    it writes with --kubernetes-insecure-envvar."""
+    from gpunode.runtime import config
+
+    modes = cm.load().security
+    assert modes["secure"] == dict(config.KUBERNETES_SETTINGS)
+    assert modes["open"] == {**dict(config.KUBERNETES_SETTINGS), config.INSECURE_KEY: True}

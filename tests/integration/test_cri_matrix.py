@@ -406,6 +406,28 @@ def results_table(runs: dict, failures: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_grid(runs: dict) -> str:
+    """One line per pod, per release one mark per setup x security mode ('.' as expected,
+    'F' not, '-' not run), then the cells that differ with what they got."""
+    combos = [(s, m) for s in MATRIX.setups for m in MATRIX.security]
+    head = " ".join(f"{r} ({MATRIX.containerd[r]})".ljust(len(combos)) for r in RUN)
+    width = max(len(p) for p in MATRIX.pods)
+    key = ", ".join(f"{s}/{m}" for s, m in combos)
+    lines = [f"marks per release: {key}", f"{'pod'.ljust(width)}  {head}"]
+    for pod in MATRIX.pods:
+        marks = []
+        for release in RUN:
+            run = runs.get(release)
+            mark = ""
+            for setup, mode in combos:
+                cell = cri_matrix.Cell(pod, release, setup, mode)
+                got = run.results.get(cell.id) if run else None
+                mark += "-" if got is None else "." if cell_ok(cell, got) else "F"
+            marks.append(mark.ljust(len(f"{release} ({MATRIX.containerd[release]})")))
+        lines.append(f"{pod.ljust(width)}  {' '.join(marks)}")
+    return "\n".join(lines) + "\n"
+
+
 def cell_ok(cell, got: Outcome) -> bool:
     try:
         check(cell, got)
@@ -448,9 +470,12 @@ def matrix(artifacts, image_tags, request):
             list(pool.map(one, RUN))
         table = results_table(runs, failures)
         took = f"{time.monotonic() - started:.0f} s for {len(CELLS)} cells"
+        grid = results_grid(runs)
         RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS_FILE.write_text(f"# CRI matrix ({took})\n\n{table}")
-        request.config.pluginmanager.register(_Summary(f"{took}; {RESULTS_FILE}\n{table}"))
+        RESULTS_FILE.write_text(f"# CRI matrix ({took})\n\n{grid}\n{table}")
+        request.config.pluginmanager.register(
+            _Summary(f"{took}; every cell: {RESULTS_FILE}\n{grid}")
+        )
         yield runs, failures
     finally:
         if not os.environ.get("GPUNODE_KEEP_NODES"):

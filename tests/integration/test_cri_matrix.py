@@ -472,10 +472,10 @@ def matrix(artifacts, image_tags, request):
         took = f"{time.monotonic() - started:.0f} s for {len(CELLS)} cells"
         grid = results_grid(runs)
         RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS_FILE.write_text(f"# CRI matrix ({took})\n\n{grid}\n{table}")
-        request.config.pluginmanager.register(
-            _Summary(f"{took}; every cell: {RESULTS_FILE}\n{grid}")
-        )
+        RESULTS_FILE.write_text(f"# CRI matrix ({took})\n\n```\n{grid}```\n\n{table}")
+        differ = "".join(f"{line}\n" for line in table.splitlines() if line.endswith("FAIL |"))
+        summary = f"{took}; every cell: {RESULTS_FILE}\n{grid}{differ}"
+        request.config.pluginmanager.register(_Summary(summary))
         yield runs, failures
     finally:
         if not os.environ.get("GPUNODE_KEEP_NODES"):

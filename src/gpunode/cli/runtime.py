@@ -98,7 +98,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument(
         "--containerd-runtime-class",
         metavar="FILE",
-        help="write a RuntimeClass manifest per handler there, for the operator to apply",
+        help="write a RuntimeClass manifest per handler there, for the operator to apply, and "
+        "NVIDIA's device plugin's Helm values matching the node beside it",
+    )
+    setup.add_argument(
+        "--containerd-nvidia-cdi-hook",
+        metavar="PATH",
+        help="the hook the device plugin's CDI spec names (cdi.nvidiaHookPath in its values; "
+        "default: install-links' nvidia-cdi-hook, /usr/local/libexec/gpunode/nvidia-cdi-hook)",
     )
     setup.add_argument(
         "--kubernetes",
@@ -123,6 +130,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument("--json", action="store_true")
     links = rtsub.add_parser("install-links", help="link the executables into a bin dir")
     links.add_argument("--prefix", default="/usr/local/bin")
+    links.add_argument(
+        "--remove",
+        action="store_true",
+        help="remove what install-links made there (and in <prefix>/../libexec/gpunode), only that",
+    )
     links.add_argument("--json", action="store_true")
 
 
@@ -148,9 +160,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.action == "install-links":
-        from ..runtime.firststage import install_links
+        from ..runtime.firststage import install_links, remove_links
 
-        result = install_links(Path(args.prefix), Path(sys.executable).parent)
+        act = remove_links if args.remove else install_links
+        result = act(Path(args.prefix), Path(sys.executable).parent)
         print_json(result) if args.json else print(
             "\n".join(result["changes"]) if result["changes"] else "unchanged"
         )
@@ -195,6 +208,7 @@ def setup(args: argparse.Namespace) -> int:
             args.containerd_cdi,
             args.containerd_pass_annotations,
             args.containerd_runtime_class,
+            args.containerd_nvidia_cdi_hook,
         )
         if args.containerd
         else None,

@@ -45,6 +45,7 @@ from ..nvidia.devices import under
 from ..runtime import config as runtime_config
 from ..util import files, tool
 from ..util.command import UsageError
+from . import device_plugin
 from .common import EngineRunError, makedirs, read, run_tool
 
 UNIT_DIR = "/etc/systemd/system"
@@ -75,7 +76,9 @@ class Containerd:
     the role has always registered it). ``names``: handler names, the first the default with
     ``set_default``; ``cdi``: enable_cdi plus the CDI spec's directory in cdi_spec_dirs;
     ``pass_annotations``: container_annotations covering runtime.toml's annotation-prefixes;
-    ``runtime_class``: where the RuntimeClass manifest goes (None: none written)."""
+    ``runtime_class``: where the RuntimeClass manifest goes (None: none written), NVIDIA's
+    device plugin's Helm values beside it (gpunode.engines.device_plugin), naming
+    ``nvidia_cdi_hook`` as the plugin's CDI hook."""
 
     config: str
     drop_in_dir: str
@@ -84,6 +87,7 @@ class Containerd:
     cdi: bool = False
     pass_annotations: bool = False
     runtime_class: str | None = None
+    nvidia_cdi_hook: str | None = None  # None: where install-links puts it by default
 
 
 # A Kubernetes RuntimeClass's name and handler must be a DNS-1123 label.
@@ -400,6 +404,30 @@ def _containerd(
         result.files.append(
             _owned_file("runtimeclass", c.runtime_class, runtime_class_manifest(c.names), dry_run)
         )
+        result.files.append(
+            _owned_file(
+                "device plugin values",
+                device_plugin.values_path(c.runtime_class),
+                _device_plugin_values(c, cfg),
+                dry_run,
+            )
+        )
+
+
+def _device_plugin_values(c: Containerd, cfg: runtime_config.RuntimeConfig | None) -> str:
+    from ..runtime.firststage import nvidia_cdi_hook_path
+
+    assert cfg is not None  # loaded by setup() whenever a RuntimeClass file is written
+    return device_plugin.values(
+        names=c.names,
+        set_default=c.set_default,
+        cdi=c.cdi,
+        pass_annotations=c.pass_annotations,
+        accept_volume_mounts=cfg.accept_volume_mounts,
+        accept_envvar_unprivileged=cfg.accept_envvar_unprivileged,
+        driver_root=cfg.driver_root,
+        hook_path=c.nvidia_cdi_hook or str(nvidia_cdi_hook_path()),
+    )
 
 
 def _runtime_config(
@@ -511,6 +539,7 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
         containerd.handlers(s.containerd.config, s.containerd.names)
         if s.containerd.runtime_class is not None:
             runtime_class_manifest(s.containerd.names)
+            _device_plugin_values(s.containerd, _runtime_config(s, new, dry_run))
         if s.containerd.cdi:  # before anything is written: CDI where containerd has none
             containerd.check_cdi(s.containerd.config)
     result = Result(dry_run)
@@ -530,7 +559,8 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     # would find nothing to change.
     if s.containerd is not None:
         c = s.containerd
-        cfg = _runtime_config(s, new, dry_run) if c.cdi or c.pass_annotations else None
+        needed = c.cdi or c.pass_annotations or c.runtime_class is not None
+        cfg = _runtime_config(s, new, dry_run) if needed else None
         _containerd(c, cfg, dry_run, result)
     if s.docker is not None:
         _docker(s.docker, dry_run, result)

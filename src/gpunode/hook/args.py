@@ -33,6 +33,18 @@ OPTIONS = {
     },
 }
 
+# NVIDIA's hook command line (``nvidia-cdi-hook <sub>``, ``nvidia-ctk hook <sub>``): the five
+# subcommands NVIDIA's CDI specs call, with NVIDIA's option names (gpunode.hook.nvcli).
+NVIDIA_OPTIONS = {
+    "create-symlinks": {"--link": "list"},
+    "enable-cuda-compat": {"--host-driver-version": "value"},
+    # --ldconfig-path: accepted and ignored; no ldconfig is run (gpunode.hook.nvcli)
+    "update-ldcache": {"--folder": "list", "--ldconfig-path": "value"},
+    # --driver-root: gpunode's (where the driver's /proc/driver/nvidia is; default /)
+    "disable-device-node-modification": {"--driver-root": "value"},
+    "update-application-profile": {},
+}
+
 
 class Args:
     def __init__(self) -> None:
@@ -49,15 +61,18 @@ class Args:
         self.mig_cap: list[str] = []
         self.mig_caps_all = False
         self.driver_root = "/"
+        self.host_driver_version = ""
+        self.ldconfig_path = ""
 
 
-def parse_args(argv: list[str]) -> Args:
+def parse_args(argv: list[str], options: dict = OPTIONS) -> Args:
+    """*argv* (without the program name) against the subcommand table *options*."""
     args = Args()
     i = 0
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        table = {"--root": "value"} | (OPTIONS[args.command] if args.command else {})
+        table = {"--root": "value"} | (options[args.command] if args.command else {})
         if arg in ("-h", "--help"):
             args.help = True
         elif arg == "--version" and args.command is None:
@@ -80,8 +95,8 @@ def parse_args(argv: list[str]) -> Args:
                 else:
                     setattr(args, attr, value)
         elif args.command is None and not arg.startswith("-"):
-            if arg not in OPTIONS:
-                raise HookError(f"unknown subcommand {arg!r}; accepted: {', '.join(OPTIONS)}")
+            if arg not in options:
+                raise HookError(f"unknown subcommand {arg!r}; accepted: {', '.join(options)}")
             args.command = arg
         else:
             where = f" for {args.command}" if args.command else ""

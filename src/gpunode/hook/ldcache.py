@@ -35,7 +35,7 @@ import stat
 import sys
 
 from ..util import ldsocache
-from ..util.safepath import mkdir_p_in_root
+from ..util.safepath import mkdir_p_in_root, open_in_root
 from .errors import PROG, HookError, describe
 from .fileops import split_container_path, write_file_at
 from .state import open_root
@@ -43,6 +43,15 @@ from .state import open_root
 LDSO_CONF_DROPIN = "00-gpunode.conf"
 LDCACHE_NAME = "ld.so.cache"
 LDCACHE_MAX = ldsocache.MAX_CACHE
+# NVIDIA's update-ldcache names folders only (it runs ldconfig on them): the libraries in
+# them are found by name (libraries_in_folders), at most this many entries per folder.
+MAX_FOLDER_ENTRIES = 1 << 16
+# Written by enable-cuda-compat (gpunode.hook.cudacompat) when the image's CUDA
+# forward-compatibility libraries are newer than the host driver; it names CUDA_COMPAT_DIR
+# and nothing else. update-ldcache (NVIDIA's form) puts that folder first. Its name sorts
+# before LDSO_CONF_DROPIN, so the image's own ldconfig also finds the compat folder first.
+COMPAT_DROPIN = "00-gpunode-cuda-compat.conf"
+CUDA_COMPAT_DIR = "/usr/local/cuda/compat"
 
 
 def _clean_folders(folders: list[str]) -> list[str]:
@@ -182,4 +191,90 @@ def parse_library_args(specs: list[str]) -> list[tuple[str, str]]:
 
 def cmd_update_ldcache(args, root_path: str) -> int:
     update_container_cache(root_path, parse_library_args(args.library), args.folder)
+    return 0
+
+
+def soname_shaped(name: str) -> bool:
+    """Whether a file name has a SONAME's shape, ``lib<name>.so.<major>`` (what ldconfig
+    makes links and cache entries of: libnvidia-ml.so.1, libcuda.so.1, libnvidia-nvvm.so.4),
+    not a fully versioned file (libnvidia-ml.so.550.54.15) or a dev link (libcuda.so)."""
+    base, sep, major = name.rpartition(".so.")
+    return bool(sep) and base.startswith("lib") and major.isascii() and major.isdigit()
+
+
+def libraries_in_folders(root_fd: int, folders: list[str]) -> list[tuple[str, str]]:
+    """``(soname, container path)`` for each SONAME-shaped entry (symlink or regular file)
+    of the container *folders*, the first folder naming a SONAME winning; what ldconfig
+    would put in the cache for the injected libraries and their SONAME links (made by
+    create-symlinks before), without reading a file of the image. Each folder is resolved
+    inside the root (its symlinks taken relative to it); a missing one is skipped, as
+    ldconfig does."""
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for folder in _clean_folders(folders):
+        try:
+            fd = open_in_root(root_fd, folder, os.O_RDONLY | os.O_DIRECTORY, follow_last=True)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise HookError(f"--folder {folder}: {describe(exc)}") from None
+        try:
+            with os.scandir(fd) as entries:
+                for n, entry in enumerate(entries):
+                    if n >= MAX_FOLDER_ENTRIES:
+                        raise HookError(
+                            f"--folder {folder}: more than {MAX_FOLDER_ENTRIES} entries"
+                        )
+                    name = entry.name
+                    if name in seen or not soname_shaped(name):
+                        continue
+                    if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                        seen.add(name)
+                        out.append((name, f"{folder.rstrip('/')}/{name}"))
+        except OSError as exc:
+            raise HookError(f"--folder {folder}: {describe(exc)}") from None
+        finally:
+            os.close(fd)
+    return out
+
+
+def compat_folders(root_fd: int) -> list[str]:
+    """[CUDA_COMPAT_DIR] when enable-cuda-compat chose it (its drop-in says so), else []."""
+    try:
+        conf_fd = open_in_root(
+            root_fd, "/etc/ld.so.conf.d", os.O_RDONLY | os.O_DIRECTORY, follow_last=True
+        )
+    except OSError:
+        return []
+    try:
+        fd = os.open(
+            COMPAT_DROPIN,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            dir_fd=conf_fd,
+        )
+    except OSError:
+        return []
+    finally:
+        os.close(conf_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return [CUDA_COMPAT_DIR] if CUDA_COMPAT_DIR.encode() in data.split(b"\n") else []
+
+
+def cmd_nvidia_update_ldcache(args, root_path: str) -> int:
+    """NVIDIA's ``update-ldcache --folder DIR...``: the libraries found in the folders (the
+    CUDA compat folder first when enable-cuda-compat chose it) into the container's
+    ld.so.cache, the folders into the drop-in. ``--ldconfig-path`` is ignored: no ldconfig
+    is run, neither the host's nor the image's (the cache is written by Python), so there
+    is nothing it could choose."""
+    root_fd = open_root(root_path)
+    try:
+        libraries = libraries_in_folders(root_fd, compat_folders(root_fd) + args.folder)
+        update_container_cache(root_fd, libraries, args.folder)
+    finally:
+        os.close(root_fd)
     return 0

@@ -8,7 +8,7 @@ import os
 import sys
 
 from .. import __version__
-from .args import parse_args
+from .args import OPTIONS, parse_args
 from .configure import cmd_configure
 from .errors import PROG, HookError, debug, describe
 from .ldcache import cmd_update_ldcache
@@ -43,34 +43,41 @@ state on stdin unless --root names its rootfs.
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if a in COMMANDS), "hook")
+    return run(list(sys.argv[1:] if argv is None else argv), PROG, OPTIONS, COMMANDS, USAGE)
+
+
+def run(argv: list[str], prog: str, options: dict, commands: dict, usage: str) -> int:
+    """Parse *argv* against *options*, run the subcommand's function from *commands* on the
+    container (stdin's OCI state, or --root) and turn every failure into one line on stderr
+    (``<prog>: <subcommand>: <reason>``, exit 1). Shared by gpunode-hook and NVIDIA's hook
+    command line (gpunode.hook.nvcli)."""
+    command = next((a for a in argv if a in commands), "hook")
     try:
         os.chdir("/")  # runc starts hooks in the (container-controlled) rootfs
         os.umask(0o022)
-        args = parse_args(argv)
+        args = parse_args(argv, options)
         if args.help:
-            print(USAGE)
+            print(usage)
             return 0
         if args.version:
-            print(f"{PROG} {__version__}")
+            print(f"{prog} {__version__}" + ("" if prog == PROG else f" ({PROG})"))
             return 0
         if not args.command:
-            raise HookError(f"missing subcommand ({', '.join(COMMANDS)})")
+            raise HookError(f"missing subcommand ({', '.join(commands)})")
         command = args.command
         if not args.driver_root.startswith("/"):  # before anything is looked up under it
             raise HookError(f"--driver-root must be absolute: {args.driver_root!r}")
         root = args.root
         if root is None:
             root = resolve_rootfs(read_state())
-        return COMMANDS[args.command](args, root)
+        return commands[args.command](args, root)
     except HookError as exc:
-        print(f"{PROG}: {command}: {exc}", file=sys.stderr)
+        print(f"{prog}: {command}: {exc}", file=sys.stderr)
     except BaseException as exc:
         if debug():
             raise
         msg = describe(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-        print(f"{PROG}: {command}: {' '.join(msg.split())}", file=sys.stderr)
+        print(f"{prog}: {command}: {' '.join(msg.split())}", file=sys.stderr)
     return 1
 
 

@@ -34,10 +34,14 @@ ENV_REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
 ENV_REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
 
 # Fully-qualified CDI device name: vendor/class=name (see is_cdi_name).
-# NVIDIA's CDI vendors: `nvidia.com` (generated specs) and `runtime.nvidia.com` (the
-# toolkit's jit-CDI mode). Their `gpu` class names select GPUs like plain device ids; any
-# other name of these vendors is refused, never silently ignored.
-NVIDIA_CDI_VENDORS = ("nvidia.com", "runtime.nvidia.com")
+# NVIDIA's CDI vendors: `nvidia.com` (generated specs), `runtime.nvidia.com` (the
+# toolkit's jit-CDI mode) and `k8s.device-plugin.nvidia.com` (NVIDIA's device plugin in its
+# CDI strategies: its own spec's kind, hard-coded in the plugin; its ids are GPU UUIDs,
+# indices or MIG UUIDs). Their `gpu` class names select GPUs like plain device ids, so the
+# plugin's cdi-annotations reach GPUs through gpunode's runtime on containerd 1.6 (no CDI
+# there; the handler must pass cdi.k8s.io/*: `--pass-annotations`); any other name of these
+# vendors is refused, never silently ignored.
+NVIDIA_CDI_VENDORS = ("nvidia.com", "runtime.nvidia.com", "k8s.device-plugin.nvidia.com")
 NVIDIA_GPU_CDI_PREFIXES = tuple(f"{v}/gpu=" for v in NVIDIA_CDI_VENDORS)
 ENV_MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
 ENV_MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
@@ -201,12 +205,13 @@ def _devices_from_tokens(
     container. Fully-qualified CDI names go to cdi_devices; the rest are device ids, and the
     first "all" or "none" among the ids decides.
 
-    gpunode choice: an `nvidia.com/gpu=X` or `runtime.nvidia.com/gpu=X` (NVIDIA's jit-CDI
-    name) CDI name is ALSO read as the plain device id X, so gpunode's runtime serves it from
-    its own discovery even when no CDI spec file exists on the node. The name stays in
-    cdi_devices too, so a CDI-aware consumer still sees exactly what was asked for. Any other
-    name of an NVIDIA vendor (`nvidia.com/foo=1`) is an error: a GPU request must never turn
-    into a container without GPUs.
+    gpunode choice: an `nvidia.com/gpu=X`, `runtime.nvidia.com/gpu=X` (NVIDIA's jit-CDI
+    name) or `k8s.device-plugin.nvidia.com/gpu=X` (NVIDIA's device plugin) CDI name is ALSO
+    read as the plain device id X, so gpunode's runtime serves it from its own discovery even
+    when no CDI spec file exists on the node. The name stays in cdi_devices too, so a
+    CDI-aware consumer still sees exactly what was asked for. Any other name of an NVIDIA
+    vendor (`nvidia.com/foo=1`) is an error: a GPU request must never turn into a container
+    without GPUs.
     """
     if not tokens or "void" in tokens:
         return None, ()

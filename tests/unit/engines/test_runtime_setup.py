@@ -658,3 +658,41 @@ def test_insecure_opt_in_needs_kubernetes(node, capsys):
     assert cli.main(["runtime", "setup", "--kubernetes-insecure-envvar"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "needs --kubernetes" in err
+
+
+def test_containerd_kubernetes_writes_the_device_plugin_values(node, capsys):
+    """Beside the RuntimeClass manifest: NVIDIA's device plugin's values for the node, said
+    in the JSON as changed like the manifest; unchanged on the second run."""
+    rc = node.root / "etc/gpunode/kubernetes/runtimeclass.yaml"
+    values = rc.parent / "nvidia-device-plugin-values.yaml"
+    k8s = ["--containerd-name", "nvidia", "--containerd-cdi", "--containerd-runtime-class", str(rc)]
+    k8s += ["--containerd-nvidia-cdi-hook", "/opt/gpunode/libexec/nvidia-cdi-hook"]
+    code, out, err = run(node, capsys, *k8s, containerd_=True, docker_=False, units=False)
+    assert code == 0, err
+    f = by_kind(out)["device plugin values"]
+    assert f["changed"] and f["path"] == str(values) and str(values) in out["changed_files"]
+    got = yaml.safe_load(values.read_text())
+    assert got["deviceListStrategy"] == "cdi-cri" and got["runtimeClassName"] == "nvidia"
+    assert got["cdi"] == {"nvidiaHookPath": "/opt/gpunode/libexec/nvidia-cdi-hook"}
+    again = run(node, capsys, *k8s, containerd_=True, docker_=False, units=False)[1]
+    assert not by_kind(again)["device plugin values"]["changed"]
+    # no CDI, runtime.toml accepting volume mounts: volume-mounts; the default hook path
+    doc = {"config": node.settings(**{"accept-volume-mounts": True})}
+    k8s = ["--containerd-name", "nvidia", "--containerd-runtime-class", str(rc)]
+    code, out, err = run(node, capsys, *k8s, doc=doc, containerd_=True, docker_=False, units=False)
+    assert code == 0, err
+    got = yaml.safe_load(values.read_text())
+    assert got["deviceListStrategy"] == "volume-mounts"
+    assert got["cdi"] == {"nvidiaHookPath": "/usr/local/libexec/gpunode/nvidia-cdi-hook"}
+
+
+def test_device_plugin_without_a_strategy_is_refused_before_anything_is_written(node, capsys):
+    rc = node.root / "rc.yaml"
+    doc = {"config": node.settings(**{"accept-envvar-unprivileged": False})}
+    code, out, err = run(
+        node, capsys, "--containerd-runtime-class", str(rc), doc=doc, containerd_=True,
+        docker_=False, units=False,
+    )  # fmt: skip
+    assert code == 2 and out is None and len(err.splitlines()) == 1, err
+    assert "NVIDIA's device plugin has no strategy that reaches GPUs on this node" in err
+    assert not rc.exists() and not node.containerd.exists()

@@ -15,6 +15,16 @@ CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(SRC), "L
 
 HOOK = [sys.executable, "-m", "gpunode.hook"]
 
+
+def nvidia_hook(name: str) -> list[str]:
+    """NVIDIA's hook command line (gpunode.hook.nvcli) run with argv[0] *name*, as the
+    launcher of that name runs it (``nvidia-cdi-hook``; ``nvidia-ctk`` then wants ``hook``)."""
+    code = (
+        f"import sys; sys.argv[0] = {name!r}; from gpunode.hook.nvcli import main; sys.exit(main())"
+    )
+    return [sys.executable, "-c", code]
+
+
 LIBZ = Path("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13")
 
 
@@ -27,13 +37,14 @@ def run_hook(
     stdin: str | None = None,
     before: str = "",
     after: str = "",
+    hook: list[str] = HOOK,
 ):
     """Run the hook; with ``before``/``after``, inside ``unshare -m`` between those shell
     snippets (``before`` must succeed).
 
     Returns (returncode of the hook, stdout, stderr).
     """
-    cmd = [*HOOK, *args]
+    cmd = [*hook, *args]
     full_env = {**CLEAN_ENV, **(env or {})}
     if before or after:
         script = (

@@ -30,6 +30,62 @@ def test_install_links_respects_nvidia_toolkit(tmp_path, monkeypatch):
     assert res["nvidia_toolkit_hook"] == str(other)
 
 
+def test_nvidia_cdi_hook_launcher_install_and_remove(tmp_path, monkeypatch):
+    """install-links writes the nvidia-cdi-hook launcher in gpunode's own directory
+    (<prefix>/../libexec/gpunode), nowhere else: no nvidia-ctk, nothing named nvidia-cdi-hook
+    on the prefix; the launcher runs NVIDIA's hook command line. --remove takes back what
+    install-links made and leaves what it did not make."""
+    bindir = tmp_path / "venv-bin"
+    bindir.mkdir()
+    prefix = tmp_path / "usr/local/bin"
+    monkeypatch.setattr(firststage.shutil, "which", lambda *a, **k: None)
+    res = firststage.install_links(prefix, bindir)
+    hook = tmp_path / "usr/local/libexec/gpunode/nvidia-cdi-hook"
+    assert res["nvidia_cdi_hook"] == str(hook) == str(firststage.nvidia_cdi_hook_path(prefix))
+    assert firststage.nvidia_cdi_hook_path() == firststage.Path(
+        "/usr/local/libexec/gpunode/nvidia-cdi-hook"
+    )
+    assert f"wrote launcher {hook}" in res["changes"]
+    written = {c.split(" ")[-1] if "->" not in c else c.split(" ")[1] for c in res["changes"]}
+    assert all(w.startswith((str(prefix) + "/", str(hook.parent) + "/")) for w in written)
+    assert not any(os.path.basename(w) == "nvidia-ctk" for w in written)
+    assert not (prefix / "nvidia-cdi-hook").exists()
+    assert os.stat(hook).st_mode & 0o777 == 0o755
+    assert f"from {firststage.NVIDIA_CDI_HOOK_MODULE} import main" in hook.read_text()
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    proc = subprocess.run(
+        [
+            str(hook),
+            "create-symlinks",
+            "--root",
+            str(rootfs),
+            "--link",
+            "libcuda.so.1::/l/libcuda.so",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(rootfs / "l/libcuda.so") == "libcuda.so.1"
+    proc = subprocess.run([str(hook), "chmod"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith(
+        "nvidia-cdi-hook: hook: unknown subcommand 'chmod'"
+    )
+    assert firststage.install_links(prefix, bindir)["changed"] is False
+
+    # a file of the site's under one of the names: kept by --remove
+    (prefix / "gpunode-hook").unlink()
+    (prefix / "gpunode-hook").write_text("#!/bin/sh\n# the site's own\n")
+    res = firststage.remove_links(prefix, bindir)
+    assert f"removed {hook}" in res["changes"] and not hook.parent.exists()
+    assert res["kept"] == [str(prefix / "gpunode-hook")]
+    assert sorted(p.name for p in prefix.iterdir()) == ["gpunode-hook"]
+    assert firststage.remove_links(prefix, bindir)["changed"] is False
+
+
 def _dispatch(tmp_path, argv, spec_text=None, config=False):
 
     fake = tmp_path / "fakebin"

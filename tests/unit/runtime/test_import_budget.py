@@ -133,6 +133,9 @@ ALLOWED = {
     },
     # the hook as the runtime calls it (--root given: no OCI state, no json)
     "hook configure": HOOK_CONFIGURE,
+    # NVIDIA's hook command line (the nvidia-cdi-hook launcher): the same modules, plus its
+    # table and enable-cuda-compat's
+    "nvidia-cdi-hook": HOOK_CONFIGURE | {"gpunode.hook.nvcli", "gpunode.hook.cudacompat"},
 }
 
 HARNESS = """
@@ -299,3 +302,22 @@ def test_hook_configure(tmp_path):
     assert os.readlink(root / "usr/lib/libcuda.so") == "libcuda.so.1"
     assert (root / "etc/ld.so.cache").read_bytes().startswith(b"glibc-ld.so.cache1.1")
     check("hook configure", modules, FORBIDDEN | {"re", "json"})
+
+
+@pytest.mark.parametrize(
+    "sub",
+    [
+        ["update-ldcache", "--folder", "/usr/lib"],
+        ["create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so"],
+        ["enable-cuda-compat", "--host-driver-version=550.54.15"],
+        ["update-application-profile"],
+    ],
+    ids=lambda s: s[0],
+)
+def test_nvidia_cdi_hook(tmp_path, sub):
+    """NVIDIA's hook command line, as the nvidia-cdi-hook launcher runs it (one process per
+    hook of the plugin's spec: each pays its start-up)."""
+    root = tmp_path / "rootfs"
+    root.mkdir()
+    modules = imported("gpunode.hook.nvcli", ["nvidia-cdi-hook", "--root", str(root), *sub])
+    check("nvidia-cdi-hook", modules, FORBIDDEN | {"re", "json"})

@@ -57,6 +57,7 @@ CONFORMANCE = [
     (f"0:1,{M['0:1']},MIG-{U0}/7/0", GPUS, ((), ("0:1",))),  # one device, three names
     ("nvidia.com/gpu=0:1", GPUS, ((), ("0:1",))),
     (f"runtime.nvidia.com/gpu={M['2:1']}", GPUS, ((), ("2:1",))),
+    (f"k8s.device-plugin.nvidia.com/gpu={M['2:1']}", GPUS, ((), ("2:1",))),  # the plugin's
     ("all", NO_MIG, ((0, 1, 2), ())),
     ("0:9", GPUS, "unknown MIG device '0:9' requested"),
     ("1:0", GPUS, "unknown MIG device '1:0' requested"),  # GPU 1 has MIG off
@@ -140,6 +141,10 @@ def test_parents_get_their_node_once_and_requirements_see_them():
         ),
         ({"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0:1"}}, "0:1"),
         ({"annotations": {"cdi.k8s.io/x": f"nvidia.com/gpu={M['2:1']}"}}, M["2:1"]),
+        (
+            {"annotations": {"cdi.k8s.io/x": f"k8s.device-plugin.nvidia.com/gpu={M['2:1']}"}},
+            M["2:1"],
+        ),
     ],
 )
 def test_volume_mount_and_annotation_forms(kw, value):

@@ -595,7 +595,10 @@ def test_end_to_end_cdi_name_selects_gpu():
 
 
 # NVIDIA's jit-CDI names (runtime.nvidia.com/gpu=X) select GPUs exactly as nvidia.com/gpu=X
-# does, from the env and from cdi.k8s.io annotations alike (issue 6, item 3).
+# does, from the env and from cdi.k8s.io annotations alike (issue 6, item 3); so do NVIDIA's
+# device plugin's (k8s.device-plugin.nvidia.com/gpu=X, its cdi-annotations on containerd 1.6:
+# issue 25, item 2).
+DEVICE_PLUGIN = "k8s.device-plugin.nvidia.com"
 JIT_CDI_CASES = [
     ("all", [0, 1, 2]),
     ("1", [1]),
@@ -612,7 +615,7 @@ def _request_from(source: str, value: str) -> Request:
 
 @pytest.mark.parametrize("source", ["env", "annotations"])
 @pytest.mark.parametrize(("name", "indexes"), JIT_CDI_CASES)
-@pytest.mark.parametrize("vendor", ["nvidia.com", "runtime.nvidia.com"])
+@pytest.mark.parametrize("vendor", ["nvidia.com", "runtime.nvidia.com", DEVICE_PLUGIN])
 def test_nvidia_gpu_cdi_names_select_gpus(vendor, name, indexes, source):
     r = _request_from(source, f"{vendor}/gpu={name}")
     assert r.is_gpu and r.source == source
@@ -629,6 +632,7 @@ def test_nvidia_gpu_cdi_names_select_gpus(vendor, name, indexes, source):
         "nvidia.com/mig=0",
         "runtime.nvidia.com/gpu.x=all",
         "0,runtime.nvidia.com/bar=all",
+        "k8s.device-plugin.nvidia.com/mig-1g.10gb=0",
     ],
 )
 def test_unknown_nvidia_cdi_kind_is_an_error_naming_it(name, source):
@@ -640,7 +644,7 @@ def test_unknown_nvidia_cdi_kind_is_an_error_naming_it(name, source):
 
 
 @pytest.mark.parametrize("source", ["env", "annotations"])
-@pytest.mark.parametrize("vendor", ["nvidia.com", "runtime.nvidia.com"])
+@pytest.mark.parametrize("vendor", ["nvidia.com", "runtime.nvidia.com", DEVICE_PLUGIN])
 def test_unknown_nvidia_gpu_cdi_device_names_the_request(vendor, source):
     r = _request_from(source, f"{vendor}/gpu=9")
     with pytest.raises(RequestError, match=rf"^unknown device '{vendor}/gpu=9' requested; this"):

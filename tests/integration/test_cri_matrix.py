@@ -33,6 +33,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import yaml
 
 from gpunode.cri.client import CRIError
 from gpunode.sim import cluster, images
@@ -50,8 +51,7 @@ RUN = tuple(r for r in MATRIX.releases if r in cri.RELEASES)
 CELLS = MATRIX.cells(RUN)
 RESULTS_FILE = ROOT / "build" / "cri-matrix.md"
 RUNTIME_TOML = "/etc/gpunode/runtime.toml"
-# gpunode's launcher of NVIDIA's hook command line (gpunode runtime install-links)
-GPUNODE_CDI_HOOK = "/usr/local/libexec/gpunode/nvidia-cdi-hook"
+RUNTIME_CLASS = "/etc/gpunode/kubernetes/runtimeclass.yaml"  # the device plugin's values beside
 CUDA_STYLE_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 # a layout with one MIG profile on every GPU, as MIG_STRATEGY=single requires
 SINGLE_LAYOUT = """\
@@ -245,6 +245,7 @@ class ReleaseRun:
     def __init__(self, release: str, node: cri.CriNode, cuda_image: str):
         self.release, self.node, self.cuda_image = release, node, cuda_image
         self.state = "full"
+        self.hook_path: str | None = None
         self.results: dict[str, Outcome] = {}
 
     def sh(self, script: str, **kw):
@@ -284,12 +285,18 @@ class ReleaseRun:
         self.write_plugin_spec()
 
     def plugin_hook_path(self) -> str:
-        """NVIDIA_CDI_HOOK_PATH as gpunode points the plugin at it: its nvidia-cdi-hook
-        launcher where the node has one, else the plugin's default (NVIDIA's nvidia-ctk,
-        absent on a gpunode node: every pod using the plugin's spec then fails, as it does
-        with a plugin left at its default)."""
-        found = self.sh(f"test -x {GPUNODE_CDI_HOOK} && echo yes", check=False).stdout
-        return GPUNODE_CDI_HOOK if found.strip() == "yes" else deviceplugin.DEFAULT_HOOK_PATH
+        """NVIDIA_CDI_HOOK_PATH as gpunode tells the operator to set it: `cdi.nvidiaHookPath`
+        of the device plugin's values that `gpunode runtime setup` writes for this node."""
+        if self.hook_path is None:
+            res = self.sh(
+                "gpunode runtime setup --json --dry-run --containerd --containerd-name nvidia "
+                f"{' '.join(f'--containerd-{a[2:]}' for a in self.node.cdi())} "
+                f"--containerd-runtime-class {RUNTIME_CLASS}"
+            )
+            files = {f["kind"]: f for f in json.loads(res.stdout)["files"]}
+            values = yaml.safe_load(files["device plugin values"]["after"])
+            self.hook_path = values["cdi"]["nvidiaHookPath"]
+        return self.hook_path
 
     def write_plugin_spec(self) -> None:
         own = self.node.node.json("gpunode cdi generate --format json")

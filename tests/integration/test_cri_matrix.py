@@ -123,7 +123,9 @@ def pod_request(pod: dict, facts: Facts) -> dict:
     env: list[tuple[str, str]] = []
     if "plugin" in pod:
         refs = pod["gpus"]
-        if pod.get("mig"):
+        if any(str(r).startswith(("GPU-", "MIG-")) for r in refs):
+            ids = [str(r) for r in refs]  # an id as it is: one the node does not have
+        elif pod.get("mig"):
             ids = [facts.mig(r)["uuid"] for r in refs]
         elif pod["plugin"]["ids"] == "index":
             ids = [str(i) for i in refs]

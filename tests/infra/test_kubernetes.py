@@ -1,7 +1,9 @@
 """Kubernetes-ready GPU nodes (gpu_container_runtime_kubernetes and its parts): containerd's
 merged configuration has gpunode's handlers (runc kept), the default runtime, CDI and the
 annotations as the inventory says, the RuntimeClass manifest names the handlers, and pods
-through containerd's CRI see exactly their GPUs (`gpunode validate --engine cri`).
+through containerd's CRI see exactly their GPUs (`gpunode validate --engine cri`), while a
+pod that was allocated nothing and asks by env (NVIDIA_VISIBLE_DEVICES=all, as every CUDA
+image's ENV does) gets none: runtime.toml is secure by default (issue 25 item 1).
 
 Expectations are the role's knobs with the role's defaults. The CRI smoke test needs, as
 kubelet does, the operator's pod sandbox image in containerd and, for gpunode's CRI client,
@@ -35,6 +37,17 @@ def knobs(node) -> dict:
         "runtimeclass": v.get(
             "gpu_container_runtime_runtimeclass_file",
             "/etc/gpunode/kubernetes/runtimeclass.yaml" if k8s else "",
+        ),
+        # runtime.toml's gates: the inventory's settings, else the secure default unless
+        # the role's opt-in (the settings may say true only with that opt-in)
+        "envvar": bool(
+            (v.get("gpu_container_runtime_settings") or {}).get(
+                "accept-envvar-unprivileged",
+                v.get("gpu_container_runtime_kubernetes_insecure_envvar", False),
+            )
+        ),
+        "volume_mounts": bool(
+            (v.get("gpu_container_runtime_settings") or {}).get("accept-volume-mounts", True)
         ),
     }
 
@@ -108,9 +121,26 @@ def test_runtimeclass_manifest_names_the_handlers(node, want):
     ], f"{node.name}: {path}: {docs}"
 
 
+def test_runtime_toml_secure_by_default(node, want):
+    """gpunode registered with containerd: runtime.toml says accept-envvar-unprivileged =
+    false and accept-volume-mounts = true (an unprivileged pod gets GPUs only through its
+    device plugin allocation), unless the inventory opts in to the insecure mode or sets
+    the key itself."""
+    f = node.host.file("/etc/gpunode/runtime.toml")
+    assert f.exists, f"{node.name}: /etc/gpunode/runtime.toml missing"
+    data = tomllib.loads(f.content_string)
+    envvar = data.get("accept-envvar-unprivileged")
+    mounts = data.get("accept-volume-mounts")
+    assert envvar is want["envvar"], f"{node.name}: accept-envvar-unprivileged = {envvar!r}"
+    assert mounts is want["volume_mounts"], f"{node.name}: accept-volume-mounts = {mounts!r}"
+
+
 def test_pods_through_the_cri_see_exactly_their_gpus(node, want):
     """`gpunode validate --engine cri` through the first handler: the CRI answers, the
-    handler is registered, the probe pods (one GPU, all) see exactly theirs."""
+    handler is registered, the probe pods (one GPU, all: by volume mounts, as the device
+    plugin's volume-mounts strategy allocates, on a secure node) see exactly theirs, and a
+    pod with NVIDIA_VISIBLE_DEVICES=all and no allocation (container.unallocated) sees no
+    GPU on a secure node, every GPU on one that opted in to the insecure mode."""
     handler = want["handlers"][0]
     cmd = f"{node.gpunode()} validate --engine cri --runtime-name {handler} --json"
     if want["default"]:
@@ -122,3 +152,8 @@ def test_pods_through_the_cri_see_exactly_their_gpus(node, want):
                 "container.isolation"):  # fmt: skip
         c = checks[cid]
         assert c["status"] == "pass", f"{node.name}: {cid} {c['status']}: {c['detail']}"
+    c = checks["container.unallocated"]
+    expected = "fail" if want["envvar"] else "pass"
+    assert c["status"] == expected, (
+        f"{node.name}: container.unallocated {c['status']}: {c['detail']}"
+    )

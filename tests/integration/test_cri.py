@@ -411,3 +411,164 @@ def test_validate_through_the_cri(default_runtime):
         node.sh("cp /tmp/config.toml.keep /etc/containerd/config.toml")
     assert drift["status"] == "fail" and "no handler 'gpunode'" in drift["detail"], drift
     assert "gpunode runtime configure containerd" in drift["detail"]
+
+
+# --------------------------------------------------------------------------- Kubernetes nodes
+# secure by default (issue 25 items 1 and 3): runtime.toml as `gpunode runtime setup
+# --kubernetes` writes it (accept-envvar-unprivileged = false, accept-volume-mounts = true),
+# gpunode's handlers with README's recipe (--cdi where containerd has it, --pass-annotations).
+
+RUNTIME_TOML = "/etc/gpunode/runtime.toml"
+DEVICE_DIR = "/var/run/nvidia-container-devices"
+
+
+def cuda_env_image(base: str, tag: str) -> None:
+    """A CUDA-style image on the host: the workload image plus the ENV a CUDA base image
+    carries (nvidia/cuda's Dockerfiles: NVIDIA_VISIBLE_DEVICES=all and the rest)."""
+    dockerfile = (
+        f"FROM {base}\n"
+        "ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility "
+        'CUDA_VERSION=12.4.1 NVIDIA_REQUIRE_CUDA="cuda>=12.4 brand=tesla,driver>=470"\n'
+    )
+    res = subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile.encode(),
+                         capture_output=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()
+
+
+@pytest.fixture(scope="module")
+def secure(cri_nodes):
+    """Both nodes: runtime.toml from `gpunode runtime setup --kubernetes` (given no settings
+    of its own), gpunode's handlers nvidia and gpunode with --pass-annotations (and --cdi on
+    containerd 1.7: README's recipe), the workload image in the node's Docker too, and a
+    CUDA-style image in containerd. runtime.toml is put back afterwards."""
+    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
+    tag = f"gpunode.local/{prefix}-cuda-env:1"
+    nodes = cri_nodes
+    cuda_env_image(next(iter(nodes.values())).node.workload, tag)
+    saved = {}
+    try:
+        for n in nodes.values():
+            saved[n] = n.node.sh(f"cat {RUNTIME_TOML} 2>/dev/null || true").stdout
+            # as the role does on a node running both engines: runtime.toml, then Docker
+            n.node.sh(
+                'echo \'{"config": ""}\' | gpunode runtime setup --kubernetes --docker '
+                "--input - && systemctl restart docker && docker info >/dev/null"
+            )
+            text = n.node.sh(f"cat {RUNTIME_TOML}").stdout
+            assert "accept-envvar-unprivileged = false" in text, text
+            assert "accept-volume-mounts = true" in text, text
+            n.configure_handlers("--pass-annotations")
+            import_image(n.node, ["docker", "save", tag])
+            save = subprocess.Popen(["docker", "save", n.node.workload], stdout=subprocess.PIPE)
+            load = subprocess.run(["docker", "exec", "-i", n.node.name, "docker", "load"],
+                                  stdin=save.stdout, capture_output=True, check=False)  # fmt: skip
+            save.wait()
+            assert load.returncode == 0, load.stderr.decode()
+        yield nodes, tag
+    finally:
+        for n, text in saved.items():
+            n.node.sh(f"printf %s {shlex.quote(text)} > {RUNTIME_TOML}" if text
+                      else f"rm -f {RUNTIME_TOML}")  # fmt: skip
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def test_secure_unallocated_pod_asking_by_env_gets_no_gpu(secure, release):
+    nodes, _ = secure
+    for handler in ("nvidia", "gpunode"):
+        out = nodes[release].probe(f"secure-env-all-{handler}", handler=handler,
+                                   env={"NVIDIA_VISIBLE_DEVICES": "all"})  # fmt: skip
+        assert_no_gpu(out)
+
+
+def test_secure_cuda_image_env_gets_no_gpu_silently(secure, release):
+    """An image's ENV reaches the OCI spec's process.env exactly as a pod's env entry does
+    (containerd merges both into it; the container sees it): the CUDA-style image's
+    NVIDIA_VISIBLE_DEVICES=all is there, and the pod starts without a GPU, no error."""
+    nodes, tag = secure
+    node = nodes[release]
+    with node.client() as c:
+        show = "import os; print(os.environ['NVIDIA_VISIBLE_DEVICES'], os.environ['CUDA_VERSION'])"
+        res = c.run_pod("secure-cuda-env", tag, ["python3", "-c", show], handler="nvidia")
+    assert (res.reason, res.exit_code, res.stdout.split()) == ("Completed", 0, ["all", "12.4.1"])
+    with node.client() as c:
+        res = c.run_pod("secure-cuda-probe", tag, PROBE, handler="nvidia")
+    assert (res.reason, res.exit_code) == ("Completed", 0), res
+    assert_no_gpu(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("order", ["pod-env-last", "plugin-env-last"])
+def test_secure_volume_mounts_allocation_with_the_pods_own_env_all(secure, release, order):
+    """The device plugin's volume-mounts strategy (tests/deviceplugin.py) for one GPU, the
+    pod's own NVIDIA_VISIBLE_DEVICES=all beside the plugin's in the CRI env list (either
+    order): exactly the allocated GPU."""
+    from tests.deviceplugin import container_config
+
+    nodes, _ = secure
+    kw = container_config("volume-mounts", [UUID[2]])
+    plugin = list(kw.pop("env").items())
+    own = [("NVIDIA_VISIBLE_DEVICES", "all")]
+    env = plugin + own if order == "pod-env-last" else own + plugin
+    assert [m["container_path"] for m in kw["mounts"]] == [f"{DEVICE_DIR}/{UUID[2]}"]
+    assert_gpus(nodes[release].probe(f"secure-vm-{order}", handler="nvidia", env=env, **kw), [2])
+
+
+def test_secure_privileged_pod_gets_what_its_env_asks(secure, release):
+    """NVIDIA's semantics: a privileged container's env is read (it has the host's devices
+    anyway): Pod Security must forbid privileged pods (README, Security)."""
+    nodes, _ = secure
+    out = nodes[release].probe("secure-privileged", handler="nvidia", privileged=True,
+                               env={"NVIDIA_VISIBLE_DEVICES": "all"})  # fmt: skip
+    assert_gpus(out, [0, 1, 2, 3])
+
+
+def test_secure_cdi_annotation_with_the_pods_own_env_all(secure, release):
+    """cdi.k8s.io annotations: containerd 1.7 injects them (and passes them on to gpunode's
+    handler: not injected twice, issue 25 item 3); on 1.6 gpunode's runtime resolves the
+    passed annotation. The pod's own env `all` widens nothing."""
+    nodes, _ = secure
+    out = nodes[release].probe(
+        "secure-annotation", handler="nvidia", env={"NVIDIA_VISIBLE_DEVICES": "all"},
+        annotations={"cdi.k8s.io/nvidia-device-plugin_s": "nvidia.com/gpu=1"},
+    )  # fmt: skip
+    assert_gpus(out, [1])
+
+
+def docker_probe(node: Node, args: str) -> dict:
+    res = node.sh(f"docker run --rm --runtime gpunode {args} {node.workload} "
+                  f"{shlex.join(PROBE)}", check=False)  # fmt: skip
+    assert res.returncode == 0, res
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_secure_docker_on_the_same_node(secure, release):
+    """Docker beside Kubernetes under the same runtime.toml: `--gpus` (the engine puts
+    NVIDIA's hook in the spec) gets exactly its GPUs; `-e NVIDIA_VISIBLE_DEVICES` alone is
+    an image's or a user's env and gets none, as with NVIDIA's runtime."""
+    node = secure[0][release].node
+    assert_gpus(docker_probe(node, "--gpus '\"device=1\"'"), [1])
+    assert_gpus(docker_probe(node, "--gpus 2"), [0, 1])
+    assert_no_gpu(docker_probe(node, "-e NVIDIA_VISIBLE_DEVICES=1"))
+    # --gpus with an image ENV all: the engine's value (set after the image's) decides
+    assert_gpus(docker_probe(node, "--gpus '\"device=3\"' -e NVIDIA_VISIBLE_DEVICES=all"), [3])
+
+
+def test_cdi_annotation_passed_to_the_handler_on_containerd_17_is_injected_once(secure):
+    """Issue 25 item 3: README's recipe (--cdi --pass-annotations), handler nvidia, a
+    cdi.k8s.io annotation naming gpunode's spec: containerd injects the spec (hook
+    included) and passes the annotation on; the runtime sees the spec's
+    NVIDIA_VISIBLE_DEVICES=void and leaves it (before: `/proc/driver/nvidia is already
+    mounted over`). Two GPUs by index and UUID, through both handlers."""
+    node = secure[0]["trixie"]
+    dump = node.node.sh("containerd config dump").stdout
+    assert (
+        "enable_cdi = true" in dump and dump.count('container_annotations = ["cdi.k8s.io/*"]') == 2
+    )
+    for handler in ("nvidia", "gpunode"):
+        out = node.probe(
+            f"item3-{handler}",
+            handler=handler,
+            annotations={
+                "cdi.k8s.io/nvidia-device-plugin_i": f"nvidia.com/gpu=0,nvidia.com/gpu={UUID[3]}"
+            },
+        )
+        assert_gpus(out, [0, 3])

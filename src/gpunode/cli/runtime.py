@@ -263,8 +263,12 @@ def configure(args: argparse.Namespace) -> int:
             container_annotations=annotations,
             **kwargs,
         )
+    # The engine reads its configuration only when it starts: configure never restarts it
+    # (`gpunode runtime setup` reports it in `restart`, and the role restarts it), so it
+    # says so, on stderr (stdout stays JSON with --json) and as restart_needed.
+    restart_needed = res.changed and not args.dry_run
     if args.json:
-        print_json(res.to_dict())
+        print_json({**res.to_dict(), "restart_needed": restart_needed})
     elif args.dry_run:
         sys.stdout.write(res.diff())
     else:
@@ -272,4 +276,21 @@ def configure(args: argparse.Namespace) -> int:
             f"{res.path}: {'changed' if res.changed else 'unchanged'}"
             + (f" (backup {res.backup})" if res.backup else "")
         )
+    if restart_needed:
+        sys.stderr.write(restart_line(args.engine, names) + "\n")
     return EXIT_OK
+
+
+def restart_line(engine: str, names: list[str]) -> str:
+    """What `runtime configure` says after changing an engine's configuration."""
+    if engine == "containerd":
+        return (
+            "restart needed: containerd loads its configuration only when it starts; until "
+            "`systemctl restart containerd`, pods through "
+            + ", ".join(f"handler {n!r}" for n in names)
+            + f' fail with `no runtime for "{names[0]}" is configured`'
+        )
+    return (
+        "restart needed: Docker loads daemon.json only when it starts; "
+        "run `systemctl restart docker`"
+    )

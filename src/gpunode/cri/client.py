@@ -26,7 +26,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from . import proto
@@ -103,6 +103,15 @@ class PodResult:
     stdout: str
     stderr: str
     annotations: dict = field(default_factory=dict)
+
+
+def _pairs(env) -> list[tuple[str, str]]:
+    """``env`` as CRI KeyValue pairs in order: a mapping, or a sequence of (key, value)
+    pairs, which may name a variable twice as kubelet's list does (a device plugin's
+    entry and the pod's own)."""
+    if env is None:
+        return []
+    return list(env.items()) if hasattr(env, "items") else [(k, v) for k, v in env]
 
 
 @contextlib.contextmanager
@@ -200,23 +209,20 @@ class Client:
         image: str,
         command: list[str],
         *,
-        env: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        env: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
         mounts: list[Mapping] | None = None,
         privileged: bool = False,
     ):
         """*mounts*: CRI ``Mount`` fields as keywords (``container_path``, ``host_path``,
-        ``readonly``), as kubelet turns a volume or a device plugin's mount into one.
-        *env*: a mapping, or (name, value) pairs in order, as kubelet sends a device plugin's
-        variable and then the pod's own of the same name."""
+        ``readonly``), as kubelet turns a volume or a device plugin's mount into one."""
         pb = self.pb
-        pairs = env.items() if isinstance(env, Mapping) else env or ()
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name),
             image=pb.ImageSpec(image=image),
             command=command,
-            envs=[pb.KeyValue(key=k, value=v) for k, v in pairs],
+            envs=[pb.KeyValue(key=k, value=v) for k, v in _pairs(env)],
             mounts=[pb.Mount(**m) for m in mounts or []],
             annotations=dict(annotations or {}),
             log_path=f"{name}/0.log",
@@ -276,7 +282,7 @@ class Client:
         command: list[str],
         *,
         handler: str = "",
-        env: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        env: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         cdi_devices: list[str] | None = None,
         mounts: list[Mapping] | None = None,

@@ -168,10 +168,41 @@ def ensure_image(engine: str) -> tuple[str, bool]:
     return tag, True
 
 
-def run_probe(engine: str, runtime: str, image: str, request: str) -> dict[str, Any]:
+# The device plugin's volume-mounts strategy: /dev/null mounted at DEVICE_MOUNT_DIR/<id>.
+DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
+
+
+def request_channel() -> str:
+    """How the probe containers ask for GPUs on this node: "volume-mounts" where the node's
+    runtime.toml accepts them (a Kubernetes node's does, and there the env of an
+    unprivileged container is not read: README "Kubernetes nodes", Security), else "env"
+    (NVIDIA_VISIBLE_DEVICES, a Docker node's way)."""
+    from ..runtime import config as runtime_config
+
+    try:
+        cfg = runtime_config.load(write_caches=False)
+    except runtime_config.ConfigError:
+        return "env"  # the runtime refuses every GPU container then; the probes will say so
+    return "volume-mounts" if cfg.accept_volume_mounts else "env"
+
+
+def request_args(request: str, channel: str) -> list[str]:
+    """``docker``/``podman run`` options asking for ``request`` (ids, comma-separated, or
+    all) by ``channel`` (request_channel)."""
+    if channel == "volume-mounts":
+        args = ["-e", f"NVIDIA_VISIBLE_DEVICES={DEVICE_MOUNT_DIR}"]
+        for i in (x for x in request.split(",") if x):  # --mount: a MIG id's ':' is no separator
+            args += ["--mount", f"type=bind,source=/dev/null,target={DEVICE_MOUNT_DIR}/{i}"]
+        return args
+    return ["-e", f"NVIDIA_VISIBLE_DEVICES={request}"]
+
+
+def run_probe(
+    engine: str, runtime: str, image: str, request: str, channel: str = "env"
+) -> dict[str, Any]:
     """What a container requesting ``request`` sees; {"error": one line} when it did not run."""
     argv = [engine, "run", "--rm", "--pull", "never", "--network", "none",
-            "--runtime", runtime, "-e", f"NVIDIA_VISIBLE_DEVICES={request}",
+            "--runtime", runtime, *request_args(request, channel),
             "-e", "NVIDIA_DRIVER_CAPABILITIES=utility,compute",
             image, os.path.realpath(_python()), "-I", "-S", PROBE_PATH]  # fmt: skip
     proc = tool.run(argv, timeout=RUN_TIMEOUT)
@@ -358,10 +389,13 @@ def evaluate(
         from ..engines.common import RUNTIME_PATH
 
         runtime = RUNTIME_PATH
-    make_image, probe_with = runner or (
-        lambda: ensure_image(expect.engine),
-        lambda tag, r: run_probe(expect.engine, runtime, tag, r),
-    )
+    if runner is None:
+        ask_by = request_channel()
+        runner = (
+            lambda: ensure_image(expect.engine),
+            lambda tag, r: run_probe(expect.engine, runtime, tag, r, ask_by),
+        )
+    make_image, probe_with = runner
     try:
         tag, built = make_image()
     except (ImageError, OSError) as exc:

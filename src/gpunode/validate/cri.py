@@ -17,9 +17,9 @@ as kubelet runs pods (gpunode.cri.client).
   any pod, and a pod that cannot start says why in container.isolation.
 * container.isolation and container.cuda: two pods through the handler, one requesting one
   GPU and one all, judged as the Docker containers are. They ask as NVIDIA's device plugin
-  allocates on this node (request_channel): by volume mounts (its volume-mounts strategy:
-  ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>``) where runtime.toml accepts
-  them, as a Kubernetes node's does, else by ``NVIDIA_VISIBLE_DEVICES`` (envvar).
+  allocates on this node (container.request_channel): by volume mounts (its volume-mounts
+  strategy: ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>``) where runtime.toml
+  accepts them, as a Kubernetes node's does, else by ``NVIDIA_VISIBLE_DEVICES`` (envvar).
 * container.unallocated: a pod through the handler whose env says
   ``NVIDIA_VISIBLE_DEVICES=all`` (its own, or a CUDA image's ENV) and that was allocated
   nothing must start and see no GPU (no device node, NVML sees none): passes on a node set
@@ -47,8 +47,7 @@ REPOSITORY = "gpunode.local/validate-probe"
 CTR = "ctr"
 CONTAINERD = "containerd"
 POD_TIMEOUT = 120
-# The device plugin's volume-mounts strategy (tests/deviceplugin.py, device-plugin.md).
-DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
+DEVICE_MOUNT_DIR = container.DEVICE_MOUNT_DIR  # the device plugin's volume-mounts strategy
 UNALLOCATED = "container.unallocated"
 TITLES = {UNALLOCATED: "A pod allocated no GPU gets none (NVIDIA_VISIBLE_DEVICES=all)"}
 
@@ -180,19 +179,6 @@ def ensure_image() -> tuple[str, bool]:
     return name, True
 
 
-def request_channel() -> str:
-    """How the probe pods ask for GPUs here: "volume-mounts" where the node's runtime.toml
-    accepts them (a Kubernetes node's does, and there the env of an unprivileged pod is not
-    read), else "env"."""
-    from ..runtime import config as runtime_config
-
-    try:
-        cfg = runtime_config.load(write_caches=False)
-    except runtime_config.ConfigError:
-        return "env"  # the runtime refuses every GPU container then; the pods will say so
-    return "volume-mounts" if cfg.accept_volume_mounts else "env"
-
-
 def pod_request(request: str | None, channel: str) -> dict[str, Any]:
     """``run_pod`` keywords of a probe pod asking for ``request`` (ids, comma-separated, or
     all) by ``channel`` as kubelet passes the device plugin's answer: the volume-mounts
@@ -242,8 +228,8 @@ def run_probe(
 
 def runner(c, handler: str, channel: str | None = None) -> tuple:
     """container.evaluate's ``runner``: the probe image for containerd, pods through
-    ``handler`` asking by ``channel`` (default: request_channel())."""
-    how = channel or request_channel()
+    ``handler`` asking by ``channel`` (default: container.request_channel())."""
+    how = channel or container.request_channel()
     made: dict[str, str] = {}
 
     def make_image() -> tuple[str, bool]:

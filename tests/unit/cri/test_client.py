@@ -190,8 +190,9 @@ def test_privileged_pod_is_privileged_in_the_sandbox_and_the_container(fake):
     run, create = runtime.calls[0][1], runtime.calls[1][1]
     assert run.config.linux.security_context.privileged is True
     assert create.config.linux.security_context.privileged is True
-    client.run_pod("q", "img", ["true"])
+    client.run_pod("q", "img", ["true"], env=[("A", "1"), ("A", "2")])
     run, create = runtime.calls[7][1], runtime.calls[8][1]
+    assert [(e.key, e.value) for e in create.config.envs] == [("A", "1"), ("A", "2")]
     assert run.config.linux.security_context.privileged is False
     assert create.config.linux.security_context.privileged is False
 

@@ -235,3 +235,36 @@ def test_really_loads_two_handlers_with_annotations_and_keeps_other_drop_ins(tmp
         assert runtimes[name]["container_annotations"] == ["cdi.k8s.io/*"]
     assert runtimes["runc"]["runtime_type"] == "io.containerd.runc.v2"
     assert sorted(os.listdir(conf_d)) == ["50-ops.toml", DROP]
+
+
+def test_cli_says_containerd_must_be_restarted(tmp_path, capsys):
+    """containerd reads its configuration only when it starts (issue 25 item 6): a run that
+    changed it says so on stderr and as restart_needed; a run that changed nothing, and a
+    dry run, do not."""
+    import json
+
+    main, conf_d = ctd(tmp_path, "version = 2\n")
+    base = ["runtime", "configure", "containerd", "--config", str(main)]
+    base += ["--drop-in-dir", str(conf_d), "--name", "nvidia", "--name", "gpunode"]
+    assert cli.main([*base, "--dry-run", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["restart_needed"] is False and out.err == ""
+    assert cli.main(base) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{main}: changed")
+    assert out.err.splitlines() == [
+        "restart needed: containerd loads its configuration only when it starts; until "
+        "`systemctl restart containerd`, pods through handler 'nvidia', handler 'gpunode' "
+        'fail with `no runtime for "nvidia" is configured`'
+    ]
+    assert cli.main([*base, "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["restart_needed"] is False and out.err == ""
+    main.write_text("version = 2\n")
+    for f in conf_d.iterdir():
+        f.unlink()
+    assert cli.main([*base, "--json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert doc["changed"] is True and doc["restart_needed"] is True
+    assert out.err.startswith("restart needed: containerd")

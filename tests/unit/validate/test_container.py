@@ -43,11 +43,14 @@ def test_compare_exact_and_each_way_of_seeing_more():
 def fake_run(monkeypatch):
     calls = []
 
-    def run_probe(engine, runtime, image, request):
+    def run_probe(engine, runtime, image, request, channel="env"):
+        assert channel == fake_run.channel
         calls.append((engine, runtime, image, request))
         return fake_run.answers[request]
 
     monkeypatch.setattr(container, "run_probe", run_probe)
+    fake_run.channel = "env"
+    monkeypatch.setattr(container, "request_channel", lambda: fake_run.channel)
     monkeypatch.setattr(
         container, "ensure_image", lambda engine: ("gpunode-validate-probe:x", False)
     )
@@ -323,3 +326,21 @@ def test_probe_lists_mig_devices_of_a_mig_gpu_only():
 
     assert probe._mig(Lib(), ctypes.c_void_p(1), str) == {"mig": ["MIG-100", "MIG-102"]}
     assert probe._mig(Lib(), ctypes.c_void_p(2), str) == {}
+
+
+def test_probe_containers_ask_as_the_node_accepts(fake_run, monkeypatch):
+    """A node whose runtime.toml accepts volume mounts (a Kubernetes node: the env of an
+    unprivileged container is not read there) gets probe containers asking by volume
+    mounts, Docker beside Kubernetes included."""
+    fake_run.channel = "volume-mounts"
+    fake_run.answers = {UUIDS[0]: seen([0]), "all": seen([0, 1, 2, 3])}
+    assert checks(inventory())["container.isolation"].status == "pass"
+
+
+def test_request_args():
+    assert container.request_args("0:1,GPU-a", "volume-mounts") == [
+        "-e", "NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices",
+        "--mount", "type=bind,source=/dev/null,target=/var/run/nvidia-container-devices/0:1",
+        "--mount", "type=bind,source=/dev/null,target=/var/run/nvidia-container-devices/GPU-a",
+    ]  # fmt: skip
+    assert container.request_args("all", "env") == ["-e", "NVIDIA_VISIBLE_DEVICES=all"]

@@ -106,9 +106,7 @@ class FakeClient:
         if mounts:
             assert env["NVIDIA_VISIBLE_DEVICES"] == cri.DEVICE_MOUNT_DIR  # as the plugin sends
             assert {m["host_path"] for m in mounts} == {"/dev/null"}
-            key = "mounts:" + ",".join(
-                m["container_path"].rpartition("/")[2] for m in mounts
-            )
+            key = "mounts:" + ",".join(m["container_path"].rpartition("/")[2] for m in mounts)
         else:
             key = env["NVIDIA_VISIBLE_DEVICES"]
         self.pods.append((name, image, handler, key))
@@ -133,7 +131,7 @@ def cri_node(monkeypatch, tmp_path):
     monkeypatch.setattr(cri, "ensure_image", lambda: ("gpunode.local/validate-probe:x", False))
     monkeypatch.setattr(container, "_host_has_libcuda", lambda: False)
     monkeypatch.setattr(container, "_python", lambda: "/usr/bin/python3")
-    monkeypatch.setattr(cri, "request_channel", lambda: "env")
+    monkeypatch.setattr(container, "request_channel", lambda: "env")
     return fake
 
 
@@ -279,7 +277,7 @@ def test_request_channel_follows_runtime_toml(monkeypatch, tmp_path, toml, chann
     conf = tmp_path / "runtime.toml"
     conf.write_text(toml)
     monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG", str(conf))
-    assert cri.request_channel() == channel
+    assert container.request_channel() == channel
 
 
 def test_unallocated_reaches_every_output(cri_node, tmp_path):
@@ -302,6 +300,6 @@ def test_unallocated_reaches_every_output(cri_node, tmp_path):
     path.write_text(json.dumps(doc))
     files = build.render_all(build.model_from([str(path)]))
     for name in ("junit.xml", "summary.md", "index.html", "report.json"):
-        assert b"container.unallocated" in files[name] or b"A pod allocated no GPU" in files[
-            name
-        ], name
+        assert (
+            b"container.unallocated" in files[name] or b"A pod allocated no GPU" in files[name]
+        ), name

@@ -7,11 +7,12 @@ not written there is not invented here. Two things:
 ``container_config(strategy, ids, *, uid=UID, env=None) -> dict``
     The plugin's ``ContainerAllocateResponse`` for *ids* under ``DEVICE_LIST_STRATEGY``
     *strategy* (one of ``STRATEGIES``), turned into the pieces of the CRI ContainerConfig that
-    kubelet sends, as keywords of ``gpunode.cri.client.Client.run_pod``: ``env`` (the pod's own
-    *env* first, then the plugin's), ``mounts`` (CRI ``Mount`` fields), ``annotations``,
-    ``cdi_devices``; a key is present only when the strategy sends it. *ids* are what
-    Allocate is asked for and answers with: GPU UUIDs, indices (``DEVICE_ID_STRATEGY=index``)
-    or MIG UUIDs, as strings. *uid* is the allocation's id in the cdi-annotations key.
+    kubelet sends, as keywords of ``gpunode.cri.client.Client.run_pod``: ``env`` (the
+    plugin's, then the pod's own *env*, which wins on a shared name as it does in
+    containerd), ``mounts`` (CRI ``Mount`` fields), ``annotations``, ``cdi_devices``; a key
+    is present only when the strategy sends it. *ids* are what Allocate is asked for and
+    answers with: GPU UUIDs, indices (``DEVICE_ID_STRATEGY=index``) or MIG UUIDs, as
+    strings. *uid* is the allocation's id in the cdi-annotations key.
 
 ``cdi_spec(node_spec, *, hook_path=DEFAULT_HOOK_PATH, id_strategy="uuid") -> dict``
     The plugin's own CDI spec (``SPEC_FILE``, kind ``KIND``) for a node, its facts read from
@@ -21,7 +22,8 @@ not written there is not invented here. Two things:
     ``NVIDIA_CDI_HOOK_PATH``; *id_strategy* ``"uuid"`` or ``"index"``
     (``DEVICE_ID_STRATEGY``).
 
-``hook_args(hook_path, subcommand, *options) -> list[str]`` is the argv the spec's hooks
+``allocate(strategy, ids, *, uid=UID) -> dict`` is the ContainerAllocateResponse itself (the
+proto's field names); ``hook_args(hook_path, subcommand, *options) -> list[str]`` the argv the spec's hooks
 carry (``nvidia-ctk hook <sub> …`` or ``nvidia-cdi-hook <sub> …``).
 """
 
@@ -81,15 +83,16 @@ def container_config(
 ) -> dict:
     """``run_pod`` keywords for a container allocated *ids* (see the module docstring).
 
-    kubelet appends the plugin's envs after the pod's own (a later duplicate wins in the OCI
-    spec; ``env`` here is a dict, so a pod variable of the same name takes the plugin's
-    value, as the last entry does for the container), copies the mounts with their
-    read-only flag, adds the annotations to the container's and passes the CDI names as
-    ``CDI_devices``."""
+    kubelet puts the plugin's envs in the container's list and the pod's own env entries
+    after them (GenerateRunContainerOptions); containerd keeps the last entry of a name, so a
+    pod variable of the plugin's name wins (issue 25: an allocated pod widens itself with its
+    own ``NVIDIA_VISIBLE_DEVICES=all``). ``env`` here is what the runtime then sees, one value
+    per name. The mounts keep their read-only flag, the annotations are the container's and
+    the CDI names go to ``CDI_devices``."""
     resp = allocate(strategy, ids, uid=uid)
     out: dict = {}
     if env or "envs" in resp:
-        out["env"] = {**(env or {}), **resp.get("envs", {})}
+        out["env"] = {**resp.get("envs", {}), **(env or {})}
     if "mounts" in resp:
         out["mounts"] = [
             {

@@ -5,7 +5,10 @@ chart's cdi.nvidiaHookPath), installed in /var/run/cdi of a simulated Debian 13 
 (containerd 1.7, CDI on), pods through containerd's CRI as kubelet sends them for the
 plugin's cdi-cri and cdi-annotations strategies: each sees exactly its GPU (device nodes,
 NVML through the libnvidia-ml.so.1 that the create-symlinks and update-ldcache hooks made
-resolvable, /proc/driver/nvidia). The node set-up and the assertions are test_cri.py's.
+resolvable, /proc/driver/nvidia). And on a Debian 12 node (containerd 1.6, no CDI) the
+plugin's cdi-annotations through gpunode's handler with the annotations passed: gpunode's
+runtime resolves the plugin's kind itself. The node set-up and the assertions are
+test_cri.py's.
 """
 
 from __future__ import annotations
@@ -108,3 +111,35 @@ def test_setup_writes_values_naming_the_installed_hook(plugin_node):
     assert values["path"] == "/etc/gpunode/kubernetes/nvidia-device-plugin-values.yaml"
     assert 'deviceListStrategy: "cdi-cri"' in values["after"]
     assert f'nvidiaHookPath: "{HOOK}"' in values["after"]
+
+
+@pytest.fixture(scope="module")
+def plugin_node_16(artifacts, image_tags):
+    """A Debian 12 node (containerd 1.6, no CDI): gpunode's handlers passing cdi.k8s.io/*
+    (`--pass-annotations`), runc the default."""
+    prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
+    spec = cluster.NodeSpec(f"{prefix}-cri-plugin-bookworm", "bookworm", "a100x4")
+    try:
+        start_nodes([spec], artifacts, image_tags)
+        node = prepare(Node(spec.name, spec.release, image_tags["workload-bookworm"]))
+        node.configure_handlers("--pass-annotations")
+        yield node
+    finally:
+        if not os.environ.get("GPUNODE_KEEP_NODES"):
+            cluster.down_names([spec.name], log=lambda *_: None)
+
+
+@pytest.mark.parametrize("ids", [[3], [0, 2]], ids=["one", "two"])
+def test_containerd_16_plugin_annotations_through_gpunode(plugin_node_16, ids):
+    """The plugin's cdi-annotations (its own kind) on containerd 1.6: containerd has no CDI,
+    gpunode's runtime behind the `nvidia` handler resolves k8s.device-plugin.nvidia.com/gpu
+    itself: exactly the allocation, not a pod without GPU."""
+    kwargs = dp.container_config("cdi-annotations", [UUID[i] for i in ids])
+    assert_gpus(plugin_node_16.probe(f"plugin-16-{len(ids)}", handler="nvidia", **kwargs), ids)
+
+
+def test_containerd_16_unknown_plugin_device_is_one_line(plugin_node_16):
+    kwargs = dp.container_config("cdi-annotations", ["GPU-00000000-0000-0000-0000-000000000000"])
+    res = plugin_node_16.run("plugin-16-bad", handler="nvidia", **kwargs)
+    assert res.reason == "StartError" and "\n" not in res.message, res
+    assert "unknown device 'k8s.device-plugin.nvidia.com/gpu=GPU-00000000" in res.message, res

@@ -320,3 +320,21 @@ def test_the_container_comes_from_the_oci_state(form, rootfs, tmp_path):
     )
     assert rc == 0, err
     assert os.readlink(rootfs / "usr/lib/libcuda.so") == "libcuda.so.1"
+
+
+def test_update_ldcache_folder_entries_are_bounded(rootfs, monkeypatch):
+    """An image folder with more entries than MAX_FOLDER_ENTRIES: one line, not a scan of
+    everything (what the hook reads of an image is bounded)."""
+    from gpunode.hook import ldcache
+    from gpunode.hook.errors import HookError
+
+    for i in range(5):
+        (rootfs / "usr/lib" / f"lib{i}.so.1").write_bytes(b"")
+    fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert len(ldcache.libraries_in_folders(fd, ["/usr/lib"])) == 5
+        monkeypatch.setattr(ldcache, "MAX_FOLDER_ENTRIES", 3)
+        with pytest.raises(HookError, match=r"^--folder /usr/lib: more than 3 entries$"):
+            ldcache.libraries_in_folders(fd, ["/usr/lib"])
+    finally:
+        os.close(fd)

@@ -14,13 +14,13 @@ U0, U1 = GPUS[0].uuid, GPUS[1].uuid
 MIG = "MIG-11111111-2222-4333-8444-555555555555"
 
 
-def test_envvar_is_the_variable_after_the_pods_own():
+def test_envvar_is_the_variable_and_the_pods_own_wins():
     assert dp.container_config("envvar", [U0, U1]) == {
         "env": {"NVIDIA_VISIBLE_DEVICES": f"{U0},{U1}"}
     }
     assert dp.container_config("envvar", ["3", "1"]) == {"env": {"NVIDIA_VISIBLE_DEVICES": "3,1"}}
     got = dp.container_config("envvar", [MIG], env={"A": "1", "NVIDIA_VISIBLE_DEVICES": "all"})
-    assert list(got["env"].items()) == [("A", "1"), ("NVIDIA_VISIBLE_DEVICES", MIG)]
+    assert got["env"] == {"A": "1", "NVIDIA_VISIBLE_DEVICES": "all"}  # kubelet: the pod's last
 
 
 def test_volume_mounts_are_dev_null_per_device():
@@ -116,3 +116,36 @@ def test_plugin_spec_by_index(disc, devroot):
         "hook",
         "create-symlinks",
     ]
+
+
+def test_plugin_spec_mig_devices_carry_parent_and_cap_nodes(tmp_path):
+    """MIG devices by MIG UUID (and by <gpu>:<n> with index ids): the parent's node plus
+    the GI and CI cap nodes, as the node's own spec gives them."""
+    import os
+
+    from .mig_node import GPUS as MIG_GPUS
+    from .mig_node import cap_minor, discovery_of, make_dev_root, make_driver_root
+
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    driver = make_driver_root(tmp_path / "driver")
+    make_dev_root(tmp_path)
+    node = cdi.generate(discovery_of(driver), hook_path="/h", dev_root=str(tmp_path))
+    spec = dp.cdi_spec(node)
+    migs = {m.uuid: (g, m) for g in MIG_GPUS for m in g.mig}
+    by_name = {d["name"]: d["containerEdits"]["deviceNodes"] for d in spec["devices"]}
+    assert set(migs) <= set(by_name)
+    gpu, m = next(iter(migs.values()))
+    paths = [n["path"] for n in by_name[m.uuid]]
+    assert paths[0] == f"/dev/nvidia{gpu.minor}"
+    assert paths[1:] == [
+        f"/dev/nvidia-caps/nvidia-cap{cap_minor(c)}"
+        for c in (
+            f"gpu{gpu.minor}/mig/gi{m.gi}/access",
+            f"gpu{gpu.minor}/mig/gi{m.gi}/ci{m.ci}/access",
+        )
+    ]
+    assert all(
+        not n.startswith("MIG-")
+        for n in (d["name"] for d in dp.cdi_spec(node, id_strategy="index")["devices"])
+    )

@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from gpunode.cri.client import CRIError
-from gpunode.sim import cluster, images
+from gpunode.sim import cluster
 from gpunode.sim.profiles import load_profile
 
 from .. import deviceplugin
@@ -258,9 +258,10 @@ class ReleaseRun:
         has it, the cdi.k8s.io annotations passed), with or without gpunode the default."""
         args = ["--name", "gpunode", "--name", "nvidia", *self.node.cdi(), "--pass-annotations"]
         self.node.configure([*args, *(["--set-as-default"] if default else [])])
-        dump = self.sh("containerd config dump").stdout
+        ctd = self.node.dump()["containerd"]
         want = "gpunode" if default else "runc"
-        assert f'default_runtime_name = "{want}"' in dump, (self.release, dump)
+        assert ctd["default_runtime_name"] == want, (self.release, ctd)
+        assert {"gpunode", "nvidia", "runc"} <= set(ctd["runtimes"]), (self.release, ctd)
 
     def security(self, mode: str) -> None:
         keys = MATRIX.security[mode]
@@ -366,7 +367,7 @@ def cuda_style_image(workload: str) -> str:
 
 
 def _start_and_run(release: str, name: str, artifacts, image_tags, cuda_tag: str, runs: dict):
-    tag = image_tags.get(f"node-{release}") or images.build("node", release, log=print)
+    tag = image_tags[f"node-{release}"]  # built on first use for a release not prebuilt
     spec = cluster.NodeSpec(name, release, "a100x4")
     start_nodes([spec], artifacts, {f"node-{release}": tag})
     node = cri.prepare(Node(name, release, image_tags["workload-bookworm"]))

@@ -189,7 +189,9 @@ def collect(
     kernel = kernel or uname.release
     arch = arch or uname.machine
     rel = os_release(root)
-    distro, release = rel.get("ID", "unknown"), rel.get("VERSION_ID", "")
+    # Debian testing has no VERSION_ID: its codename (sources.platform maps it)
+    distro = rel.get("ID", "unknown")
+    release = rel.get("VERSION_ID") or rel.get("VERSION_CODENAME", "")
     f = Facts(distro=distro, release=release, arch=arch, kernel=kernel, supported=False)
     try:
         p = platform(distro, release, arch)

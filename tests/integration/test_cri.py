@@ -401,8 +401,11 @@ def test_containerd_16_bad_cdi_annotation_is_the_runtimes_error(passing_annotati
 
 
 @pytest.fixture(scope="module")
-def default_runtime(handlers, passing_annotations):
-    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn)."""
+def default_runtime(request, handlers):
+    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn,
+    the containerd 1.6 node's passed annotations included where it runs)."""
+    if NO_CDI in handlers:
+        request.getfixturevalue("passing_annotations")
     for n in handlers.values():
         n.configure(["--name", "gpunode", "--set-as-default", *n.cdi()])
         assert n.dump()["containerd"]["default_runtime_name"] == "gpunode"

@@ -30,7 +30,9 @@ are imported into the k8s.io namespace with ctr (no registry).
 Two things only the simulated node needs, both outside gpunode: /var/lib/containerd on a tmpfs
 (the node's root is overlayfs, on which containerd's overlayfs snapshotter cannot mount), and
 `restrict_oom_score_adj` (a node container has no CAP_SYS_RESOURCE, so runc cannot lower the
-sandbox's oom_score_adj to containerd's -998; the option keeps it at containerd's own).
+sandbox's oom_score_adj to containerd's -998; the option keeps it at containerd's own). The
+Debian 14 node runs on a cgroup2 without controllers: the simulator's runc drops the CPU
+shares containerd gives each sandbox (gpunode.sim.cluster.SIM_RUNC, installed at node start).
 """
 
 from __future__ import annotations
@@ -401,8 +403,11 @@ def test_containerd_16_bad_cdi_annotation_is_the_runtimes_error(passing_annotati
 
 
 @pytest.fixture(scope="module")
-def default_runtime(handlers, passing_annotations):
-    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn)."""
+def default_runtime(request, handlers):
+    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn,
+    the containerd 1.6 node's passed annotations included where it runs)."""
+    if NO_CDI in handlers:
+        request.getfixturevalue("passing_annotations")
     for n in handlers.values():
         n.configure(["--name", "gpunode", "--set-as-default", *n.cdi()])
         assert n.dump()["containerd"]["default_runtime_name"] == "gpunode"

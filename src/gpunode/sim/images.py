@@ -240,12 +240,20 @@ def check_versions(release: Release, root: Path) -> None:
     if proc.returncode != 0 or not have:
         why = (proc.stderr.strip().splitlines() or ["no version"])[-1]
         raise ImageError(f"{release.name} node image: checking containerd's version: {why}")
-    if not have.split(":")[-1].startswith(f"{release.containerd}."):
-        raise ImageError(
-            f"{release.name} node image: the archive's containerd is {have}, the simulator "
-            f"expects {release.containerd}.x (gpunode.sim.images.RELEASE); update that entry "
-            "and the tests that rely on it"
-        )
+    problem = containerd_problem(release, have)
+    if problem:
+        raise ImageError(problem)
+
+
+def containerd_problem(release: Release, have: str) -> str:
+    """One line when the Debian version ``have`` of containerd is not the release's series."""
+    if have.split(":")[-1].startswith(f"{release.containerd}."):
+        return ""
+    return (
+        f"{release.name} node image: the archive's containerd is {have}, the simulator "
+        f"expects {release.containerd}.x (gpunode.sim.images.RELEASE); update that entry "
+        "and the tests that rely on it"
+    )
 
 
 def _debootstrap(r: Recipe, tarball: Path, log) -> None:

@@ -665,3 +665,45 @@ def test_cdi_annotation_passed_to_the_handler_on_containerd_17_is_injected_once(
             },
         )
         assert_gpus(out, [0, 3])
+
+
+def test_secure_validate_docker_on_the_same_node(secure, release):
+    """`gpunode validate` (Docker) on a Kubernetes node: the probe containers ask by volume
+    mounts (runtime.toml accepts them; the env of an unprivileged container is not read)."""
+    node = secure[0][release].node
+    res = node.sh("gpunode validate --engine docker --json", check=False)
+    assert res.returncode in (0, 1), res
+    checks = {c["id"]: c for c in json.loads(res.stdout)["checks"]}
+    iso = checks["container.isolation"]
+    assert iso["status"] == "pass" and "and all 4: exactly those" in iso["detail"], iso
+
+
+def test_secure_validate_through_the_cri_unallocated(secure):
+    """`gpunode validate --engine cri` on the secure Debian 13 node: the probe pods ask by
+    volume mounts and see exactly theirs; container.unallocated passes. The same node opted
+    in to the open mode (`--kubernetes-insecure-envvar`): container.unallocated fails,
+    naming the setting."""
+    node = secure[0]["trixie"].node
+    if node.sh("python3 -c 'import grpc_tools, grpc'", check=False).returncode != 0:
+        node.sh(
+            "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+            "python3-grpcio python3-grpc-tools python3-protobuf >/dev/null",
+            timeout=600,
+        )
+    cmd = "gpunode validate --engine cri --runtime-name nvidia --json"
+    checks = {c["id"]: c for c in json.loads(node.sh(cmd, check=False).stdout)["checks"]}
+    iso, una = checks["container.isolation"], checks["container.unallocated"]
+    assert iso["status"] == "pass" and "and all 4: exactly those" in iso["detail"], iso
+    assert una["status"] == "pass" and "no GPU" in una["detail"], una
+    node.sh(
+        'echo \'{"config": ""}\' | gpunode runtime setup --kubernetes '
+        "--kubernetes-insecure-envvar --input -"
+    )
+    try:
+        checks = {c["id"]: c for c in json.loads(node.sh(cmd, check=False).stdout)["checks"]}
+    finally:
+        node.sh('echo \'{"config": ""}\' | gpunode runtime setup --kubernetes --input -')
+    una = checks["container.unallocated"]
+    assert una["status"] == "fail", una
+    assert "sees 4 GPU(s) through handler nvidia" in una["detail"], una
+    assert "set accept-envvar-unprivileged = false" in una["detail"], una

@@ -76,7 +76,9 @@ def engine_hook(spec: dict[str, Any]) -> bool:
     containerd's CRI adds none of its own for a pod (hooks come only from CDI specs and NRI
     plugins, both the node administrator's). So an env request in such a spec is the
     engine's request, honoured under accept-envvar-unprivileged = false too
-    (gpunode.runtime.request.parse_request)."""
+    (gpunode.runtime.request.parse_request). An administrator's OCI hooks directory that
+    adds the hook to every container (podman's or CRI-O's hooks.d with `always`) defeats
+    this; README "Kubernetes nodes", Security says to keep such an entry off those nodes."""
     hooks = spec.get("hooks") if isinstance(spec, dict) else None
     prestart = hooks.get("prestart") if isinstance(hooks, dict) else None
     return isinstance(prestart, list) and any(is_nvidia_hook(h) for h in prestart)

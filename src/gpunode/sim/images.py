@@ -29,8 +29,7 @@ class Release:
     """What the simulator knows of a Debian release's node: the one home of these facts
     (images, node settings, the tests' per-release expectations)."""
 
-    name: str
-    number: str  # Debian's version number
+    name: str  # the codename (its number: gpunode.provision.sources.SUPPORTED)
     # the containerd series its archive carries; checked after debootstrap, so an archive
     # that moved on (forky is testing) fails the build in one line instead of testing
     # something else under the old name
@@ -44,7 +43,8 @@ class Release:
     # a cgroup namespace of its own with the unified (v2) hierarchy mounted at
     # /sys/fs/cgroup before systemd starts (cluster.node_settings); on a host whose
     # controllers are all on v1 (hybrid) that hierarchy has no controllers: no memory or
-    # CPU limits in the node, device access through eBPF as on any cgroup v2 system.
+    # CPU limits in the node (cluster.SIM_RUNC drops them from containers' specs), device
+    # access through eBPF as on any cgroup v2 system.
     cgroup2: bool = False
     # Docker >= 28 sets disable_ipv6 on each container interface it creates and fails the
     # container when it cannot (26 and 27 obeyed DOCKER_ALLOW_IPV6_ON_IPV4_INTERFACE, which
@@ -65,11 +65,10 @@ class Release:
 RELEASE = {
     r.name: r
     for r in (
-        Release("bookworm", "12", containerd="1.6"),
-        Release("trixie", "13", containerd="1.7", extra_packages=("docker-cli",)),
+        Release("bookworm", containerd="1.6"),
+        Release("trixie", containerd="1.7", extra_packages=("docker-cli",)),
         Release(
             "forky",
-            "14",
             containerd="2.1",
             # netavark (podman's networks) runs nft, only recommended
             extra_packages=("docker-cli", "nftables"),

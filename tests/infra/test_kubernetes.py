@@ -18,7 +18,8 @@ import tomllib
 import pytest
 import yaml
 
-CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+from gpunode.engines.containerd import runtimes_section
+
 RUNC = "io.containerd.runc.v2"
 
 
@@ -64,8 +65,9 @@ def want(node) -> dict:
 def cri(node, want) -> dict:
     """The CRI plugin section of containerd's merged configuration (as it runs it)."""
     dump = tomllib.loads(node.ok("containerd config dump"))
-    plugins = dump.get("plugins", {})
-    section = next((plugins[p] for p in CRI_PLUGINS if p in plugins), None)
+    # by the dump's version: containerd 2.x (Debian 14) dumps version 3, where the runtimes
+    # are io.containerd.cri.v1.runtime's and io.containerd.grpc.v1.cri holds gRPC settings
+    section = runtimes_section(dump)
     assert section is not None, f"{node.name}: containerd's configuration has no CRI plugin"
     return section
 

@@ -1,4 +1,5 @@
-"""Simulated GPU nodes for integration tests: one Debian 12 and one Debian 13 node.
+"""Simulated GPU nodes for integration tests: one Debian 12 and one Debian 13 node (the
+``nodes`` fixture); image_tags also has the Debian 14 node image, which the CRI tests use.
 
 Nodes are real containers with systemd as PID 1 and a Docker engine inside. They are
 created once per session (images are cached by recipe hash, so only the first run on a
@@ -37,13 +38,25 @@ def artifacts() -> cluster.Artifacts:
     return cluster.Artifacts.build(ROOT / "build", ROOT, log=lambda *_: None)
 
 
+class ImageTags(dict):
+    """``{"node-<release>" | "workload-bookworm": tag}``; an image not built at the start
+    (a release other than RELEASES: Debian 14, which only some tests use) is built when
+    first asked for, so an archive that broke it (forky is testing) fails those tests, with
+    images.build's one line, and no others."""
+
+    def __missing__(self, key: str) -> str:
+        kind, _, release = key.partition("-")
+        self[key] = images.build(kind, release, log=print)
+        return self[key]
+
+
 @pytest.fixture(scope="session")
 def image_tags() -> dict[str, str]:
     _require_engine()
     jobs = [("node", r) for r in RELEASES] + [("workload", "bookworm")]
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         tags = list(pool.map(lambda j: images.build(*j, log=print), jobs))
-    return dict(zip([f"{k}-{r}" for k, r in jobs], tags, strict=True))
+    return ImageTags(zip([f"{k}-{r}" for k, r in jobs], tags, strict=True))
 
 
 class Node:

@@ -1,6 +1,6 @@
-"""The proof through the real consumer: pods through containerd's CRI on simulated Debian 13
-(containerd 1.7) and Debian 12 (containerd 1.6) nodes, as kubelet runs them for each NVIDIA
-device-plugin strategy.
+"""The proof through the real consumer: pods through containerd's CRI on simulated Debian 14
+(containerd 2.1), Debian 13 (containerd 1.7) and Debian 12 (containerd 1.6) nodes, as kubelet
+runs them for each NVIDIA device-plugin strategy.
 
 gpunode's own CRI client (gpunode.cri) speaks runtime.v1 to the node's containerd socket —
 RunPodSandbox with a pause image built here, CreateContainer, StartContainer, the container's
@@ -14,20 +14,25 @@ probe, run by the image's python3) and /proc/driver/nvidia/gpus. Strategies:
   cdi-cri           ContainerConfig.CDI_devices (field 17), injected by containerd
 
 containerd 1.6 has no CDI: both CDI strategies give the pod no GPU, silently, so `gpunode
-runtime configure containerd --cdi` is refused there. The annotations reach gpunode's runtime
+runtime configure containerd --cdi` is refused there. The CDI tests run on every release whose
+containerd has CDI (CDI_RELEASES: 1.7 and 2.1). The annotations reach gpunode's runtime
 (which resolves them itself) only when its handler passes them on (``container_annotations``):
 `--pass-annotations` writes them from runtime.toml's annotation-prefixes.
 
 A pod without a request gets no GPU; a bad request fails with one clear line in the container's
 status (the runtime's refusal, reason StartError) or as CreateContainer's error (CDI).
 
-Node set-up, as a site would have it: containerd's main config names the sandbox image; gpunode
-writes its registration (`gpunode runtime configure containerd`) and the CDI spec (`gpunode cdi
-generate --install`); images are imported into the k8s.io namespace with ctr (no registry).
+Node set-up, as a site would have it: containerd's main config names the sandbox image (a
+version 2 file, the layout Debian ships on all three releases, which containerd 2.1 migrates;
+one test gives containerd 2.1 a version 3 file); gpunode writes its registration (`gpunode
+runtime configure containerd`) and the CDI spec (`gpunode cdi generate --install`); images
+are imported into the k8s.io namespace with ctr (no registry).
 Two things only the simulated node needs, both outside gpunode: /var/lib/containerd on a tmpfs
 (the node's root is overlayfs, on which containerd's overlayfs snapshotter cannot mount), and
 `restrict_oom_score_adj` (a node container has no CAP_SYS_RESOURCE, so runc cannot lower the
-sandbox's oom_score_adj to containerd's -998; the option keeps it at containerd's own).
+sandbox's oom_score_adj to containerd's -998; the option keeps it at containerd's own). The
+Debian 14 node runs on a cgroup2 without controllers: the simulator's runc drops the CPU
+shares containerd gives each sandbox (gpunode.sim.cluster.SIM_RUNC, installed at node start).
 """
 
 from __future__ import annotations
@@ -37,13 +42,15 @@ import os
 import shlex
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from gpunode.cri import pause
 from gpunode.cri.client import Client, CRIError
-from gpunode.sim import cluster
+from gpunode.engines.containerd import CDI_DEVICES_MIN_VERSION, runtimes_section
+from gpunode.sim import cluster, images
 from gpunode.sim.docker import docker
 from gpunode.sim.profiles import load_profile
 from gpunode.validate import probe
@@ -60,13 +67,19 @@ CRI = '[plugins."io.containerd.grpc.v1.cri"]'
 DROP_IN = "/etc/containerd/conf.d/99-gpunode.toml"
 
 
-RELEASES = ("bookworm", "trixie")
-CONTAINERD = {"bookworm": "1.6.", "trixie": "1.7."}
+RELEASES = images.RELEASES  # bookworm, trixie, forky
+CONTAINERD = {r: f"{images.RELEASE[r].containerd}." for r in RELEASES}  # 1.6. 1.7. 2.1.
+# the releases whose containerd injects CDI devices (enable_cdi, the CRI's CDI_devices)
+CDI_RELEASES = tuple(
+    r for r in RELEASES if images.RELEASE[r].containerd_version >= CDI_DEVICES_MIN_VERSION[:2]
+)
+NO_CDI = "bookworm"  # containerd 1.6
+assert NO_CDI not in CDI_RELEASES
 
 
 def main_config(sandbox_image: str, runtimes: dict[str, list[str]] | None = None) -> str:
-    """The site's own containerd config.toml: Debian's, plus the sandbox image, plus
-    ``container_annotations`` for the handlers named in *runtimes*."""
+    """The site's own containerd config.toml: Debian's (version 2), plus the sandbox image,
+    plus ``container_annotations`` for the handlers named in *runtimes*."""
     text = (
         "version = 2\n\n"
         f"{CRI}\n"
@@ -85,16 +98,33 @@ def main_config(sandbox_image: str, runtimes: dict[str, list[str]] | None = None
     return text
 
 
+def main_config_v3(sandbox_image: str) -> str:
+    """The same site settings in containerd 2.x's own layout (`containerd config default`:
+    version 3, the sandbox image under the images plugin, the runtimes' plugin)."""
+    return (
+        "version = 3\n\n"
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+        f"  sandbox = '{sandbox_image}'\n\n"
+        "[plugins.'io.containerd.cri.v1.runtime']\n"
+        "  restrict_oom_score_adj = true\n"
+        "  [plugins.'io.containerd.cri.v1.runtime'.cni]\n"
+        "    bin_dirs = ['/usr/lib/cni']\n"
+        "    conf_dir = '/etc/cni/net.d'\n"
+    )
+
+
 class CriNode:
     def __init__(self, node: Node, sandbox_image: str, image: str):
         self.node, self.sandbox_image, self.image = node, sandbox_image, image
         pid = docker(["inspect", "-f", "{{.State.Pid}}", node.name]).stdout.decode().strip()
         self.root = f"/proc/{pid}/root"
 
-    def configure(self, *configure_args: list[str], runtimes: dict | None = None) -> None:
-        """A fresh main config, then each `gpunode runtime configure containerd` run given,
-        then containerd restarted and answering the CRI."""
-        content = main_config(self.sandbox_image, runtimes)
+    def configure(
+        self, *configure_args: list[str], runtimes: dict | None = None, content: str = ""
+    ) -> None:
+        """A fresh main config (*content*, else main_config's), then each `gpunode runtime
+        configure containerd` run given, then containerd restarted and answering the CRI."""
+        content = content or main_config(self.sandbox_image, runtimes)
         self.node.sh(
             "rm -rf /etc/containerd/conf.d && "
             f"printf %s {shlex.quote(content)} > /etc/containerd/config.toml"
@@ -113,19 +143,40 @@ class CriNode:
         assert version.startswith(CONTAINERD[self.node.release]), (self.node.name, version)
 
     def cdi(self) -> list[str]:
-        """--cdi where containerd has CDI (1.7); 1.6 refuses it."""
-        return ["--cdi"] if self.node.release == "trixie" else []
+        """--cdi where containerd has CDI (1.7, 2.1); 1.6 refuses it."""
+        return ["--cdi"] if self.node.release in CDI_RELEASES else []
 
-    def configure_handlers(self, *extra: str, runtimes: dict | None = None) -> None:
+    def dump(self) -> dict:
+        """The CRI runtimes' section of `containerd config dump` (version 2, or 3 on
+        containerd 2.x: the product's own reader picks it)."""
+        dumped = tomllib.loads(self.node.sh("containerd config dump").stdout)
+        section = runtimes_section(dumped)
+        assert section is not None, dumped
+        return section
+
+    def configure_handlers(
+        self, *extra: str, runtimes: dict | None = None, content: str = ""
+    ) -> dict:
         """gpunode registered as the handlers `gpunode` and `nvidia` in one run (one drop-in),
-        CDI on where containerd has it, runc the default."""
+        CDI on where containerd has it, runc the default; containerd's merged section."""
         self.configure(
-            ["--name", "gpunode", "--name", "nvidia", *self.cdi(), *extra], runtimes=runtimes
+            ["--name", "gpunode", "--name", "nvidia", *self.cdi(), *extra],
+            runtimes=runtimes,
+            content=content,
         )
-        dump = self.node.sh("containerd config dump").stdout
+        section = self.dump()
+        ctd = section["containerd"]
+        binary = self.node.sh("readlink -f $(command -v gpunode-container-runtime)").stdout
         for name in ("gpunode", "nvidia"):
-            assert f"{CRI[:-1]}.containerd.runtimes.{name}.options]" in dump, name
-        assert 'default_runtime_name = "runc"' in dump
+            entry = ctd["runtimes"][name]
+            assert entry["runtime_type"] == "io.containerd.runc.v2", (name, entry)
+            got = self.node.sh(f"readlink -f {entry['options']['BinaryName']}").stdout
+            assert got == binary, (name, entry)
+        assert ctd["default_runtime_name"] == "runc", ctd
+        if self.node.release in CDI_RELEASES:
+            assert section["enable_cdi"] is True, section
+            assert "/etc/cdi" in section["cdi_spec_dirs"], section
+        return section
 
     def client(self) -> Client:
         return Client(root=self.root, timeout=90)
@@ -172,10 +223,23 @@ def prepare(node: Node) -> CriNode:
     return CriNode(node, sandbox_image, image)
 
 
+def selected_releases(items) -> list[str]:
+    """The releases the selected tests of this module run on (`-k forky` starts one node):
+    their release parameter, or NO_CDI for the containerd 1.6 tests that have none."""
+    wanted = set()
+    for item in items:
+        if item.module.__name__ != __name__:
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        wanted.add(params.get("release") or params.get("cdi_release") or NO_CDI)
+    return [r for r in RELEASES if r in wanted]
+
+
 @pytest.fixture(scope="module")
-def cri_nodes(artifacts, image_tags):
+def cri_nodes(request, artifacts, image_tags):
     prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
-    specs = [cluster.NodeSpec(f"{prefix}-cri-{r}", r, "a100x4") for r in RELEASES]
+    releases = selected_releases(request.session.items)
+    specs = [cluster.NodeSpec(f"{prefix}-cri-{r}", r, "a100x4") for r in releases]
     try:
         start_nodes(specs, artifacts, image_tags)
         yield {
@@ -191,12 +255,17 @@ def cri_nodes(artifacts, image_tags):
 def handlers(cri_nodes):
     for n in cri_nodes.values():
         n.configure_handlers()
-    assert "enable_cdi = true" in cri_nodes["trixie"].node.sh("containerd config dump").stdout
     return cri_nodes
 
 
 @pytest.fixture(params=RELEASES)
 def release(request):
+    return request.param
+
+
+@pytest.fixture(params=CDI_RELEASES)
+def cdi_release(request):
+    """A release whose containerd injects CDI devices itself (>= 1.7)."""
     return request.param
 
 
@@ -262,9 +331,9 @@ CDI = {  # name: (annotations, CDI_devices, GPUs)
 
 
 @pytest.mark.parametrize("case", sorted(CDI))
-def test_cdi_through_containerd_17(handlers, case):
+def test_cdi_through_containerd(handlers, cdi_release, case):
     annotations, devices, want = CDI[case]
-    out = handlers["trixie"].probe(case, annotations=annotations, cdi_devices=devices)
+    out = handlers[cdi_release].probe(case, annotations=annotations, cdi_devices=devices)
     assert_gpus(out, want)
 
 
@@ -276,9 +345,9 @@ def test_cdi_through_containerd_17(handlers, case):
     ],
     ids=["cdi-cri", "cdi-annotations"],
 )
-def test_bad_cdi_request_is_create_containers_error(handlers, kwargs):
+def test_bad_cdi_request_is_create_containers_error(handlers, cdi_release, kwargs):
     with pytest.raises(CRIError) as err:
-        handlers["trixie"].run("bad-cdi", **kwargs)
+        handlers[cdi_release].run("bad-cdi", **kwargs)
     text = str(err.value)
     assert text.startswith("CreateContainer: unknown: ") and "\n" not in text, text
     assert "unresolvable CDI devices nvidia.com/gpu=7" in text, text
@@ -290,7 +359,7 @@ def test_containerd_16_gives_cdi_requests_no_gpu(handlers, handler, case):
     """containerd 1.6 knows neither CDI_devices nor enable_cdi, and passes no annotation to a
     runtime unless its handler lists it: every CDI request, even a bad one, runs GPU-less."""
     annotations, devices, _ = CDI.get(case, ({}, ["nvidia.com/gpu=7"], None))
-    out = handlers["bookworm"].probe(
+    out = handlers[NO_CDI].probe(
         case, handler=handler, annotations=annotations, cdi_devices=devices
     )
     assert_no_gpu(out)
@@ -298,7 +367,7 @@ def test_containerd_16_gives_cdi_requests_no_gpu(handlers, handler, case):
 
 def test_cdi_refused_on_containerd_16(cri_nodes):
     """`--cdi` on containerd 1.6 is one line (exit 2) and changes nothing."""
-    node = cri_nodes["bookworm"].node
+    node = cri_nodes[NO_CDI].node
     before = node.sh("cat /etc/containerd/config.toml; ls /etc/containerd").stdout
     res = node.sh("gpunode runtime configure containerd --name gpunode --cdi", check=False)
     assert res.returncode == 2, res
@@ -311,10 +380,10 @@ def test_cdi_refused_on_containerd_16(cri_nodes):
 def passing_annotations(handlers):
     """containerd 1.6 with gpunode's handlers passing cdi.k8s.io/* (`--pass-annotations`,
     from runtime.toml's default annotation-prefixes)."""
-    node = handlers["bookworm"]
-    node.configure_handlers("--pass-annotations")
-    dump = node.node.sh("containerd config dump").stdout
-    assert dump.count('container_annotations = ["cdi.k8s.io/*"]') == 2, dump  # both handlers
+    node = handlers[NO_CDI]
+    runtimes = node.configure_handlers("--pass-annotations")["containerd"]["runtimes"]
+    for name in ("gpunode", "nvidia"):
+        assert runtimes[name]["container_annotations"] == ["cdi.k8s.io/*"], runtimes[name]
     return node
 
 
@@ -334,11 +403,14 @@ def test_containerd_16_bad_cdi_annotation_is_the_runtimes_error(passing_annotati
 
 
 @pytest.fixture(scope="module")
-def default_runtime(handlers, passing_annotations):
-    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn)."""
+def default_runtime(request, handlers):
+    """gpunode as containerd's default runtime (after the handler tests: the nodes in turn,
+    the containerd 1.6 node's passed annotations included where it runs)."""
+    if NO_CDI in handlers:
+        request.getfixturevalue("passing_annotations")
     for n in handlers.values():
         n.configure(["--name", "gpunode", "--set-as-default", *n.cdi()])
-        assert 'default_runtime_name = "gpunode"' in n.node.sh("containerd config dump").stdout
+        assert n.dump()["containerd"]["default_runtime_name"] == "gpunode"
     return handlers
 
 
@@ -348,9 +420,9 @@ def test_envvar_through_the_default_runtime(default_runtime, release):
     assert_no_gpu(node.probe("default-no-request"))
 
 
-def test_cdi_with_gpunode_as_the_default_runtime(default_runtime):
+def test_cdi_with_gpunode_as_the_default_runtime(default_runtime, cdi_release):
     assert_gpus(
-        default_runtime["trixie"].probe("default-cdi", cdi_devices=["nvidia.com/gpu=0"]), [0]
+        default_runtime[cdi_release].probe("default-cdi", cdi_devices=["nvidia.com/gpu=0"]), [0]
     )
 
 
@@ -377,11 +449,12 @@ def validate_cri(node: Node) -> dict:
 CRI_CHECKS = ("engine.active", "engine.runtime_registered", "container.image")
 
 
-def test_validate_through_the_cri(default_runtime):
-    """`gpunode validate --engine cri` on the Debian 13 node: first without the CRI client's
-    libraries (skipped, saying why), then with Debian's (gpunode's venv sees system site
-    packages): the probe pods through the gpunode handler see exactly their GPUs."""
-    node = default_runtime["trixie"].node
+def test_validate_through_the_cri(default_runtime, cdi_release):
+    """`gpunode validate --engine cri` on the Debian 13 and 14 nodes (containerd 1.7 and 2.1:
+    config dumps of version 2 and 3): first without the CRI client's libraries (skipped,
+    saying why), then with Debian's (gpunode's venv sees system site packages): the probe
+    pods through the gpunode handler see exactly their GPUs."""
+    node = default_runtime[cdi_release].node
     have = node.sh("python3 -c 'import grpc_tools, grpc'", check=False).returncode == 0
     if not have:
         checks = validate_cri(node)
@@ -411,6 +484,26 @@ def test_validate_through_the_cri(default_runtime):
         node.sh("cp /tmp/config.toml.keep /etc/containerd/config.toml")
     assert drift["status"] == "fail" and "no handler 'gpunode'" in drift["detail"], drift
     assert "gpunode runtime configure containerd" in drift["detail"]
+
+
+V3_RELEASES = tuple(r for r in RELEASES if images.RELEASE[r].containerd_version >= (2, 0))
+
+
+@pytest.mark.parametrize("release", V3_RELEASES)
+def test_version_3_main_config(cri_nodes, release):
+    """containerd 2.x with a main config in its own layout (version 3) rather than Debian's
+    version 2 file: the drop-in goes into the same plugin, the sandbox image and CNI settings
+    stay the site's, and pods get exactly their GPUs through the handler and through CDI."""
+    node = cri_nodes[release]
+    section = node.configure_handlers(content=main_config_v3(node.sandbox_image))
+    assert section["restrict_oom_score_adj"] is True, section
+    assert section["cni"]["bin_dirs"] == ["/usr/lib/cni"], section["cni"]
+    drop_in = node.node.sh(f"cat {DROP_IN}").stdout
+    assert "version = 3" in drop_in and "io.containerd.cri.v1.runtime" in drop_in, drop_in
+    env = {"NVIDIA_VISIBLE_DEVICES": "1"}
+    assert_gpus(node.probe("v3-envvar", handler="nvidia", env=env), [1])
+    assert_gpus(node.probe("v3-cdi", cdi_devices=["nvidia.com/gpu=2"]), [2])
+    assert_no_gpu(node.probe("v3-no-request", handler="gpunode"))
 
 
 # --------------------------------------------------------------------------- Kubernetes nodes

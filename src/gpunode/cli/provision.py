@@ -60,8 +60,7 @@ def _emit(args: argparse.Namespace, result: dict) -> int:
 def _platform(args: argparse.Namespace) -> sources.Platform:
     distro, release = args.distro, args.release
     if not distro:
-        rel = preflight.os_release(Path("/"))
-        distro, release = rel.get("ID", "unknown"), rel.get("VERSION_ID", "")
+        distro, release = preflight.distro_release(preflight.os_release(Path("/")))
     return sources.platform(distro, release or "", args.arch or os.uname().machine)
 
 

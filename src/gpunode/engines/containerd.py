@@ -2,10 +2,10 @@
 
 containerd: the runtime goes into the drop-in ``<drop_in_dir>/99-gpunode.toml`` and the main
 config only gains ``<drop_in_dir>/*.toml`` in its top-level ``imports``, edited textually so that
-comments and layout survive. containerd < 2.1 (Debian 12: 1.6, Debian 13: 1.7) replaces, rather
-than merges, a plugin section that an imported file defines, so the drop-in must carry the whole
-CRI plugin section, and the new runtime copies the options of the default runc runtime
-(``SystemdCgroup`` and so on).
+comments and layout survive. containerd < 2.0 (Debian 12: 1.6, Debian 13: 1.7) replaces, rather
+than merges, a plugin section that an imported file defines, so there the drop-in must carry
+the whole CRI plugin section, and the new runtime copies the options of the default runc
+runtime (``SystemdCgroup`` and so on).
 
 The CRI section copied is the one containerd itself resolves: ``containerd --config <copy>
 config dump``, where ``<copy>`` is the main config with the imports it will have after this
@@ -17,12 +17,19 @@ the glob). Decided so because
 * containerd's own merge (import order, globs, relative paths, nested imports, per-file
   version migration) is used rather than an imitation of it that could drift;
 * leaving our own drop-in out means the copy is never taken from itself: CRI settings changed
-  elsewhere after the first run are picked up by the next run;
-* writing only the runtime keys is right only where containerd merges plugin sections (>= 2.1),
-  which the supported nodes do not run; the full copy is also correct there.
+  elsewhere after the first run are picked up by the next run.
 
 The copy is a snapshot that includes containerd's defaults: after changing CRI settings in
 another file or upgrading containerd, run configure again (it is idempotent).
+
+containerd 2.x (Debian 14: 2.1; the one whose dump is config version 3) merges the plugin
+tables of imported files key by key (containerd#9982, 2.0) and migrates the merged result as
+one config of the highest version among its files. There the drop-in carries only gpunode's
+keys — the handler entries (still each a copy of the default runc entry from the dump), the
+default runtime, ``enable_cdi``, ``cdi_spec_dirs`` — written in the main config's own version
+(Debian 14 ships a version 2 ``config.toml``: a version 3 drop-in beside it would leave its
+``sandbox_image`` and CNI settings unread; measured on containerd 2.1.9). A handler entry's
+keys are the same in both layouts there.
 
 Kubernetes nodes (issue 19): one drop-in registers every handler name asked for (``gpunode``,
 ``nvidia`` — the handler NVIDIA's device plugin and GPU Operator expect), each a runc-v2
@@ -227,6 +234,19 @@ def check_cdi(path: str) -> tuple[int, int, int] | None:
     return version
 
 
+def runtimes_section(config: dict) -> dict | None:
+    """The CRI section holding ``containerd.runtimes`` in a configuration (a file or
+    ``containerd config dump``), chosen by its ``version``: 3 (containerd 2.x, which dumps
+    every config as version 3) ``io.containerd.cri.v1.runtime`` — there
+    ``io.containerd.grpc.v1.cri`` still exists, holding the CRI's gRPC streaming settings
+    only —, else ``io.containerd.grpc.v1.cri``. None when absent."""
+    plugins = config.get("plugins")
+    version = config.get("version")
+    plugin = CRI_PLUGINS[version if version in CRI_PLUGINS else 2]
+    section = plugins.get(plugin) if isinstance(plugins, dict) else None
+    return section if isinstance(section, dict) else None
+
+
 def _containerd_version(path: str, data: dict) -> tuple[int, bool]:
     """(version, version_missing)."""
     version = data.get("version")
@@ -280,7 +300,11 @@ def _drop_in_data(
     old_drop_in: dict,
     reg: Registration,
     opts: Handlers,
+    merges_as: int | None = None,
 ) -> dict:
+    """The drop-in's content from the merged configuration ``data`` (config ``version``).
+    ``merges_as``: containerd merges plugin sections (2.x) and the drop-in is written in
+    that config version (the main config's), carrying only what gpunode sets."""
     names = opts.names
     plugin = CRI_PLUGINS[version]
     main = copy.deepcopy(data)
@@ -292,8 +316,10 @@ def _drop_in_data(
     # runc stays declared: pods without a RuntimeClass (or with handler runc) need it also
     # where gpunode becomes the default.
     runc = runtimes.get("runc")
+    set_runtimes = list(names)
     if not isinstance(runc, dict):
         runtimes["runc"] = {"runtime_type": RUNC_SHIM}
+        set_runtimes.append("runc")
     entries = {}
     for name in names:
         entry = runtimes.get(name)
@@ -310,8 +336,7 @@ def _drop_in_data(
         runtimes[name] = entry
 
     # Like docker's default-runtime and features.cdi, what an earlier run set is not taken back.
-    old_cri = old_drop_in.get("plugins", {}).get(plugin, {})
-    old_cri = old_cri if isinstance(old_cri, dict) else {}
+    old_cri = runtimes_section(old_drop_in) or {}
     old_ctd = old_cri.get("containerd", {})
     old_default = old_ctd.get("default_runtime_name") if isinstance(old_ctd, dict) else None
     if reg.set_default:
@@ -322,7 +347,23 @@ def _drop_in_data(
         cri["enable_cdi"] = True
     if opts.cdi_spec_dirs:
         cri["cdi_spec_dirs"] = _added(cri.get("cdi_spec_dirs"), opts.cdi_spec_dirs)
-    return {"version": version, "plugins": {plugin: cri}}
+    if merges_as is None:
+        return {"version": version, "plugins": {plugin: cri}}
+    # Only gpunode's keys, in the main config's version: containerd 2.x merges the files'
+    # plugin tables key by key (containerd#9982) and then migrates the result as one config
+    # of the highest version it read, so a version 3 drop-in beside a version 2 main config
+    # (Debian's) would leave the main config's CRI settings unread (sandbox_image...). A
+    # handler entry's keys are the same in both layouts (one struct in containerd 2.x).
+    out_ctd: dict = {"runtimes": {name: runtimes[name] for name in set_runtimes}}
+    if "default_runtime_name" in ctd and (reg.set_default or old_default in names):
+        out_ctd["default_runtime_name"] = ctd["default_runtime_name"]
+    out: dict = {}
+    if cri.get("enable_cdi") is True and (reg.cdi or old_cri.get("enable_cdi") is True):
+        out["enable_cdi"] = True
+    if opts.cdi_spec_dirs:
+        out["cdi_spec_dirs"] = cri["cdi_spec_dirs"]
+    out["containerd"] = out_ctd
+    return {"version": merges_as, "plugins": {CRI_PLUGINS[merges_as]: out}}
 
 
 def _scan_array_end(text: str, start: int) -> tuple[int, int]:
@@ -430,14 +471,17 @@ def _containerd_dump(path: str, data: dict, version: int, imports: list[str]) ->
 
 def _merged_config(
     path: str, data: dict, version: int, imports: list[str]
-) -> tuple[dict, int, str]:
-    """(config to copy the CRI section from, its version, where it came from)."""
+) -> tuple[dict, int, str, bool]:
+    """(config to copy the CRI section from, its version, where it came from, whether this
+    containerd merges plugin sections: 2.x, the one that dumps version 3)."""
     dumped = _containerd_dump(path, data, version, imports)
     if dumped is not None:
         dump_version = dumped.get("version")
+        merges = False
         if dump_version in CRI_PLUGINS and CRI_PLUGINS[dump_version] in dumped.get("plugins", {}):
-            version = dump_version  # containerd 2.x migrates a version 2 config to 3
-        return dumped, version, "containerd config dump (main config and its imports)"
+            merges = dump_version == 3  # containerd 2.x migrates a version 2 config to 3
+            version = dump_version
+        return dumped, version, "containerd config dump (main config and its imports)", merges
     loaded = [
         e
         for e in imports
@@ -448,7 +492,7 @@ def _merged_config(
             f"{path}: {CONTAINERD} not found on PATH, needed to merge the CRI settings of "
             f"imported {loaded[0]}; install containerd first; left unchanged"
         )
-    return data, version, "the main config (nothing else is imported)"
+    return data, version, "the main config (nothing else is imported)", False
 
 
 def configure_containerd(
@@ -511,15 +555,26 @@ def _configure_containerd(
         old_drop_data = tomllib.loads(old_drop.decode("utf-8")) if old_drop else {}
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         old_drop_data = {}  # our own file, regenerated below
-    merged, drop_version, source = _merged_config(
+    merged, drop_version, source, merges = _merged_config(
         path, data, version, _resolved_imports(path, final_imports, glob_, drop_in)
     )
-    drop_data = _drop_in_data(path, merged, drop_version, old_drop_data, reg, opts)
+    drop_data = _drop_in_data(
+        path, merged, drop_version, old_drop_data, reg, opts, version if merges else None
+    )
+    if merges:
+        about = (
+            "# Carries gpunode's handlers and CDI settings only, in the main config's version:\n"
+            "# containerd 2.x merges plugin sections of imported files key by key.\n"
+        )
+    else:
+        about = (
+            "# Carries a copy of the whole CRI plugin section, because containerd < 2.0\n"
+            "# replaces, rather than merges, a plugin section defined in an imported file.\n"
+        )
     drop_content = (
         "# Written by `gpunode runtime configure containerd`; regenerated on every run.\n"
-        "# Carries a copy of the whole CRI plugin section, because containerd < 2.1\n"
-        "# replaces, rather than merges, a plugin section defined in an imported file.\n"
-        "# Run configure again after changing CRI settings elsewhere or upgrading containerd.\n"
+        + about
+        + "# Run configure again after changing CRI settings elsewhere or upgrading containerd.\n"
         f"# Main config: {one_line(path)}\n"
         f"# CRI section from: {source}\n" + toml_dumps(drop_data)
     )

@@ -80,6 +80,12 @@ def os_release(root: Path) -> dict[str, str]:
     return {}
 
 
+def distro_release(rel: dict[str, str]) -> tuple[str, str]:
+    """(ID, release) of an os-release: VERSION_ID, or on Debian testing, which has none, its
+    VERSION_CODENAME (sources.platform maps a supported codename to its number)."""
+    return rel.get("ID", "unknown"), rel.get("VERSION_ID") or rel.get("VERSION_CODENAME", "")
+
+
 def pci_gpus(root: Path) -> list[dict]:
     base = root / "sys/bus/pci/devices"
     out = []
@@ -188,8 +194,7 @@ def collect(
     uname = os.uname()
     kernel = kernel or uname.release
     arch = arch or uname.machine
-    rel = os_release(root)
-    distro, release = rel.get("ID", "unknown"), rel.get("VERSION_ID", "")
+    distro, release = distro_release(os_release(root))
     f = Facts(distro=distro, release=release, arch=arch, kernel=kernel, supported=False)
     try:
         p = platform(distro, release, arch)

@@ -29,6 +29,7 @@ from .versions import check_branch, check_pin, is_branch, key, major_minor
 SUPPORTED = {
     ("debian", "12"): "bookworm",
     ("debian", "13"): "trixie",
+    ("debian", "14"): "forky",
     ("ubuntu", "22.04"): "jammy",
     ("ubuntu", "24.04"): "noble",
     ("rhel", "8"): "el8",
@@ -46,6 +47,9 @@ PACKAGE_SETS = ("full", "runtime")
 DEBIAN = {
     "12": {"branches": ["535"], "driver": "535.261.03", "cuda": "11.8", "cudart": "libcudart11.0"},
     "13": {"branches": ["550"], "driver": "550.163.01", "cuda": "12.4", "cudart": "libcudart12"},
+    # testing (Debian 14 "forky", its archive of 2026-10-30): the driver, no CUDA toolkit
+    # (nvidia-cuda-toolkit and libcudart* are not in testing); cuda_toolkit_versions: []
+    "14": {"branches": ["550"], "driver": "550.163.01", "cuda": None, "cudart": None},
 }
 # Ubuntu's archive: -server branches (restricted) and the CUDA its nvidia-cuda-toolkit is.
 UBUNTU = {
@@ -101,6 +105,13 @@ class Platform:
 def platform(distro: str, release: str, arch: str = "x86_64") -> Platform:
     distro = distro.lower()
     release = str(release)
+    if distro == "debian" and not release.isdigit():
+        # Debian testing has no number yet: its os-release has no VERSION_ID (gpunode reads
+        # VERSION_CODENAME), Ansible's distribution_major_version is "forky/sid"
+        codename = release.split("/")[0]
+        release = next(
+            (r for (d, r), c in SUPPORTED.items() if d == "debian" and c == codename), release
+        )
     if distro in ("rhel", "rocky", "redhat"):
         distro = "rocky" if distro == "rocky" else "rhel"
         release = release.split(".")[0]
@@ -411,6 +422,12 @@ def cuda_plan(
                 "repositories; use cuda-repo"
             )
         rel = (DEBIAN if plat.distro == "debian" else UBUNTU)[plat.release]
+        if rel["cuda"] is None:
+            raise ProvisionError(
+                f"cuda_toolkit_versions: {plat.distro} {plat.release} ships no CUDA toolkit; "
+                "set cuda_toolkit_versions: [] (no toolkit on the host: containers bring their "
+                "own CUDA)"
+            )
         if mms != [rel["cuda"]]:
             raise ProvisionError(
                 f"cuda_toolkit_versions: {plat.distro} {plat.release} ships CUDA {rel['cuda']} only; "

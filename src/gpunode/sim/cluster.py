@@ -188,31 +188,51 @@ def apt_cache(release: str) -> Path:
     return path
 
 
+# What runs before systemd in a node of a release that needs it (images.Release): systemd
+# >= 258 runs only on the unified hierarchy, so the node gets a cgroup namespace of its own
+# (its root is the node container's cgroup) and the cgroup2 filesystem in place of the v1
+# mounts Docker gave it (read-only); /proc/sys/net (the node's network namespace only)
+# made writable for Docker >= 28.
+CGROUP2_MOUNT = "umount -R /sys/fs/cgroup && mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup"
+NET_SYSCTL_RW = "mount --bind /proc/sys/net /proc/sys/net && mount -o remount,bind,rw /proc/sys/net"
+
+
+def node_command(release: images.Release) -> list[str]:
+    """The node container's command: systemd, after the release's boot steps."""
+    if release.cgroup2:
+        init = ["/sbin/init"]
+    else:
+        # systemd 256 and 257 refuse cgroup v1 unless forced; in a container it reads these
+        # "kernel command line" options from its own argv. Harmless on older systemd.
+        init = ["/sbin/init", "systemd.unified_cgroup_hierarchy=0",
+                "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1"]  # fmt: skip
+    steps = [CGROUP2_MOUNT] * release.cgroup2 + [NET_SYSCTL_RW] * release.net_sysctl_rw
+    if not steps:
+        return init
+    return ["/bin/sh", "-c", " && ".join([*steps, "exec " + " ".join(init)])]
+
+
 def node_settings(spec: NodeSpec) -> dict:
     """How a node container is run; also read by molecule/shared/create.yml (as JSON)."""
+    release = images.RELEASE[spec.release]
+    volumes = [] if release.cgroup2 else ["/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+    volumes += [
+        f"{spec.name}-docker:/var/lib/docker",
+        f"{spec.name}-containers:/var/lib/containers",
+        f"{apt_cache(spec.release)}:{APT_SHARED}",
+    ]
     return {
         "hostname": spec.name,
         "stop_signal": "SIGRTMIN+3",
         "labels": {LABEL: "1", f"{LABEL}.profile": spec.profile},
         "capabilities": NODE_CAPS,
         "security_opts": ["seccomp=unconfined", "apparmor=unconfined"],
-        "cgroupns_mode": "host",
-        "volumes": [
-            "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-            f"{spec.name}-docker:/var/lib/docker",
-            f"{spec.name}-containers:/var/lib/containers",
-            f"{apt_cache(spec.release)}:{APT_SHARED}",
-        ],
+        "cgroupns_mode": "private" if release.cgroup2 else "host",
+        "volumes": volumes,
         "tmpfs": ["/run:exec,mode=755", "/run/lock"],
         # the driver's majors: its fixed one and the dynamic ones the simulated driver takes
         "device_cgroup_rules": [f"c {m}:* rwm" for m in (NVIDIA_MAJOR, UVM_MAJOR, CAPS_MAJOR)],
-        # systemd >= 256 refuses cgroup v1 unless forced; in a container it reads these
-        # "kernel command line" options from its own argv. Harmless on older systemd.
-        "command": [
-            "/sbin/init",
-            "systemd.unified_cgroup_hierarchy=0",
-            "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1",
-        ],
+        "command": node_command(release),
     }
 
 
@@ -291,9 +311,59 @@ APT_LISTS_NEVER_UPDATED = (
 )
 
 
+# A node on the unified hierarchy (images.Release.cgroup2) whose host keeps the controllers
+# on cgroup v1 has a cgroup2 without controllers: no cpu.weight, memory.max, pids.max. runc
+# fails a container whose spec asks for one — containerd gives every pod sandbox CPU shares
+# (2), podman every container a pids limit. Such a node gets, from tune_node: this runc in
+# /usr/local/sbin (first on PATH: containerd's shims, Docker's, gpunode's runtime find it),
+# which drops the limits the node's cgroup cannot hold and execs Debian's runc, and podman
+# without its default pids limit. Device rules stay (cgroup2 enforces them with eBPF, no
+# controller needed). On a host with controllers for cgroup2 nothing is installed.
+SIM_RUNC = r"""#!/usr/bin/python3 -IS
+# gpunode-sim (gpunode.sim.cluster.SIM_RUNC): runc for a node whose cgroup2 lacks controllers
+import json, os, sys
+REAL = "/usr/sbin/runc"
+LIMITS = {"cpu": "cpu", "memory": "memory", "pids": "pids", "blockIO": "io",
+          "hugepageLimits": "hugetlb"}
+argv = sys.argv[1:]
+if "create" in argv or "run" in argv:
+    bundle = "."
+    for i, a in enumerate(argv):
+        if a in ("--bundle", "-b") and i + 1 < len(argv):
+            bundle = argv[i + 1]
+        elif a.startswith("--bundle="):
+            bundle = a.split("=", 1)[1]
+    path = os.path.join(bundle, "config.json")
+    try:
+        with open("/sys/fs/cgroup/cgroup.controllers") as f:
+            have = set(f.read().split())
+        with open(path) as f:
+            spec = json.load(f)
+        res = (spec.get("linux") or {}).get("resources") or {}
+        drop = [k for k, c in LIMITS.items() if k in res and c not in have]
+        if drop:
+            for k in drop:
+                del res[k]
+            with open(path + ".gpunode-sim", "w") as f:
+                json.dump(spec, f)
+            os.replace(path + ".gpunode-sim", path)
+    except (OSError, ValueError):
+        pass
+os.execv(REAL, [REAL, *argv])
+"""
+CGROUP2_TUNE = (
+    "c=/sys/fs/cgroup/cgroup.controllers; [ -f $c ] || exit 0; "
+    "grep -qw cpu $c || { cat > /usr/local/sbin/runc && chmod 755 /usr/local/sbin/runc; }; "
+    "grep -qw pids $c || { mkdir -p /etc/containers/containers.conf.d && "
+    "printf '[containers]\npids_limit = 0\n' "
+    "> /etc/containers/containers.conf.d/gpunode-sim-cgroup2.conf; }"
+)
+
+
 def tune_node(name: str) -> None:
-    """Adapt engines inside the node to running in a container; empty apt lists look old;
-    the shared apt cache (see apt_cache)."""
+    """Adapt engines inside the node to running in a container (and to a cgroup2 without
+    controllers: SIM_RUNC); empty apt lists look old; the shared apt cache (see apt_cache)."""
+    exec_(name, ["sh", "-c", CGROUP2_TUNE], input=SIM_RUNC.encode())
     exec_(
         name,
         [

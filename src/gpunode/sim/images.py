@@ -22,7 +22,71 @@ from .docker import docker, image_exists
 
 RECIPE_VERSION = "3"
 MIRROR = os.environ.get("GPUNODE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-RELEASES = ("bookworm", "trixie")
+
+
+@dataclass(frozen=True)
+class Release:
+    """What the simulator knows of a Debian release's node: the one home of these facts
+    (images, node settings, the tests' per-release expectations)."""
+
+    name: str  # the codename (its number: gpunode.provision.sources.SUPPORTED)
+    # the containerd series its archive carries; checked after debootstrap, so an archive
+    # that moved on (forky is testing) fails the build in one line instead of testing
+    # something else under the old name
+    containerd: str
+    # packages only this release needs (see NODE_PACKAGES)
+    extra_packages: tuple[str, ...] = ()
+    # debootstrap's script for the suite: Debian 12's debootstrap (1.0.128) has no "forky"
+    # script; newer ones make it a link to "sid", which is what is named here
+    debootstrap_script: str = ""
+    # systemd >= 258 refuses a cgroup v1 hierarchy (forky: systemd 262). Such a node gets
+    # a cgroup namespace of its own with the unified (v2) hierarchy mounted at
+    # /sys/fs/cgroup before systemd starts (cluster.node_settings); on a host whose
+    # controllers are all on v1 (hybrid) that hierarchy has no controllers: no memory or
+    # CPU limits in the node (cluster.SIM_RUNC drops them from containers' specs), device
+    # access through eBPF as on any cgroup v2 system.
+    cgroup2: bool = False
+    # Docker >= 28 sets disable_ipv6 on each container interface it creates and fails the
+    # container when it cannot (26 and 27 obeyed DOCKER_ALLOW_IPV6_ON_IPV4_INTERFACE, which
+    # 28 removed); /proc/sys is read-only in a node container, so /proc/sys/net, which holds
+    # the node's own network namespace's settings only, is made writable at boot
+    net_sysctl_rw: bool = False
+    # shell appended to the node's post-install script
+    postinstall: str = ""
+
+    @property
+    def containerd_version(self) -> tuple[int, int]:
+        major, minor = self.containerd.split(".")
+        return int(major), int(minor)
+
+
+# Per release: trixie split the Docker CLI out of docker.io into docker-cli (only a
+# Recommends, which debootstrap does not install); forky keeps that split.
+RELEASE = {
+    r.name: r
+    for r in (
+        Release("bookworm", containerd="1.6"),
+        Release("trixie", containerd="1.7", extra_packages=("docker-cli",)),
+        Release(
+            "forky",
+            containerd="2.1",
+            # netavark (podman's networks) runs nft, only recommended
+            extra_packages=("docker-cli", "nftables"),
+            debootstrap_script="sid",
+            cgroup2=True,
+            net_sysctl_rw=True,
+            # testing's Release files are valid for a week (Valid-Until); a mirror that lags
+            # behind (the one these machines reach served a forky weeks old) makes every apt
+            # run fail. Signatures are still checked; the archive's versions are checked at
+            # build time (check_versions) and by the tests.
+            postinstall=(
+                "echo 'Acquire::Check-Valid-Until \"false\";' "
+                "> /etc/apt/apt.conf.d/99gpunode-sim-valid-until\n"
+            ),
+        ),
+    )
+}
+RELEASES = tuple(RELEASE)
 
 # What a node needs: systemd as PID 1, python3 for Ansible, container engines to test the
 # runtime with (podman needs a network stack named explicitly: debootstrap does not resolve
@@ -46,9 +110,6 @@ NODE_PACKAGES = [
     "iptables",
     "pciutils",
 ]
-# Per release: trixie split the Docker CLI out of docker.io into docker-cli (only a
-# Recommends, which debootstrap does not install).
-NODE_PACKAGES_EXTRA = {"bookworm": [], "trixie": ["docker-cli"]}
 # What runs *inside* a node's engine in tests: python3 to drive NVML through pynvml.
 WORKLOAD_PACKAGES = ["python3", "ca-certificates"]
 
@@ -129,8 +190,9 @@ def recipe(kind: str, release: str) -> Recipe:
     if release not in RELEASES:
         raise ImageError(f"unknown Debian release {release!r}; accepted: {', '.join(RELEASES)}")
     if kind == "node":
-        packages = tuple(NODE_PACKAGES + NODE_PACKAGES_EXTRA[release])
-        return Recipe(kind, release, packages, NODE_POSTINSTALL.replace("MIRROR", MIRROR))
+        packages = (*NODE_PACKAGES, *RELEASE[release].extra_packages)
+        script = NODE_POSTINSTALL.replace("MIRROR", MIRROR) + RELEASE[release].postinstall
+        return Recipe(kind, release, packages, script)
     if kind == "workload":
         return Recipe(kind, release, tuple(WORKLOAD_PACKAGES), WORKLOAD_POSTINSTALL)
     raise ImageError(f"unknown image kind {kind!r}; accepted: node, workload")
@@ -166,6 +228,33 @@ def build(kind: str, release: str, log=print) -> str:
     return r.tag
 
 
+def check_versions(release: Release, root: Path) -> None:
+    """The node's containerd must be the release's series (Release.containerd): one line
+    naming the release, the step and both versions otherwise."""
+    proc = subprocess.run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f=${Version}", "containerd"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    have = proc.stdout.strip()
+    if proc.returncode != 0 or not have:
+        why = (proc.stderr.strip().splitlines() or ["no version"])[-1]
+        raise ImageError(f"{release.name} node image: checking containerd's version: {why}")
+    problem = containerd_problem(release, have)
+    if problem:
+        raise ImageError(problem)
+
+
+def containerd_problem(release: Release, have: str) -> str:
+    """One line when the Debian version ``have`` of containerd is not the release's series."""
+    if have.split(":")[-1].startswith(f"{release.containerd}."):
+        return ""
+    return (
+        f"{release.name} node image: the archive's containerd is {have}, the simulator "
+        f"expects {release.containerd}.x (gpunode.sim.images.RELEASE); update that entry "
+        "and the tests that rely on it"
+    )
+
+
 def _debootstrap(r: Recipe, tarball: Path, log) -> None:
     if os.geteuid() != 0:
         raise ImageError("building node images needs root (debootstrap); run as root")
@@ -183,11 +272,15 @@ def _debootstrap(r: Recipe, tarball: Path, log) -> None:
             str(root),
             MIRROR,
         ]
+        if RELEASE[r.release].debootstrap_script:
+            cmd.append(RELEASE[r.release].debootstrap_script)
         log(f"{r.tag}: debootstrap {r.release} ({len(r.packages)} packages) ...")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise ImageError(f"debootstrap {r.release} failed: {' | '.join(tail)}")
+        if r.kind == "node":
+            check_versions(RELEASE[r.release], root)
         script = root / "tmp" / "gpunode-postinstall.sh"
         script.write_text(r.postinstall)
         proc = subprocess.run(

@@ -37,7 +37,7 @@ import shutil
 import tomllib
 from typing import Any
 
-from ..engines.containerd import CRI_PLUGINS, RUNC_SHIM
+from ..engines.containerd import RUNC_SHIM, runtimes_section
 from ..util import tool
 from . import container
 from .model import FAIL, PASS, SKIP, Check, titled
@@ -103,8 +103,7 @@ def _dump() -> tuple[dict | None, str]:
 
 def registration(dump: dict, name: str, want_default: bool) -> tuple[str, str]:
     """(status, detail) of handler ``name`` in containerd's merged configuration."""
-    plugins = dump.get("plugins") if isinstance(dump.get("plugins"), dict) else {}
-    cri = next((plugins[p] for p in CRI_PLUGINS.values() if isinstance(plugins.get(p), dict)), None)
+    cri = runtimes_section(dump)
     if cri is None:
         return FAIL, "containerd's configuration has no CRI plugin section"
     ctd = cri.get("containerd") if isinstance(cri.get("containerd"), dict) else {}

@@ -211,10 +211,9 @@ def _handlers(config: dict) -> dict[str, str]:
     """{handler: its BinaryName, "" when unset (runc's)} of the CRI runtimes, config version
     2 or 3."""
     out: dict[str, str] = {}
-    for plugin in containerd.CRI_PLUGINS.values():
-        section = (config.get("plugins") or {}).get(plugin) or {}
-        runtimes = (section.get("containerd") or {}).get("runtimes") or {}
-        for name, entry in runtimes.items():
-            binary = ((entry or {}).get("options") or {}).get("BinaryName")
-            out[name] = binary if isinstance(binary, str) else ""
+    section = containerd.runtimes_section(config) or {}
+    runtimes = (section.get("containerd") or {}).get("runtimes") or {}
+    for name, entry in runtimes.items():
+        binary = ((entry or {}).get("options") or {}).get("BinaryName")
+        out[name] = binary if isinstance(binary, str) else ""
     return out

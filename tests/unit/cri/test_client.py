@@ -197,6 +197,15 @@ def test_privileged_pod_is_privileged_in_the_sandbox_and_the_container(fake):
     assert create.config.linux.security_context.privileged is False
 
 
+def test_repeated_env_names_are_sent_in_order(fake):
+    """env pairs keep a repeated name in order, as kubelet sends the device plugin's variable
+    and then the pod's own of the same name (the later one wins in the OCI spec)."""
+    runtime, client = fake()
+    env = [("NVIDIA_VISIBLE_DEVICES", "GPU-1"), ("NVIDIA_VISIBLE_DEVICES", "all")]
+    client.run_pod("p", "img", ["true"], env=env)
+    assert [(e.key, e.value) for e in runtime.calls[1][1].config.envs] == env
+
+
 def test_start_error_is_in_the_status_and_everything_removed(fake):
     runtime, client = fake(start_error="OCI runtime create failed:\nunknown device '7'")
     res = client.run_pod("p", "img", ["true"])

@@ -12,7 +12,7 @@ import pytest
 from gpunode.cli import main as cli
 from gpunode.engines import containerd
 from gpunode.engines.common import EngineConfigError
-from gpunode.engines.containerd import configure_containerd
+from gpunode.engines.containerd import CRI_PLUGINS, configure_containerd
 
 from .fakes import DUMP, RT, ctd, fake_containerd, load, runtime
 from .test_containerd import MAIN_V2, OPS_DROP_IN, dump_with
@@ -108,23 +108,40 @@ def test_annotation_patterns():
     assert containerd.annotation_patterns(["cdi.k8s.io/", "a/*"]) == ("cdi.k8s.io/*", "a/*")
 
 
-@pytest.mark.parametrize(("version", "plugin"), [(2, V2_PLUGIN), (3, V3_PLUGIN)])
+@pytest.mark.parametrize(
+    ("main_version", "dump_version", "plugin"),
+    [
+        (2, 2, V2_PLUGIN),  # containerd 1.x
+        (3, 3, V3_PLUGIN),  # containerd 2.x with a config of its own layout
+        (2, 3, V2_PLUGIN),  # containerd 2.x with Debian's version 2 config.toml
+    ],
+)
 def test_cdi_and_spec_dirs_in_the_cri_section_of_each_layout(
-    tmp_path, monkeypatch, version, plugin
+    tmp_path, monkeypatch, main_version, dump_version, plugin
 ):
     v2 = 'plugins."io.containerd.grpc.v1.cri"'
-    dump = DUMP.replace("version = 2", f"version = {version}").replace(v2, f'plugins."{plugin}"')
+    dump = DUMP.replace("version = 2", f"version = {dump_version}")
+    dump = dump.replace(v2, f'plugins."{CRI_PLUGINS[dump_version]}"')
     dump = dump.replace(
         "enable_cdi = false", 'enable_cdi = false\n    cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]'
-    )
+    ).replace("SystemdCgroup = false", "SystemdCgroup = true")  # the site's runc option
     fake_containerd(tmp_path, monkeypatch, dump=dump)
-    main, conf_d = ctd(tmp_path, f"version = {version}\n")
+    main, conf_d = ctd(tmp_path, f"version = {main_version}\n")
     kw = {"drop_in_dir": str(conf_d), "cdi": True, "cdi_spec_dirs": ["/srv/cdi", "/etc/cdi"]}
     assert configure_containerd(str(main), **kw).changed
-    cri = cri_of(load(conf_d / DROP), plugin)
+    drop = load(conf_d / DROP)
+    # the drop-in in the main config's version: containerd 2.x migrates the merged files as
+    # one config of the highest version, so a newer drop-in would hide the main config's keys
+    assert drop["version"] == main_version and list(drop["plugins"]) == [plugin], drop
+    cri = cri_of(drop, plugin)
     assert cri["enable_cdi"] is True
     assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]  # containerd's kept
-    assert cri["sandbox_image"] == "example.org/pause:9"  # the rest of the section copied
+    assert runtime(drop, "gpunode", plugin)["options"]["SystemdCgroup"] is True  # runc's copied
+    if dump_version == 2:  # containerd < 2.0 replaces plugin sections: the rest copied
+        assert cri["sandbox_image"] == "example.org/pause:9"
+    else:  # containerd 2.x merges them: gpunode's keys only
+        assert set(cri) == {"enable_cdi", "cdi_spec_dirs", "containerd"}, cri
+        assert set(cri["containerd"]) == {"runtimes"}, cri
     assert not configure_containerd(str(main), **kw).changed
 
 

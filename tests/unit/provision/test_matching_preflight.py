@@ -115,6 +115,17 @@ def test_unsupported_os_and_arch(tmp_path):
     assert "architecture riscv64 is not supported" in g.to_dict()["message"]
 
 
+def test_debian_testing_is_known_by_its_codename(tmp_path):
+    """Debian 14 (testing) has no VERSION_ID in os-release, only VERSION_CODENAME."""
+    root = _host(tmp_path)
+    (root / "etc/os-release").write_text("ID=debian\nVERSION_CODENAME=forky\n")
+    f = preflight.collect(root, kernel="k", arch="x86_64", min_free_mib=0)
+    assert (f.distro, f.release, f.supported) == ("debian", "14", True), f.to_dict()
+    (root / "etc/os-release").write_text("ID=debian\nVERSION_CODENAME=duke\n")
+    g = preflight.collect(root, kernel="k", arch="x86_64", min_free_mib=0)
+    assert "operating system debian duke is not supported" in g.to_dict()["message"]
+
+
 def test_kernel_module_checks(tmp_path):
     root = _host(
         tmp_path,

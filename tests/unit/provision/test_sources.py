@@ -128,6 +128,21 @@ def test_unsupported_platforms():
         platform("debian", "12", "ppc64le")
 
 
+def test_debian_14_by_codename_driver_but_no_cuda():
+    # Ansible's distribution_major_version on Debian testing, and the bare codename
+    assert (
+        platform("debian", "forky/sid") == platform("Debian", "forky") == platform("debian", "14")
+    )
+    plan = driver_plan(platform("debian", "forky/sid"), source="distro", branch="550")
+    assert plan.known_branches == ["550"] and "libnvidia-ml1" in plan.packages
+    with pytest.raises(ProvisionError) as err:
+        cuda_plan(platform("debian", "14"), source="distro", versions=["12.4"])
+    assert str(err.value) == (
+        "cuda_toolkit_versions: debian 14 ships no CUDA toolkit; set cuda_toolkit_versions: [] "
+        "(no toolkit on the host: containers bring their own CUDA)"
+    )
+
+
 def test_flavour_decisions():
     assert sources.choose_flavor("auto", "560", [A100])[0] == "open"
     assert sources.choose_flavor("auto", "550", [A100])[0] == "proprietary"

@@ -30,8 +30,12 @@ def dump(name="gpunode", binary="/bin/sh", default="runc", plugin="io.containerd
             "runtime_type": "io.containerd.runc.v2",
             "options": {"BinaryName": binary},
         }
-    return {"plugins": {plugin: {"containerd": {"default_runtime_name": default,
-                                                "runtimes": runtimes}}}}  # fmt: skip
+    cri = {"containerd": {"default_runtime_name": default, "runtimes": runtimes}}
+    if plugin == "io.containerd.cri.v1.runtime":  # as containerd 2.x dumps it: version 3,
+        # and the gRPC plugin's section still there, with its streaming settings only
+        grpc = {"disable_tcp_service": True, "stream_server_address": "127.0.0.1"}
+        return {"version": 3, "plugins": {"io.containerd.grpc.v1.cri": grpc, plugin: cri}}
+    return {"version": 2, "plugins": {plugin: cri}}
 
 
 @pytest.mark.parametrize("plugin", ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"])

@@ -101,6 +101,45 @@ def _fake_containerd(tmp_path, monkeypatch, dump: str, rc: int = 0):
     monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
 
 
+# containerd 2.x: the drop-in configure writes from a version 3 dump, and the dump itself,
+# which keeps io.containerd.grpc.v1.cri (gRPC streaming settings only) beside the runtimes
+DROP_IN_V3 = """
+version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gpunode]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gpunode.options]
+BinaryName = "/usr/local/bin/gpunode-container-runtime"
+"""
+DUMP_V3 = """
+version = 3
+[plugins."io.containerd.grpc.v1.cri"]
+disable_tcp_service = true
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gpunode.options]
+BinaryName = "/usr/local/bin/gpunode-container-runtime"
+"""
+
+
+def test_containerd_2_handlers_are_read_from_the_runtime_plugin(tmp_path, monkeypatch):
+    conf = tmp_path / "conf.d"
+    conf.mkdir()
+    config = str(tmp_path / "config.toml")
+    (conf / "99-gpunode.toml").write_text(DROP_IN_V3)
+    _fake_containerd(tmp_path, monkeypatch, DUMP_V3)
+    assert node.drift_containerd(config, str(conf))[1:] == (
+        "pass",
+        "containerd's merged config has gpunode running gpunode's runtime",
+    )
+    _fake_containerd(
+        tmp_path,
+        monkeypatch,
+        DUMP_V3.split('[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.gpunode')[0],
+    )
+    status, detail = node.drift_containerd(config, str(conf))[1:]
+    assert status == "fail" and "no handler 'gpunode'" in detail, detail
+
+
 def test_containerd_must_still_run_gpunodes_handlers(tmp_path, monkeypatch):
     conf = tmp_path / "conf.d"
     conf.mkdir()

@@ -349,11 +349,13 @@ class ReleaseRun:
             self.run_cells("default", state)
 
 
-def cuda_style_image(workload: str) -> str:
+def cuda_style_image(workload: str, prefix: str) -> str:
     """The workload image with a CUDA base image's ENV (NVIDIA_VISIBLE_DEVICES=all,
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility). An image's ENV reaches the OCI spec's env
-    before the container's own (containerd's CRI), so this is what a CUDA image pod sends."""
-    tag = "gpunode.local/cuda-style:" + workload.rsplit(":", 1)[-1]
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility), built on the host (named after the test
+    prefix: removed at the end, never another session's). An image's ENV reaches the OCI
+    spec's env before the container's own (containerd's CRI), so this is what a CUDA image
+    pod sends."""
+    tag = f"gpunode.local/{prefix}-cuda-style:" + workload.rsplit(":", 1)[-1]
     env = " ".join(f"{k}={v}" for k, v in CUDA_STYLE_ENV.items())
     proc = subprocess.run(
         ["docker", "build", "-q", "-t", tag, "-"],
@@ -461,7 +463,7 @@ def check(cell: cri_matrix.Cell, got: Outcome) -> None:
 def matrix(artifacts, image_tags, request):
     prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
     names = {r: f"{prefix}-matrix-{r}" for r in RUN}
-    cuda_tag = cuda_style_image(image_tags["workload-bookworm"])
+    cuda_tag = cuda_style_image(image_tags["workload-bookworm"], prefix)
     runs: dict[str, ReleaseRun] = {}
     failures: dict[str, str] = {}
     started = time.monotonic()
@@ -490,6 +492,7 @@ def matrix(artifacts, image_tags, request):
     finally:
         if not os.environ.get("GPUNODE_KEEP_NODES"):
             cluster.down_names(list(names.values()), log=lambda *_: None)
+        subprocess.run(["docker", "rmi", "-f", cuda_tag], capture_output=True, check=False)
 
 
 def test_every_release_of_the_data_runs():

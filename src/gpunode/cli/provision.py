@@ -30,15 +30,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from ..provision import (
     CheckFailed,
     ProvisionError,
+    converge,
     cuda,
     lists,
-    matching,
     packages,
     preflight,
     sources,
@@ -161,9 +162,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         kernel_module=args.kernel_module,
         min_free_mib=args.min_free_mib,
         secure_boot_signing=args.secure_boot_signing,
-        mokutil=_which("mokutil"),
+        mokutil=shutil.which("mokutil"),
         containerd_cdi=args.containerd_cdi,
-        containerd=_which("containerd"),
+        containerd=shutil.which("containerd"),
     )
     out = facts.to_dict()
     if facts.has_gpu and facts.supported and (args.driver_branch or args.cuda):
@@ -187,7 +188,7 @@ def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[source
         out["lists"] = lists.refresh(plat.family, args.refresh_lists)
     notes = []
     if args.driver_branch:
-        plan, driver = _driver(
+        plan, driver = converge.driver(
             plat, source=args.driver_source, branch=args.driver_branch,
             version=args.driver_version, flavor=args.flavor, kernel_module=args.kernel_module,
             gpus=gpus, resolve=args.driver_source == "distro",
@@ -208,45 +209,12 @@ def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[source
     return out
 
 
-def _which(name: str) -> str | None:
-    import shutil
-
-    return shutil.which(name)
-
-
-def _driver(
-    plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
-    kernel_module: bool, gpus: list[sources.Gpu], resolve: bool,
-) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
-    plan = sources.driver_plan(
-        plat, source=source, branch=branch, version=version or "", flavor=flavor,
-        kernel_module=kernel_module, gpus=gpus,
-    )  # fmt: skip
-    out = plan.to_dict()
-    kernel = os.uname().release
-    out["kernel_packages"] = [p.replace("{kernel}", kernel) for p in plan.kernel_packages]
-    if resolve:
-        variable = "nvidia_driver_version" if plan.pin_kind == "exact" else "nvidia_driver_branch"
-        versions = packages.resolve_driver(plat.family, plan.hold, plan.pin, variable)
-        out["versions"] = versions
-        sep = "=" if plat.family == "apt" else "-"
-        out["install"] = [f"{p}{sep}{versions[p]}" if p in versions else p for p in plan.packages]
-    return plan, out
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
 def cmd_driver_plan(args: argparse.Namespace) -> int:
     plat = _platform(args)
     out: dict = {}
     if args.resolve and args.refresh_lists is not None:
         out["lists"] = lists.refresh(plat.family, args.refresh_lists)
-    plan, planned = _driver(
+    plan, planned = converge.driver(
         plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
         kernel_module=args.kernel_module, gpus=_gpus(args), resolve=args.resolve,
     )  # fmt: skip
@@ -254,121 +222,15 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
     out["ok"] = True
     out["message"] = f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
     if args.resolve:
-        _driver_state(args, plat, plan, out)
+        converge.driver_state(
+            plat, plan, out, pin_file=args.pin_file, hold=args.hold, check=args.check,
+            allow_downgrade=args.allow_downgrade, proc_version=args.proc_version,
+        )  # fmt: skip
     return _emit(args, out)
 
 
-def _driver_state(
-    args: argparse.Namespace, plat: sources.Platform, plan: sources.DriverPlan, out: dict
-) -> None:
-    """What is installed and held, what the role still has to change (`todo`), and — when
-    the pinned packages are in place — the matching-version check (`check`)."""
-    versions = out["versions"]
-    st = packages.states(plat.family, [*plan.hold, *plan.packages, *out["kernel_packages"]])
-    installed = {p: st[p].version for p in plan.hold}
-    out["installed"] = installed
-    out["held"] = {p: st[p].held for p in plan.hold}
-    out["downgrade"] = any(
-        have and packages._sort_key(have) > packages._sort_key(versions[p])
-        for p, have in installed.items()
-    )
-    pin_current = None
-    if args.pin_file and plan.apt_preferences:
-        pin_current = _read(args.pin_file) == plan.apt_preferences
-    out["pin_current"] = pin_current
-    todo = {
-        "pin": pin_current is False,
-        "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
-        "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
-        "install": [
-            spec
-            for p, spec in zip(plan.packages, out["install"], strict=True)
-            if st[p].version is None or (p in versions and st[p].version != versions[p])
-        ],
-        "kernel_packages": [p for p in out["kernel_packages"] if st[p].version is None],
-        "hold": [p for p in plan.hold if args.hold and st[p].held is not True],
-    }
-    out["todo"] = todo
-    out["converged"] = not any(todo.values())
-    if args.check and installed.get(plan.version_package) == versions.get(plan.version_package):
-        out["check"] = _matching(plan.version_package, plan.pin, args.proc_version).to_dict()
-    if out["downgrade"] and args.allow_downgrade is False:
-        have = ", ".join(sorted({v for v in installed.values() if v}))
-        out["ok"] = False
-        out["message"] = (
-            f"the installed driver packages ({have}) are newer than the pin {plan.pin}; "
-            "set nvidia_driver_allow_downgrade: true to downgrade"
-        )
-
-
-def _matching(package: str, pin: str, proc_version: str) -> matching.Match:
-    from ..nvidia import inventory, procfs
-
-    family = "apt" if _which("dpkg-query") else "dnf"
-    nvml = nvml_error = None
-    try:
-        inv = inventory.collect()
-        if inv.source == "nvml":
-            nvml = inv.driver_version
-        else:
-            nvml_error = "; ".join(p["detail"] for p in inv.problems) or "NVML unavailable"
-    except inventory.NoDriver as exc:
-        nvml_error = str(exc)
-    try:
-        loaded = procfs.parse_version(Path(proc_version).read_text())
-    except OSError:
-        loaded = None
-    return matching.compare(
-        nvml=nvml,
-        nvml_error=nvml_error,
-        loaded=loaded,
-        installed=packages.installed(family, package),
-        package=package,
-        pin=pin,
-    )
-
-
 def cmd_driver_check(args: argparse.Namespace) -> int:
-    return _emit(args, _matching(args.package, args.pin, args.proc_version).to_dict())
-
-
-def _node_driver() -> tuple[str, bool | None]:
-    from ..nvidia import inventory
-
-    try:
-        inv = inventory.collect()
-    except inventory.NoDriver as exc:
-        raise CheckFailed(f"no NVIDIA driver to check CUDA against: {exc}") from None
-    names = [g.name or "" for g in inv.gpus]
-    datacenter = all(cuda.is_datacenter(n, "") for n in names) if names else None
-    return str(inv.driver_version), datacenter
-
-
-def _gate(
-    versions: list[str], policy: str, source: str, driver: str | None, datacenter: bool | None
-) -> dict:
-    if not versions:
-        raise ProvisionError("cuda_toolkit_versions: empty; give one or more CUDA versions")
-    if driver is None:
-        driver, datacenter = _node_driver()
-    table = cuda.load_table()
-    verdicts = [cuda.gate(v, driver, policy, datacenter=datacenter, table=table) for v in versions]
-    extra = [p for v in verdicts if v.ok for p in v.packages]
-    if extra and source != "cuda-repo":
-        for v in verdicts:
-            if v.mode == "forward":
-                v.ok, v.mode = False, "refused"
-                v.message += "; cuda-compat comes from NVIDIA's repository: set cuda_toolkit_source: cuda-repo"
-        extra = []
-    bad = [v for v in verdicts if not v.ok]
-    return {
-        "ok": not bad,
-        "driver": driver,
-        "datacenter": datacenter,
-        "verdicts": [v.to_dict() for v in verdicts],
-        "compat_packages": extra,
-        "message": "; ".join(v.message for v in (bad or verdicts)),
-    }
+    return _emit(args, converge.node_match(args.package, args.pin, args.proc_version).to_dict())
 
 
 def cmd_cuda_gate(args: argparse.Namespace) -> int:
@@ -378,7 +240,10 @@ def cmd_cuda_gate(args: argparse.Namespace) -> int:
 
         driver = check_exact("--driver", args.driver)
         datacenter = {"yes": True, "no": False}.get(args.datacenter)
-    return _emit(args, _gate(_cuda_list(args.cuda), args.policy, args.source, driver, datacenter))
+    return _emit(
+        args,
+        converge.cuda_gate(_cuda_list(args.cuda), args.policy, args.source, driver, datacenter),
+    )
 
 
 def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.CudaPlan]:
@@ -399,7 +264,7 @@ def cmd_cuda_plan(args: argparse.Namespace) -> int:
     if args.gate:
         # the compatibility gate first (before the package plan too, which would only say
         # what the distribution ships): nothing is planned for a CUDA the driver cannot run
-        gate = _gate(_cuda_list(args.cuda), args.gate, args.source, None, None)
+        gate = converge.cuda_gate(_cuda_list(args.cuda), args.gate, args.source, None, None)
         if not gate["ok"]:
             return _emit(args, {**gate, "gate": gate})
         out["gate"] = gate
@@ -418,64 +283,15 @@ def cmd_cuda_plan(args: argparse.Namespace) -> int:
     if args.gate:
         out["message"] = f"{out['gate']['message']}; {out['message']}"
     if args.state:
-        _cuda_state(args, plat, plan, compat, out)
+        converge.cuda_state(
+            plat, plan, compat, out, hold=args.hold, profile_script=args.profile_script
+        )
     return _emit(args, out)
-
-
-def _cuda_state(
-    args: argparse.Namespace, plat: sources.Platform, plan: sources.CudaPlan,
-    compat: list[str], out: dict,
-) -> None:  # fmt: skip
-    """Installed and held packages, the profile script, `todo`, and — when every package is
-    installed — the version check (`check`)."""
-    names = [*(p for pkgs in plan.packages.values() for p in pkgs), *compat]
-    st = packages.states(plat.family, names)
-    profile = plan.profile_script()
-    todo = {
-        "install": [p for p in names if st[p].version is None],
-        "hold": [p for p in names if args.hold and st[p].held is not True],
-        "profile": bool(args.profile_script) and _read(args.profile_script) != profile,
-    }
-    out["profile_script"] = profile
-    out["todo"] = todo
-    out["converged"] = not any(todo.values())
-    if not todo["install"]:
-        check = _cuda_check(plat, plan, {p: st[p].version for p in names})
-        out["check"] = check
-        if not check["ok"]:
-            out["ok"], out["message"] = False, check["message"]
-
-
-def _cuda_check(
-    plat: sources.Platform, plan: sources.CudaPlan, installed: dict[str, str | None] | None = None
-) -> dict:
-    """Each requested release's version package is installed at that release (``installed``:
-    versions the caller already read, by package)."""
-    from ..provision.versions import cuda_of_package
-
-    known = installed or {}
-    found, bad = {}, []
-    for mm, pkg in plan.version_packages.items():
-        have = known[pkg] if pkg in known else packages.installed(plat.family, pkg)
-        found[mm] = have
-        if have is None:
-            bad.append(f"CUDA {mm}: {pkg} is not installed")
-        elif cuda_of_package(have) != mm:
-            bad.append(
-                f"CUDA {mm} was requested but {pkg} {have} is CUDA {cuda_of_package(have)}: "
-                "install the requested version (cuda_toolkit_versions)"
-            )
-    return {
-        "ok": not bad,
-        "installed": found,
-        "message": "; ".join(bad)
-        or ", ".join(f"CUDA {mm}: {plan.version_packages[mm]} {v}" for mm, v in found.items()),
-    }
 
 
 def cmd_cuda_check(args: argparse.Namespace) -> int:
     plat, plan = _cuda_plan(args)
-    return _emit(args, _cuda_check(plat, plan))
+    return _emit(args, converge.cuda_check(plat, plan))
 
 
 def cmd_install(args: argparse.Namespace) -> int:

@@ -11,7 +11,8 @@ Modules:
   preflight  facts of the node (OS, arch, GPUs, Secure Boot, headers, disk, conflicts)
   packages   the node's package manager: available versions, installed versions
   matching   NVML vs installed package vs pin vs loaded kernel module
-  commands   the `gpunode provision` CLI
+  converge   the plans against the node: `todo`, `converged`, the checks once installed
+(`gpunode.cli.provision` is the command line over them)
 """
 
 

@@ -40,10 +40,11 @@ def available(family: str, package: str, runner: Runner = run) -> list[str]:
             raise CheckFailed(f"dnf repoquery {package} failed: {err.strip()[-200:]}")
         versions = [line.strip() for line in out.splitlines() if line.strip()]
     unique = list(dict.fromkeys(versions))
-    return sorted(unique, key=lambda v: _sort_key(upstream(v)), reverse=True)
+    return sorted(unique, key=lambda v: sort_key(upstream(v)), reverse=True)
 
 
-def _sort_key(text: str) -> tuple:
+def sort_key(text: str) -> tuple:
+    """A version's order key: numeric parts as numbers, `~` and `+` as separators."""
     parts = []
     for p in text.replace("~", ".").replace("+", ".").split("."):
         parts.append((0, int(p), "") if p.isdigit() else (1, 0, p))

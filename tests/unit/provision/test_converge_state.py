@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from gpunode.cli import provision as commands
 from gpunode.cli.main import main as cli_main
-from gpunode.provision import CheckFailed, lists, packages, venv
+from gpunode.provision import CheckFailed, converge, lists, packages, venv
 
 D12 = ["--distro", "debian", "--release", "12", "--arch", "x86_64"]
 DRIVER = ["nvidia-smi", "libcuda1", "libnvidia-ml1"]
@@ -121,7 +120,7 @@ def node(monkeypatch, tmp_path):
             return {"ok": self.ok, "message": "versions agree" if self.ok else "mismatch"}
 
     monkeypatch.setattr(
-        commands, "_matching", lambda pkg, pin, proc: matched.append(pkg) or Match(True)
+        converge, "node_match", lambda pkg, pin, proc: matched.append(pkg) or Match(True)
     )
     pin_file = tmp_path / "pin"
     return state, pin_file, matched, refreshed
@@ -202,7 +201,7 @@ def cuda_plan(capsys, profile, *extra, cuda="11.8"):
 
 
 def test_cuda_gate_refuses_before_anything_else(node, capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(commands, "_node_driver", lambda: ("535.261.03", True))
+    monkeypatch.setattr(converge, "node_driver", lambda: ("535.261.03", True))
     _, _, _, refreshed = node
     code, out = cuda_plan(capsys, tmp_path / "profile", cuda="12.4")
     assert code == 1 and out["ok"] is False and "550.54.14" in out["message"]
@@ -210,7 +209,7 @@ def test_cuda_gate_refuses_before_anything_else(node, capsys, monkeypatch, tmp_p
 
 
 def test_cuda_plan_state_todo_profile_and_check(node, capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(commands, "_node_driver", lambda: ("535.261.03", True))
+    monkeypatch.setattr(converge, "node_driver", lambda: ("535.261.03", True))
     state, _, _, _ = node
     profile = tmp_path / "gpunode-cuda.sh"
     code, out = cuda_plan(capsys, profile)

@@ -183,7 +183,7 @@ def test_no_driver_node(node):
     node.apply("nogpu")
     proc = node.sh("gpunode inventory", check=False)
     assert proc.returncode == 3
-    assert proc.stderr.strip().startswith("gpunode: no NVIDIA driver found")
+    assert proc.stderr.strip().startswith("gpunode: error: no NVIDIA driver found")
     assert len(proc.stderr.strip().splitlines()) == 1
     # no driver installed at all: no libnvidia-ml either
     assert node.pynvml(PROBE) == {"error": "NVMLError_LibraryNotFound"}

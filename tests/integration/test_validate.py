@@ -191,7 +191,7 @@ def test_bad_input_and_unwritable_textfile_dir(vnode):
     proc = vnode.sh("gpunode validate --expect-gpus four", check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        "gpunode validate: --expect-gpus: 'four' is not a GPU count; expected an integer >= 0"
+        "gpunode: error: --expect-gpus: 'four' is not a GPU count; expected an integer >= 0"
     ]
     # a read-only textfile directory: one line, exit 2, the previous file kept as it was
     vnode.sh("set -e; mkdir -p /var/lib/valro; mount -t tmpfs tmpfs /var/lib/valro; "
@@ -201,7 +201,7 @@ def test_bad_input_and_unwritable_textfile_dir(vnode):
                         check=False)  # fmt: skip
         assert proc.returncode == 2
         assert proc.stderr.strip() == (
-            "gpunode validate: --textfile /var/lib/valro/gpunode.prom: "
+            "gpunode: error: --textfile /var/lib/valro/gpunode.prom: "
             "directory /var/lib/valro is not writable"
         )
         assert vnode.sh("cat /var/lib/valro/gpunode.prom").stdout == "old 1\n"

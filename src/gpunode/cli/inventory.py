@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ..nvidia import procfs, xid
 from ..nvidia.inventory import SCHEMA, NoDriver, collect, format_table
-from ..util.command import EXIT_NO_DRIVER, EXIT_OK, print_json
+from ..util.command import EXIT_NO_DRIVER, EXIT_OK, fail, print_json
 
 # --------------------------------------------------------------------------- command
 
@@ -32,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
     except NoDriver as exc:
         if args.json:
             print_json({"schema": SCHEMA, "error": "no_driver", "detail": str(exc)})
-        print(f"gpunode: {exc}", file=sys.stderr)
-        return EXIT_NO_DRIVER
+        return fail(exc, EXIT_NO_DRIVER)
     if args.json:
         print_json(inv.to_dict())
     else:

@@ -25,6 +25,7 @@ from ..util.command import (
     OperationError,
     Parser,
     UsageError,
+    fail,
 )
 
 # name: (module, help). Each module has add_arguments(parser) and run(args) -> exit code.
@@ -78,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(command).parse_args(argv)
         return args.run(args)
     except UsageError as exc:
-        print(f"gpunode: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(exc, EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -88,20 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("GPUNODE_DEBUG"):
             raise
         if isinstance(exc, EngineRunError):
-            print(f"gpunode: error: {exc}", file=sys.stderr)
-            return EXIT_FAIL
+            return fail(exc, EXIT_FAIL)
         if isinstance(exc, InputError | EngineConfigError):  # bad input (a profile, a config file)
-            print(f"gpunode: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail(exc, EXIT_USAGE)
         if isinstance(exc, _known_errors()):
-            print(f"gpunode: error: {exc}", file=sys.stderr)
-            return EXIT_FAIL
-        print(
-            f"gpunode: internal error: {type(exc).__name__}: {exc} "
-            "(set GPUNODE_DEBUG=1 for a traceback)",
-            file=sys.stderr,
+            return fail(exc, EXIT_FAIL)
+        return fail(
+            f"internal error: {type(exc).__name__}: {exc} (set GPUNODE_DEBUG=1 for a traceback)",
+            EXIT_FAIL,
         )
-        return EXIT_FAIL
 
 
 if __name__ == "__main__":

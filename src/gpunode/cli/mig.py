@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..util.command import EXIT_FAIL, EXIT_NO_DRIVER, EXIT_OK, Parser, print_json
+from ..util.command import EXIT_FAIL, EXIT_NO_DRIVER, EXIT_OK, Parser, fail, print_json
 
 NOT_APPLIED = "selected configuration not currently applied"
 
@@ -40,8 +40,7 @@ def run(args: argparse.Namespace) -> int:
         session = Session()
         nv = session.__enter__()
     except NvmlError as exc:
-        print(f"gpunode: {exc}", file=sys.stderr)
-        return EXIT_NO_DRIVER
+        return fail(exc, EXIT_NO_DRIVER)
     try:
         if args.action == "apply":
             kw = {"lock_file": args.lock_file} if args.lock_file else {}
@@ -70,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
         return EXIT_OK
     except nv.NVMLError as exc:  # a read that failed: one line, not a traceback
-        print(f"gpunode: error: NVML: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        return fail(f"NVML: {exc}", EXIT_FAIL)
     finally:
         session.__exit__(None, None, None)
 

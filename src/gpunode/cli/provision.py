@@ -45,7 +45,7 @@ from ..provision import (
     sources,
 )
 from ..provision.versions import check_pin, is_driver_version
-from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Parser
+from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Parser, fail
 
 
 def _emit(args: argparse.Namespace, result: dict) -> int:
@@ -453,10 +453,8 @@ def _run_guarded(func, args: argparse.Namespace) -> int:
     except ProvisionError as exc:
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "changed": False, "message": str(exc)}))
-        print(f"gpunode: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(exc, EXIT_USAGE)
     except CheckFailed as exc:
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "changed": False, "message": str(exc)}))
-        print(f"gpunode: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        return fail(exc, EXIT_FAIL)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 
-from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, fail
 
 PLAYBOOK = os.path.join("playbooks", "validate.yml")  # in the project
 
@@ -100,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
             model = build.model_from(args.results)
         paths = build.write(model, args.output)
     except (ResultError, build.ReportDirError) as exc:
-        print(f"gpunode: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(exc, EXIT_USAGE)
     s = model["summary"]
     if not args.quiet:
         verdict = (
@@ -128,5 +126,4 @@ def run_validation(
     failed = validation(inventory, project, playbook, results, limit, on_line)
     if failed is None:
         return None
-    print(f"gpunode: error: {failed}", file=sys.stderr)
-    return EXIT_FAIL
+    return fail(failed, EXIT_FAIL)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from ..util.command import (
@@ -13,6 +12,7 @@ from ..util.command import (
     EXIT_OK,
     Parser,
     UsageError,
+    fail,
     print_json,
     require_simulator,
 )
@@ -138,8 +138,7 @@ def playbook(inventory: Path, project: Path, ansible_args: list[str]) -> int:
     try:
         return rerun.run_playbook(inventory, ansible_args, project)
     except rerun.RerunError as exc:
-        print(f"gpunode: error: sim playbook: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        return fail(f"sim playbook: {exc}", EXIT_FAIL)
 
 
 def check_report(inventory: Path, report: str, as_json: bool) -> int:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 
-from ..util.command import EXIT_USAGE, print_json
+from ..util.command import EXIT_USAGE, fail, print_json
 from ..validate import output
 from ..validate.checks import validate
 from ..validate.expect import ENGINES, BadInput, build
@@ -62,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:  # a machine reader still gets the one line, as JSON
             print_json({"schema": SCHEMA, "node": args.node or socket.gethostname(),
                         "error": "bad_input", "detail": str(exc), "exit_code": EXIT_USAGE})  # fmt: skip
-        print(f"gpunode validate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(exc, EXIT_USAGE)
     result = validate(expect, args.node)
     if args.json:
         print_json(result.to_dict())
@@ -75,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
         try:
             output.write_textfile(args.textfile, result)
         except OSError as exc:
-            print(f"gpunode validate: --textfile {args.textfile}: cannot write "
-                  f"({exc.strerror or exc}); the previous file is unchanged", file=sys.stderr)  # fmt: skip
-            return EXIT_USAGE
+            return fail(f"--textfile {args.textfile}: cannot write ({exc.strerror or exc}); "
+                        "the previous file is unchanged", EXIT_USAGE)  # fmt: skip
     return result.exit_code

@@ -1,6 +1,7 @@
 """What every gpunode subcommand shares (gpunode.cli, and the library code that reports
 bad input in the CLI's terms): the one set of exit codes, the one-line usage error, the
-parser class that reports it, the error bases the CLI's one error path catches, JSON output.
+parser class that reports it, the error bases the CLI's one error path catches, the one
+form of an error line, JSON output.
 
 It is in util, not cli, so that library code (the engines' runtime setup, the runtime's
 install-links) can raise the usage error without importing the CLI: nothing but the CLI
@@ -10,9 +11,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 # Exit codes (stable; roles and scripts rely on them).
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_DRIVER = 0, 1, 2, 3
+
+
+# Every subcommand's errors, on stderr, in one form: argparse's own (`prog: error: message`,
+# which a bad option already prints), so a reader (the roles, gpu_mig's messages) strips one
+# prefix, the line says it is an error, and the message starts with what it is about.
+ERROR_PREFIX = "gpunode: error: "
+
+
+def print_error(message: object) -> None:
+    """The one error line: ``gpunode: error: MESSAGE`` on stderr."""
+    print(f"{ERROR_PREFIX}{message}", file=sys.stderr)
+
+
+def fail(message: object, code: int) -> int:
+    """Print the error line and return ``code`` (a subcommand's exit code)."""
+    print_error(message)
+    return code
 
 
 class UsageError(Exception):

@@ -131,7 +131,7 @@ def test_no_driver_is_one_line_and_exit_3(private_dev, tmp_path, mock_lib):
     assert proc.returncode == 3
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpunode: no NVIDIA driver found")
+    assert len(lines) == 1 and lines[0].startswith("gpunode: error: no NVIDIA driver found")
     proc = inventory(private_dev, tmp_path, mock_lib, "nogpu", flags=("--json",))
     assert proc.returncode == 3
     assert json.loads(proc.stdout)["error"] == "no_driver"

@@ -103,7 +103,7 @@ def test_errors_are_one_line_with_their_exit_code(error, code, monkeypatch, caps
     err = capsys.readouterr().err
     internal = name == "LookupError"
     assert err == (
-        "gpunode: internal error: LookupError: it broke (set GPUNODE_DEBUG=1 for a traceback)\n"
+        "gpunode: error: internal error: LookupError: it broke (set GPUNODE_DEBUG=1 for a traceback)\n"
         if internal
         else "gpunode: error: it broke\n"
     )

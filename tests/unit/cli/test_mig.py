@@ -133,7 +133,7 @@ def test_no_driver_exit_3(monkeypatch, capsys):
 
     monkeypatch.setattr(nvml, "Session", NoDriver)
     code, _, err = run(capsys, "mig", "export")
-    assert code == 3 and err == "gpunode: NVML cannot be initialised: Driver Not Loaded\n"
+    assert code == 3 and err == "gpunode: error: NVML cannot be initialised: Driver Not Loaded\n"
 
 
 def test_export_yaml_and_json(node, capsys):

@@ -38,9 +38,9 @@ def test_table_names_what_was_not_given(fake_validate, capsys):
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--expect-gpus", "x"], "gpunode validate: --expect-gpus: 'x' is not a GPU count; expected an integer >= 0"),
+        (["--expect-gpus", "x"], "gpunode: error: --expect-gpus: 'x' is not a GPU count; expected an integer >= 0"),
         (["--textfile", "/nonexistent-dir/g.prom"],
-         "gpunode validate: --textfile /nonexistent-dir/g.prom: "
+         "gpunode: error: --textfile /nonexistent-dir/g.prom: "
          "directory /nonexistent-dir does not exist"),
     ],
 )  # fmt: skip
@@ -61,7 +61,7 @@ def test_textfile_write_failure_is_one_line(fake_validate, capsys, tmp_path, mon
     monkeypatch.setattr(command.output, "write_textfile", fail)
     assert main(["validate", "--textfile", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"gpunode validate: --textfile {path}: cannot write (Permission denied); "
+    assert err == [f"gpunode: error: --textfile {path}: cannot write (Permission denied); "
                    "the previous file is unchanged"]  # fmt: skip
     assert path.read_text() == "old\n"
 
@@ -74,7 +74,7 @@ def test_bad_input_with_json_is_also_a_json_error(fake_validate, capsys):
         "detail": "--engine: 'lxc' is not one of docker, podman, cri, none", "exit_code": 2,
     }  # fmt: skip
     assert cap.err.splitlines() == [
-        "gpunode validate: --engine: 'lxc' is not one of docker, podman, cri, none"
+        "gpunode: error: --engine: 'lxc' is not one of docker, podman, cri, none"
     ]
 
 
@@ -91,7 +91,7 @@ def test_vars_from_standard_input(fake_validate, capsys, monkeypatch):
     assert main(["validate", "--vars", "-"]) == 2
     cap = capsys.readouterr()
     err = cap.err.splitlines()
-    assert len(err) == 1 and err[0].startswith("gpunode validate: --vars -: not valid YAML/JSON (")
+    assert len(err) == 1 and err[0].startswith("gpunode: error: --vars -: not valid YAML/JSON (")
     assert fake_validate == {} and "Traceback" not in cap.err
 
 
@@ -108,4 +108,4 @@ def test_mig_layout_flags(fake_validate, capsys, tmp_path):
         capsys.readouterr().out)  # fmt: skip
     assert main(["validate", "--expect-mig-config", str(path), "--expect-mig-name", "x"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"gpunode validate: {path}: no config 'x' under mig-configs; accepted: all-1g"]  # fmt: skip
+        f"gpunode: error: {path}: no config 'x' under mig-configs; accepted: all-1g"]  # fmt: skip

@@ -114,3 +114,19 @@ def test_the_boot_unit_applies_the_layout_before_the_gpus_users():
     assert {"gpunode-refresh.service", "docker.service", "containerd.service", "kubelet.service",
             "nvidia-persistenced.service", "dcgm-exporter.service"} <= set(before)  # fmt: skip
     assert "WantedBy=multi-user.target" in lines
+
+
+def test_the_role_strips_gpunodes_one_error_prefix():
+    """The role's refusals show gpunode's line without its prefix: the one prefix every
+    subcommand prints (util.command.ERROR_PREFIX), stripped in every task that shows it."""
+    import re
+
+    from gpunode.util.command import ERROR_PREFIX
+
+    stripped = [
+        m
+        for f in sorted((ROLE / "tasks").glob("*.yml"))
+        for m in re.findall(r"regex_replace\('(\^gpunode[^']*)', ''\)", f.read_text())
+    ]
+    assert len(stripped) == 3
+    assert set(stripped) == {"^" + ERROR_PREFIX}  # the prefix has no regex metacharacters

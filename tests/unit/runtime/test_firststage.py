@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -510,3 +511,30 @@ def test_install_links_refuses_what_a_launcher_cannot_hold(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert rc == 2 and "'/opt/my venv/bin/python' has a blank" in err, err
     assert not (tmp_path / "p").exists()
+
+
+GOLDEN = Path(__file__).with_name("dispatcher")
+
+
+@pytest.mark.parametrize(
+    "name, runtime",
+    [
+        ("default", "/usr/local/bin/gpunode-container-runtime.py"),
+        ("quoted", "/opt/gpu node/it's $HOME `x`.py"),
+        ("tables", "/r.py"),
+    ],
+)
+def test_dispatcher_rendering_is_byte_identical(monkeypatch, name, runtime):
+    """The first stage as it was rendered when it was a Python f-string (the files under
+    dispatcher/, written by that code): the same bytes for the same inputs, the quoted
+    runtime path and the tables it is generated from included. Regenerate them only for a
+    change of the stage meant to be one."""
+    import gpunode.runtime as runtime_pkg
+
+    if name == "tables":
+        monkeypatch.setattr(
+            runtime_pkg, "REQUEST_MARKERS", (*runtime_pkg.REQUEST_MARKERS, b"EXTRA_MARKER")
+        )
+        monkeypatch.setattr(shim, "VALUE_OPTS", {*shim.VALUE_OPTS, "zz-opt"})
+        monkeypatch.setattr(shim, "DEFAULT_RUNTIMES", ("crun", "youki"))
+    assert firststage.dispatcher(runtime) == (GOLDEN / f"{name}.golden").read_text()

@@ -538,3 +538,12 @@ def test_dispatcher_rendering_is_byte_identical(monkeypatch, name, runtime):
         monkeypatch.setattr(shim, "VALUE_OPTS", {*shim.VALUE_OPTS, "zz-opt"})
         monkeypatch.setattr(shim, "DEFAULT_RUNTIMES", ("crun", "youki"))
     assert firststage.dispatcher(runtime) == (GOLDEN / f"{name}.golden").read_text()
+
+
+def test_render_drops_template_lines_and_refuses_a_placeholder_left_over():
+    text = "#!/bin/sh\n# shellcheck disable=SC1007\n## about the template\n  ## indented\necho @A@ @B@\n"
+    assert firststage.render(text, A="a@B@", B="b") == "#!/bin/sh\necho a@B@ b\n"
+    with pytest.raises(ValueError, match="no value for the template's @B@"):
+        firststage.render(text, A="a")
+    with pytest.raises(ValueError, match="placeholders not in the template: C"):
+        firststage.render(text, A="a", B="b", C="c")

@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..runtime import config, plan
     from ..runtime.edits import EditError
-    from ..runtime.request import RequestError, parse_request
+    from ..runtime.request import parse_request
+    from ..runtime.userinput import RequestError
 
     cfg = config.load(args.config)
     env = []

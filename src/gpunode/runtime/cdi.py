@@ -27,7 +27,7 @@ from ..nvidia.devices import under
 from ..util.files import write_atomic
 from .discovery import Discovery
 from .edits import EditError, Edits, build, gpu_device, mig_devices
-from .request import SelectedMig
+from .selection import SelectedMig
 
 KIND = "nvidia.com/gpu"
 SPEC_NAME = "nvidia.yaml"  # what `--install` writes into the first of cdi-spec-dirs

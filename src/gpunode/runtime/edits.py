@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from .request import SelectedMig
+    from .selection import SelectedMig
 
 LIB_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
 IPC_OPTIONS = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]

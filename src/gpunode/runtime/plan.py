@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from ..util.record import record
 from . import discovery, edits, specinputs
-from .request import (
-    Request,
-    check_mig_access,
-    check_requirements,
-    is_mig_id,
-    parse_request,
-    select_devices,
-)
+from .request import Request, is_mig_id, parse_request
+from .requirements import check_requirements
+from .selection import check_mig_access, select_devices
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -27,7 +22,7 @@ if TYPE_CHECKING:
     from .config import RuntimeConfig
     from .discovery import Discovery
     from .edits import Edits
-    from .request import SelectedMig
+    from .selection import SelectedMig
 
 
 @record(frozen=True)
@@ -80,7 +75,7 @@ def make(request: Request, cfg: RuntimeConfig, rootfs: str | None = None) -> Pla
     selection = select_devices(request, disc.node.gpus)
     selected = selection.device_gpus
     check_mig_access(request, selection)  # libnvidia-container: before the requirements
-    check_requirements(request, disc.node, selected, cfg)
+    check_requirements(request.requirements, disc.node, selected, cfg)
     mig_gpus = [g for g in selected if g.mig_enabled]
     # libnvidia-container gives the config / monitor capability only when a selected GPU
     # is MIG-capable (mig_config_devices.ngpus); gpunode's facts know MIG mode, so: a

@@ -1,26 +1,25 @@
-"""How a container's GPU request is read and checked (NVIDIA's image environment semantics).
+"""How a container's GPU request is read (NVIDIA's image environment semantics).
 
 The spec is section 1 of the container-toolkit reference ("Image environment semantics"):
-`internal/config/image/*` and the hook's `container_config.go` for reading the request, and
-libnvidia-container's `src/cli/dsl.c` / `src/cli/common.c` for the requirement grammar and
-device selection.
+`internal/config/image/*` and the hook's `container_config.go` for reading the request.
 
 Everything here is pure: no NVML, no file system. `parse_request` turns an OCI spec's
-environment, mounts and annotations into a `Request`; `select_devices` resolves its device ids
-against the node's GPUs and `check_requirements` evaluates its NVIDIA_REQUIRE_* expressions.
-Every user-facing failure is a `RequestError` with a one-line message, because it ends up as
-the error `docker run` prints.
+environment, mounts and annotations into a `Request`; `selection.select_devices` resolves its
+device ids against the node's GPUs and `requirements.check_requirements` evaluates its
+NVIDIA_REQUIRE_* expressions (libnvidia-container's `src/cli/dsl.c` / `src/cli/common.c`).
+Every user-facing failure is a `RequestError` (userinput) with a one-line message, because it
+ends up as the error `docker run` prints.
 """
 
 from __future__ import annotations
 
-from ..nvidia.busid import BusId
 from ..nvidia.capabilities import ALL_CAPABILITIES
-from ..nvidia.facts import GpuFacts, MigFacts, NodeFacts
 from ..util.record import record
-from ..util.versions import key as version_key
 from .config import RuntimeConfig
+from .requirements import ENV_DISABLE_REQUIRE, ENV_REQUIRE_CUDA
+from .requirements import from_env as requirements_from_env
 from .specinputs import DEVICE_MOUNT_ROOT, ENV_CUDA_VERSION
+from .userinput import RequestError, is_number, show
 
 TYPE_CHECKING = False  # typing and collections cost milliseconds on every GPU container start
 if TYPE_CHECKING:
@@ -28,10 +27,6 @@ if TYPE_CHECKING:
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
-ENV_DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
-ENV_REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
-ENV_REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
-ENV_REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
 
 # Fully-qualified CDI device name: vendor/class=name (see is_cdi_name).
 # NVIDIA's CDI vendors: `nvidia.com` (generated specs), `runtime.nvidia.com` (the
@@ -46,15 +41,8 @@ NVIDIA_GPU_CDI_PREFIXES = tuple(f"{v}/gpu=" for v in NVIDIA_CDI_VENDORS)
 ENV_MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
 ENV_MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
 
-# What Go's golang.org/x/mod/semver accepts (after a "v" is prepended): vMAJOR, vMAJOR.MINOR
-# or vMAJOR.MINOR.PATCH[-pre][+build], no leading zeros.
-_SEMVER = (
-    r"^v?(?P<major>0|[1-9][0-9]*)(?:\.(?P<minor>0|[1-9][0-9]*)"
-    r"(?:\.(?:0|[1-9][0-9]*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?)?)?$"
-)
-
 # The plain patterns are matched without `re`: its import and compiles cost ~3 ms on every
-# GPU container start (only legacy CUDA_VERSION images need _SEMVER, compiled lazily).
+# GPU container start (only legacy CUDA_VERSION images need requirements._SEMVER, lazily).
 _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 _ALNUM = _LOWER | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _CDI_VENDOR = _LOWER | frozenset(".-")
@@ -67,28 +55,10 @@ def _only(text: str, chars: frozenset[str]) -> bool:
     return bool(text) and all(c in chars for c in text)
 
 
-def _is_number(text: str) -> bool:
-    """``[0-9]+``"""
-    return text.isascii() and text.isdigit()
-
-
-def _is_version(text: str) -> bool:
-    """``[0-9]+(\\.[0-9]+)*``"""
-    return all(_is_number(part) for part in text.split("."))
-
-
-def _as_index(text: str) -> int:
-    """A ``[0-9]+`` id as a number, -1 (matches nothing) past 18 digits: an image's env is
-    hostile input, and int() of a long digit run is costly or refused (ValueError beyond
-    Python's 4,300-digit limit) where no index, GI or CI id is that large."""
-    digits = text.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 18 else -1
-
-
 def _is_mig_index(text: str) -> bool:
     """``[0-9]+:[0-9]+``"""
     a, sep, b = text.partition(":")
-    return bool(sep) and _is_number(a) and _is_number(b)
+    return bool(sep) and is_number(a) and is_number(b)
 
 
 def is_cdi_name(text: str) -> bool:
@@ -104,31 +74,6 @@ def is_cdi_name(text: str) -> bool:
 
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})  # Go strconv.ParseBool
-
-PROPERTIES = ("cuda", "driver", "arch", "brand")
-OPERATORS = ("<=", ">=", "!=", "=", "<", ">")  # longest match first
-_OP_CHARS = "=<>!"
-
-
-# A value from the image or pod is shown at most this long in a message: an error line
-# costs what it shows, never what the image chose to send (a 5,000-character
-# NVIDIA_REQUIRE_CUDA is named by its start and its length).
-SHOW_LIMIT = 200
-
-
-def _show(value: str) -> str:
-    """A user-supplied value as it goes into a one-line message (control chars escaped,
-    cut to SHOW_LIMIT characters with its length said)."""
-    size = len(value)
-    if size > SHOW_LIMIT:
-        value = value[:SHOW_LIMIT]
-    if not value.isprintable():
-        value = value.encode("unicode_escape").decode("ascii")
-    return value if size <= SHOW_LIMIT else f"{value}... ({size} characters)"
-
-
-class RequestError(ValueError):
-    """The container's GPU request is invalid or cannot be met; the message is one line."""
 
 
 @record(frozen=True)
@@ -155,18 +100,6 @@ class Request:
         # vendors' CDI devices (vendor.com/fpga=f0) is left to the engine's own CDI
         # support, and gpunode leaves its spec untouched.
         return self.devices is not None
-
-
-@record(frozen=True)
-class Factor:
-    prop: str  # lower-case: cuda, driver, arch, brand
-    op: str
-    value: str
-    text: str  # the factor as written, for error messages
-
-
-# A parsed requirement: terms OR'ed, factors inside a term AND'ed.
-Requirement = tuple[tuple[Factor, ...], ...]
 
 
 # --------------------------------------------------------------------------- environment
@@ -235,7 +168,7 @@ def _devices_from_tokens(
                 ids.append(device_id)
             elif token.partition("/")[0] in NVIDIA_CDI_VENDORS:
                 raise RequestError(
-                    f"unknown CDI device '{_show(token)}' requested; accepted NVIDIA names: "
+                    f"unknown CDI device '{show(token)}' requested; accepted NVIDIA names: "
                     f"{'X, '.join(NVIDIA_GPU_CDI_PREFIXES)}X with X an index, a GPU UUID, "
                     "a MIG device (<gpu>:<n> or its MIG UUID) or all"
                 )
@@ -306,164 +239,15 @@ def _capabilities(env: Mapping[str, str], legacy: bool, cfg: RuntimeConfig) -> f
     for cap in requested:
         if cap not in ALL_CAPABILITIES:
             raise RequestError(
-                f"unknown driver capability '{_show(cap)}' in {ENV_DRIVER_CAPABILITIES}; accepted: "
+                f"unknown driver capability '{show(cap)}' in {ENV_DRIVER_CAPABILITIES}; accepted: "
                 f"all, {', '.join(ALL_CAPABILITIES)}"
             )
         if cap not in supported:
             raise RequestError(
-                f"unsupported driver capability '{_show(cap)}' in {ENV_DRIVER_CAPABILITIES}; this "
+                f"unsupported driver capability '{show(cap)}' in {ENV_DRIVER_CAPABILITIES}; this "
                 f"node supports: {', '.join(sorted(supported)) or 'none'}"
             )
     return frozenset(requested)
-
-
-# --------------------------------------------------------------------------- requirements
-
-
-def _legacy_requirement(cuda_version: str) -> str:
-    import re  # legacy CUDA_VERSION images only
-
-    m = re.fullmatch(_SEMVER, cuda_version)
-    if not m:
-        raise RequestError(
-            f"invalid {ENV_CUDA_VERSION} '{_show(cuda_version)}': expected MAJOR[.MINOR[.PATCH]]"
-        )
-    return f"cuda>={m['major']}.{m['minor'] or 0}"
-
-
-def _requirements(env: Mapping[str, str], legacy: bool) -> tuple[str, ...]:
-    """Validated raw expressions; raises RequestError on a bad one."""
-    reqs: list[str] = []
-    for name in sorted(env):
-        if not name.startswith(ENV_REQUIRE_PREFIX) or name.startswith(ENV_REQUIRE_JETPACK):
-            continue
-        expr = env[name]
-        if not expr.strip(" "):
-            continue  # an empty expression constrains nothing
-        parse_requirement(expr, varname=name)
-        reqs.append(expr)
-    if legacy:
-        reqs.append(_legacy_requirement(env[ENV_CUDA_VERSION]))
-    return tuple(reqs)
-
-
-def _invalid(factor: str, varname: str, why: str) -> RequestError:
-    return RequestError(f"invalid expression '{_show(factor)}' in {_show(varname)}: {why}")
-
-
-def _parse_factor(text: str, varname: str) -> Factor:
-    accepted = (
-        "expected <property><op><value> with op one of = != < <= > >= and "
-        "accepted properties cuda, driver, arch, brand"
-    )
-    pos = next((i for i, ch in enumerate(text) if ch in _OP_CHARS), -1)
-    if pos <= 0:
-        raise _invalid(text, varname, accepted)
-    prop = text[:pos].lower()
-    if prop not in PROPERTIES:
-        raise _invalid(text, varname, f"unknown property; {accepted}")
-    rest = text[pos:]
-    op = next((o for o in OPERATORS if rest.startswith(o)), None)
-    if op is None:
-        raise _invalid(text, varname, f"bad operator; {accepted}")
-    value = rest[len(op) :]
-    if prop == "brand":
-        if op not in ("=", "!="):
-            raise _invalid(text, varname, "brand accepts only = and !=")
-        if not value or any(ch in _OP_CHARS for ch in value):
-            raise _invalid(text, varname, "expected a brand name such as tesla")
-    elif not _is_version(value):
-        raise _invalid(text, varname, f"{prop} needs a version of digits and dots, e.g. 12.2")
-    return Factor(prop, op, value, text)
-
-
-def parse_requirement(expr: str, *, varname: str = "requirement") -> Requirement:
-    """Parse one NVIDIA_REQUIRE_* expression (dsl.c grammar).
-
-    Space-separated terms are OR'ed; comma-separated factors inside a term are AND'ed.
-    Raises RequestError("invalid expression '<factor>' in <varname>: ...").
-    """
-    terms: list[tuple[Factor, ...]] = []
-    for term in expr.split(" "):
-        factors = tuple(_parse_factor(f, varname) for f in term.split(",") if f)
-        if factors:
-            terms.append(factors)
-    return tuple(terms)
-
-
-def _compare(op: str, left: tuple | str, right: tuple | str) -> bool:
-    if op == "=":
-        return left == right
-    if op == "!=":
-        return left != right
-    if op == "<":
-        return left < right  # type: ignore[operator]
-    if op == "<=":
-        return left <= right  # type: ignore[operator]
-    if op == ">":
-        return left > right  # type: ignore[operator]
-    return left >= right  # type: ignore[operator]
-
-
-def _node_version(what: str, value: str, factor: Factor) -> tuple[int, ...]:
-    value = value.strip()
-    if not _is_version(value):
-        raise RequestError(
-            f"cannot check {_show(factor.text)}: {what} is '{_show(value)}', not a version"
-        )
-    return version_key(value)
-
-
-def _factor_holds(factor: Factor, node: NodeFacts, gpu: GpuFacts | None) -> bool:
-    if factor.prop in ("arch", "brand") and gpu is None:
-        return True  # no devices: arch and brand pass vacuously (dsl.c)
-    if factor.prop == "brand":
-        assert gpu is not None
-        return _compare(factor.op, gpu.brand.lower(), factor.value.lower())
-    if factor.prop == "cuda":
-        have = _node_version("the driver's CUDA version", node.cuda_version, factor)
-    elif factor.prop == "driver":
-        have = _node_version("the driver version", node.driver_version, factor)
-    else:
-        assert gpu is not None
-        have = _node_version(
-            f"GPU {gpu.index}'s compute capability", gpu.compute_capability, factor
-        )
-    return _compare(factor.op, have, version_key(factor.value))
-
-
-def _evaluate(req: Requirement, node: NodeFacts, gpu: GpuFacts | None) -> Factor | None:
-    """None if satisfied, else the last failing factor (of the last failing term)."""
-    failed: Factor | None = None
-    for term in req:
-        for factor in term:
-            if not _factor_holds(factor, node, gpu):
-                failed = factor
-                break
-        else:
-            return None
-    return failed
-
-
-def check_requirements(
-    request: Request,
-    node: NodeFacts,
-    selected: Sequence[GpuFacts],
-    cfg: RuntimeConfig | None = None,
-) -> None:
-    """Raise RequestError("unsatisfied condition: <factor>") unless every requirement holds.
-
-    Evaluated once per selected GPU; with none selected, once with arch/brand passing.
-    """
-    if cfg is not None and cfg.disable_require:
-        return
-    parsed = [parse_requirement(r) for r in request.requirements]
-    targets: Sequence[GpuFacts | None] = list(selected) or [None]
-    for gpu in targets:
-        for req in parsed:
-            failed = _evaluate(req, node, gpu)
-            if failed is not None:
-                raise RequestError(f"unsatisfied condition: {_show(failed.text)}")
 
 
 # --------------------------------------------------------------------------- request
@@ -559,14 +343,14 @@ def parse_request(
     disabled = cfg.disable_require or _parse_bool(envd.get(ENV_DISABLE_REQUIRE, ""))
     if devices is not None or cdi:
         capabilities = _capabilities(envd, legacy, cfg)
-        requirements = () if disabled else _requirements(envd, legacy)
+        requirements = () if disabled else requirements_from_env(envd, legacy)
     else:
         try:
             capabilities = _capabilities(envd, legacy, cfg)
         except RequestError:
             capabilities = frozenset()
         try:
-            requirements = () if disabled else _requirements(envd, legacy)
+            requirements = () if disabled else requirements_from_env(envd, legacy)
         except RequestError:
             requirements = ()
     return Request(
@@ -598,196 +382,14 @@ def _mig_env(env: Mapping[str, str], privileged: bool) -> tuple[bool, bool]:
         if not privileged:
             raise RequestError(
                 f"cannot set {name[len('NVIDIA_') :]} in non privileged container: "
-                f"{name}={_show(value)} needs a privileged container (CAP_SYS_ADMIN)"
+                f"{name}={show(value)} needs a privileged container (CAP_SYS_ADMIN)"
             )
         tokens = _split(value)
         bad = next((t for t in tokens if t.lower() != "all"), None)
         if bad is not None or not tokens:
             raise RequestError(
-                f"{name}={_show(value)}: '{_show(bad or value)}': only 'all' devices are "
+                f"{name}={show(value)}: '{show(bad or value)}': only 'all' devices are "
                 "currently supported"
             )
         out.append(True)
     return out[0], out[1]
-
-
-# --------------------------------------------------------------------------- selection
-
-
-def _pci_key(bus_id: str) -> BusId | None:
-    try:
-        return BusId.parse(bus_id)
-    except ValueError:
-        return None
-
-
-def _describe(gpus: Sequence[GpuFacts]) -> str:
-    if not gpus:
-        return "this node has no GPUs"
-    listed = ", ".join(f"{g.index} ({g.uuid}, {g.pci_bus_id})" for g in gpus)
-    return f"this node has: {listed}"
-
-
-@record(frozen=True)
-class SelectedMig:
-    """A selected MIG device and its parent GPU."""
-
-    parent: GpuFacts
-    mig: MigFacts
-
-    @property
-    def name(self) -> str:
-        """``<gpu index>:<n>``, as NVIDIA names it."""
-        return f"{self.parent.index}:{self.mig.index}"
-
-
-@record(frozen=True)
-class Selection:
-    """What a request selects: full GPUs (in request order) and MIG devices."""
-
-    gpus: tuple[GpuFacts, ...] = ()
-    migs: tuple[SelectedMig, ...] = ()
-
-    @property
-    def device_gpus(self) -> list[GpuFacts]:
-        """Every GPU whose /dev/nvidia<minor> the container gets: the full GPUs, then the
-        parents of the MIG devices (libnvidia-container adds a MIG device's parent to its
-        GPUs), each once. NVIDIA_REQUIRE_* is evaluated on these."""
-        out = list(self.gpus)
-        for m in self.migs:
-            if m.parent not in out:
-                out.append(m.parent)
-        return out
-
-
-def _describe_migs(gpus: Sequence[GpuFacts]) -> str:
-    listed = [f"{g.index}:{m.index} ({m.uuid}, gi {m.gi} ci {m.ci})" for g in gpus for m in g.mig]
-    if not listed:
-        return "this node has no MIG devices"
-    return f"this node's MIG devices: {', '.join(listed)}"
-
-
-def _mig_by_legacy_uuid(device_id: str, gpus: Sequence[GpuFacts]) -> list[SelectedMig]:
-    """``MIG-GPU-<parent uuid>/<gi>/<ci>`` (the MIG UUID form of older drivers, which
-    go-nvlib still accepts): the MIG device with that GI and CI on that GPU."""
-    parent_uuid, _, rest = device_id[len("MIG-") :].partition("/")
-    gi, _, ci = rest.partition("/")
-    if not (_is_number(gi) and _is_number(ci)):
-        return []
-    return [
-        SelectedMig(g, m)
-        for g in gpus
-        if g.uuid.lower() == parent_uuid.lower()
-        for m in g.mig
-        if (m.gi, m.ci) == (_as_index(gi), _as_index(ci))
-    ]
-
-
-def _find_mig(device_id: str, gpus: Sequence[GpuFacts]) -> list[SelectedMig]:
-    """A MIG device id (libnvidia-container's select_mig_device): a MIG UUID (either form,
-    case-insensitive) or ``<gpu index>:<n>``, n the MIG device's position in its GPU's
-    list (not its GPU instance id)."""
-    if device_id.upper().startswith("MIG-"):
-        found = [
-            SelectedMig(g, m) for g in gpus for m in g.mig if m.uuid.lower() == device_id.lower()
-        ]
-        if not found and device_id.upper().startswith("MIG-GPU-"):
-            found = _mig_by_legacy_uuid(device_id, gpus)
-        return found
-    a, _, b = device_id.partition(":")
-    return [
-        SelectedMig(g, m)
-        for g in gpus
-        if g.index == _as_index(a)
-        for m in g.mig
-        if m.index == _as_index(b)
-    ]
-
-
-def select_devices(request: Request, gpus: Sequence[GpuFacts]) -> Selection:
-    """Resolve the request's device ids to full GPUs and MIG devices, as
-    libnvidia-container's select_devices does.
-
-    Full-GPU ids: decimal index, GPU UUID (case-insensitive), PCI bus id (0000:07:00.0,
-    00000000:07:00.0 or 07:00.0; case-insensitive, compared numerically). MIG ids:
-    ``MIG-<uuid>``, ``MIG-GPU-<uuid>/<gi>/<ci>``, ``<gpu index>:<n>``. Duplicates are
-    dropped, first-seen order kept. An unknown id raises RequestError naming it and listing
-    what the node has.
-
-    ``all``: every full GPU whose MIG mode is off, and every MIG device. A MIG-enabled GPU
-    is not given as a full GPU by ``all`` (its /dev/nvidia<minor> comes with its MIG
-    devices, as nvidia-ctk's CDI ``all`` and the contract define it).
-
-    A MIG-enabled GPU named by index, UUID or bus id: gpunode gives the full GPU, as
-    libnvidia-container does (select_gpu_device matches before any MIG rule and its
-    device_mount gives /dev/nvidia<minor> and the GPU's /proc directory; no MIG
-    capability is added). NVML in such a container sees the GPU in MIG mode but none of its
-    MIG devices (it has no GI/CI capability), exactly as under NVIDIA's runtime; refusing
-    it would break images and device plugins that work with NVIDIA's.
-    """
-    ordered = sorted(gpus, key=lambda g: g.index)
-    if not request.devices:
-        return Selection()
-    chosen: list[GpuFacts] = []
-    migs: list[SelectedMig] = []
-    for device_id in request.devices:
-        if device_id.lower() == "all":  # nvidia-container-cli: "all" is case-insensitive
-            chosen.extend(g for g in ordered if not g.mig_enabled and g not in chosen)
-            migs.extend(
-                m for g in ordered for m in (SelectedMig(g, x) for x in g.mig) if m not in migs
-            )
-            continue
-        found_migs: list[SelectedMig] = []
-        if _is_number(device_id):
-            matches = [g for g in ordered if g.index == _as_index(device_id)]
-        elif device_id.upper().startswith("GPU-"):
-            matches = [g for g in ordered if g.uuid.lower() == device_id.lower()]
-        elif is_mig_id(device_id):
-            matches = []
-            found_migs = _find_mig(device_id, ordered)
-            if not found_migs:
-                raise RequestError(
-                    f"unknown MIG device '{_show(_asked(request, device_id))}' requested; "
-                    f"accepted: <gpu index>:<n>, MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>; "
-                    f"{_describe_migs(ordered)}"
-                )
-        elif (key := _pci_key(device_id)) is not None:
-            matches = [g for g in ordered if _pci_key(g.pci_bus_id) == key]
-        else:
-            matches = []
-        if not matches and not found_migs:
-            raise RequestError(
-                f"unknown device '{_show(_asked(request, device_id))}' requested; "
-                f"{_describe(ordered)}"
-            )
-        for gpu in matches:
-            if gpu not in chosen:
-                chosen.append(gpu)
-        for m in found_migs:
-            if m not in migs:
-                migs.append(m)
-    return Selection(tuple(chosen), tuple(migs))
-
-
-def _asked(request: Request, device_id: str) -> str:
-    """The id as the request wrote it (its CDI name when it came as one)."""
-    return next((c for c in request.cdi_devices if nvidia_gpu_cdi_id(c) == device_id), device_id)
-
-
-def check_mig_access(request: Request, selection: Selection) -> None:
-    """NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES with specific MIG devices
-    selected are refused (libnvidia-container: "cannot enable mig-config with specific MIG
-    devices selected"); with `all` or full GPUs they are allowed."""
-    if request.devices == ("all",) or not selection.migs:
-        return
-    for flag, name in (
-        (request.mig_config, ENV_MIG_CONFIG),
-        (request.mig_monitor, ENV_MIG_MONITOR),
-    ):
-        if flag:
-            what = "mig-config" if name == ENV_MIG_CONFIG else "mig-monitor"
-            raise RequestError(
-                f"{name}=all: cannot enable {what} with specific MIG devices selected "
-                f"({', '.join(m.name for m in selection.migs)}); accepted with "
-                f"{ENV_VISIBLE_DEVICES}=all or full GPUs"
-            )

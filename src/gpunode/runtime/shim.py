@@ -555,7 +555,7 @@ def main(argv=None):
         )
     except Exception as exc:  # every failure becomes one line for `docker run` to show
         from .edits import EditError
-        from .request import RequestError
+        from .userinput import RequestError
 
         message = (
             str(exc)

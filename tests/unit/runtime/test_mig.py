@@ -12,11 +12,9 @@ import pytest
 from gpunode.nvidia import mig
 from gpunode.nvidia.facts import GpuFacts, NodeFacts
 from gpunode.runtime import cdi, config, discovery, edits, oci, plan, prepared
-from gpunode.runtime.request import (
-    RequestError,
-    parse_request,
-    select_devices,
-)
+from gpunode.runtime.request import parse_request
+from gpunode.runtime.selection import select_devices
+from gpunode.runtime.userinput import RequestError
 
 from .mig_node import (
     CAPS_MAJOR,
@@ -108,13 +106,13 @@ def test_parents_get_their_node_once_and_requirements_see_them():
     sel = _select("2:0,0:1,2:1,1", GPUS)
     assert [g.index for g in sel.device_gpus] == [1, 2, 0]
     # NVIDIA_REQUIRE_* is evaluated on the parents (libnvidia-container: migs[i]->parent)
-    from gpunode.runtime.request import check_requirements
+    from gpunode.runtime.requirements import check_requirements
 
     r = parse_request({"NVIDIA_VISIBLE_DEVICES": "2:0", "NVIDIA_REQUIRE_ARCH": "arch>=9.0"})
-    check_requirements(r, NODE, select_devices(r, GPUS).device_gpus)
+    check_requirements(r.requirements, NODE, select_devices(r, GPUS).device_gpus)
     r = parse_request({"NVIDIA_VISIBLE_DEVICES": "0:1", "NVIDIA_REQUIRE_ARCH": "arch>=9.0"})
     with pytest.raises(RequestError, match=r"^unsatisfied condition: arch>=9.0$"):
-        check_requirements(r, NODE, select_devices(r, GPUS).device_gpus)
+        check_requirements(r.requirements, NODE, select_devices(r, GPUS).device_gpus)
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpunode.nvidia.facts import NodeFacts
-from gpunode.runtime import discovery, prepared, request, shim, specinputs
+from gpunode.runtime import discovery, prepared, request, requirements, shim, specinputs
 from gpunode.runtime.config import RuntimeConfig
 from gpunode.runtime.edits import EditError
-from gpunode.runtime.request import RequestError
+from gpunode.runtime.userinput import RequestError
 
 from .fake_node import GPUS, VERSION
 
@@ -252,8 +252,14 @@ def test_off_when_the_path_is_empty(tmp_path, node, monkeypatch):
 
 
 def test_the_request_reads_no_env_name_the_inputs_leave_out():
-    """Every environment name gpunode.runtime.request reads is one specinputs keeps."""
-    names = [v for k, v in vars(request).items() if k.startswith("ENV_") and isinstance(v, str)]
+    """Every environment name the request's modules (request, requirements) read is one
+    specinputs keeps."""
+    names = [
+        v
+        for module in (request, requirements)
+        for k, v in vars(module).items()
+        if k.startswith("ENV_") and isinstance(v, str)
+    ]
     assert "NVIDIA_VISIBLE_DEVICES" in names and "CUDA_VERSION" in names
     for name in names:
         assert name.startswith(specinputs.ENV_PREFIX) or name == specinputs.ENV_CUDA_VERSION

@@ -8,17 +8,13 @@ from hypothesis import strategies as st
 
 from gpunode.nvidia.capabilities import ALL_CAPABILITIES
 from gpunode.nvidia.facts import GpuFacts, NodeFacts
-from gpunode.runtime import request
+from gpunode.runtime import request, userinput
 from gpunode.runtime.config import RuntimeConfig
-from gpunode.runtime.request import (
-    Request,
-    RequestError,
-    check_requirements,
-    parse_request,
-    parse_requirement,
-    select_devices,
-)
+from gpunode.runtime.request import Request, parse_request
+from gpunode.runtime.requirements import check_requirements, parse_requirement
+from gpunode.runtime.selection import select_devices
 from gpunode.runtime.specinputs import is_privileged
+from gpunode.runtime.userinput import RequestError
 
 
 def select_gpus(r, gpus):
@@ -381,10 +377,10 @@ def test_disable_require_parsebool(value, disabled):
     r = parse_request(env)
     assert r.requirements == (() if disabled else ("cuda>=99",))
     if disabled:
-        check_requirements(r, NODE, GPUS)
+        check_requirements(r.requirements, NODE, GPUS)
     else:
         with pytest.raises(RequestError, match=r"^unsatisfied condition: cuda>=99$"):
-            check_requirements(r, NODE, GPUS)
+            check_requirements(r.requirements, NODE, GPUS)
 
 
 def test_disable_require_skips_validation_and_config_forces_it():
@@ -398,7 +394,7 @@ def test_disable_require_skips_validation_and_config_forces_it():
     cfg = RuntimeConfig(disable_require=True)
     assert parse_request(env, cfg=cfg).requirements == ()
     # check_requirements honours the config too, whatever the Request says
-    check_requirements(req(requirements=("cuda>=99",)), NODE, GPUS, cfg=cfg)
+    check_requirements(("cuda>=99",), NODE, GPUS, cfg=cfg)
 
 
 @pytest.mark.parametrize(
@@ -473,57 +469,57 @@ def test_requirement_evaluation(expr, cuda, driver, failure):
     r = parse_request({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_REQUIRE_X": expr})
     n = node(cuda=cuda, driver=driver)
     if failure is None:
-        check_requirements(r, n, GPUS)
+        check_requirements(r.requirements, n, GPUS)
     else:
         with pytest.raises(RequestError) as exc:
-            check_requirements(r, n, GPUS)
+            check_requirements(r.requirements, n, GPUS)
         assert str(exc.value) == f"unsatisfied condition: {failure}"
 
 
 def test_requirements_are_anded():
     r = req(requirements=("cuda>=12", "driver>=600"))
     with pytest.raises(RequestError, match=r"^unsatisfied condition: driver>=600$"):
-        check_requirements(r, NODE, GPUS)
-    check_requirements(req(requirements=("cuda>=12", "driver>=500")), NODE, GPUS)
+        check_requirements(r.requirements, NODE, GPUS)
+    check_requirements(req(requirements=("cuda>=12", "driver>=500")).requirements, NODE, GPUS)
 
 
 def test_legacy_requirement_is_checked():
     r = parse_request({"CUDA_VERSION": "12.4.1"})
     with pytest.raises(RequestError, match=r"^unsatisfied condition: cuda>=12.4$"):
-        check_requirements(r, NODE, select_gpus(r, GPUS))
-    check_requirements(parse_request({"CUDA_VERSION": "12.2.0"}), NODE, GPUS)
+        check_requirements(r.requirements, NODE, select_gpus(r, GPUS))
+    check_requirements(parse_request({"CUDA_VERSION": "12.2.0"}).requirements, NODE, GPUS)
 
 
 def test_arch_checked_per_gpu_one_failing_fails():
     r = req(requirements=("arch>=8.0",))
-    check_requirements(r, NODE, GPUS[:2])
+    check_requirements(r.requirements, NODE, GPUS[:2])
     with pytest.raises(RequestError, match=r"^unsatisfied condition: arch>=8.0$"):
-        check_requirements(r, NODE, GPUS)  # GPU 2 is 7.5
+        check_requirements(r.requirements, NODE, GPUS)  # GPU 2 is 7.5
     with pytest.raises(RequestError, match=r"^unsatisfied condition: arch>=8.0$"):
-        check_requirements(r, NODE, [GPUS[2]])
+        check_requirements(r.requirements, NODE, [GPUS[2]])
 
 
 def test_brand_checked_per_gpu():
     mixed = (GPUS[0], GpuFacts(1, 1, "GPU-x", "00000000:10:00.0", "RTX", "geforce", "8.6"))
     r = req(requirements=("brand=tesla",))
-    check_requirements(r, NODE, mixed[:1])
+    check_requirements(r.requirements, NODE, mixed[:1])
     with pytest.raises(RequestError, match=r"^unsatisfied condition: brand=tesla$"):
-        check_requirements(r, NODE, mixed)
+        check_requirements(r.requirements, NODE, mixed)
 
 
 def test_no_selected_gpus_arch_and_brand_pass_vacuously():
     r = req(devices=(), requirements=("arch>=9.0,brand=geforce", "cuda>=12"))
-    check_requirements(r, NODE, [])
+    check_requirements(r.requirements, NODE, [])
     with pytest.raises(RequestError, match=r"^unsatisfied condition: cuda>=13$"):
-        check_requirements(req(devices=(), requirements=("arch>=9.0,cuda>=13",)), NODE, [])
+        check_requirements(("arch>=9.0,cuda>=13",), NODE, [])
 
 
 def test_unknown_node_value_is_reported():
     gpu = GpuFacts(0, 0, "GPU-x", "00000000:07:00.0", compute_capability="")
     with pytest.raises(RequestError, match=r"^cannot check arch>=8.0: GPU 0's compute"):
-        check_requirements(req(requirements=("arch>=8.0",)), NODE, [gpu])
+        check_requirements(("arch>=8.0",), NODE, [gpu])
     with pytest.raises(RequestError, match=r"^cannot check cuda>=8.0: "):
-        check_requirements(req(requirements=("cuda>=8.0",)), node(cuda=""), [])
+        check_requirements(("cuda>=8.0",), node(cuda=""), [])
 
 
 # --------------------------------------------------------------------------- select_gpus
@@ -753,7 +749,7 @@ def test_parse_request_only_raises_request_error(
         return
     assert isinstance(r, Request)
     try:
-        check_requirements(r, NODE, select_gpus(r, GPUS))
+        check_requirements(r.requirements, NODE, select_gpus(r, GPUS))
     except RequestError as exc:
         assert "\n" not in str(exc)
 
@@ -801,8 +797,8 @@ SAMPLES = [
     [
         (request.is_cdi_name, r"[a-z0-9.-]+/[a-zA-Z0-9._-]+=[a-zA-Z0-9._:-]+"),
         (request._is_mig_index, r"[0-9]+:[0-9]+"),
-        (request._is_number, r"[0-9]+"),
-        (request._is_version, r"[0-9]+(?:\.[0-9]+)*"),
+        (userinput.is_number, r"[0-9]+"),
+        (userinput.is_version, r"[0-9]+(?:\.[0-9]+)*"),
     ],
 )
 def test_matchers_agree_with_their_regex(matcher, pattern):
@@ -831,7 +827,7 @@ def test_a_requirement_of_thousands_of_digits_is_one_unsatisfied_line():
         {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_REQUIRE_CUDA": "cuda>=" + "1" * 5000}
     )
     with pytest.raises(RequestError) as exc:
-        check_requirements(r, NODE, GPUS)
+        check_requirements(r.requirements, NODE, GPUS)
     text = str(exc.value)
     assert text.startswith("unsatisfied condition: cuda>=111") and "\n" not in text
     # named by its start and its length, never repeated whole

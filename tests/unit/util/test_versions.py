@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpunode.provision import versions as provision_versions
-from gpunode.runtime import request
+from gpunode.runtime import requirements
 from gpunode.util import versions
 
 
@@ -32,7 +32,7 @@ def test_numeric_field_order_with_missing_fields_as_zero(a, b, want):
 def test_one_home():
     assert provision_versions.key is versions.key
     assert provision_versions.at_least is versions.at_least
-    assert request.version_key is versions.key
+    assert requirements.version_key is versions.key
 
 
 def test_not_a_number_raises_value_error():
@@ -48,7 +48,7 @@ def test_a_component_of_thousands_of_digits_compares_without_int():
     assert not versions.at_least("12.4", "12." + huge)
     assert versions.at_least("1." + "0" * 5000 + "7", "1.7")  # leading zeros: the number 7
     assert versions.key("0" * 5000) == (0,)
-    req = request.parse_requirement("cuda>=" + huge)
+    req = requirements.parse_requirement("cuda>=" + huge)
     assert versions.key(req[0][0].value) == (versions.HUGE + 5000,)
     with pytest.raises(ValueError):
         versions.key("1x" * 3000)

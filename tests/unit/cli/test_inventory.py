@@ -1,5 +1,5 @@
 """`gpunode inventory` on the host, with a private /dev, a profile applied to temporary
-paths by the simulator's own code, and the real mock NVML loaded by pynvml."""
+paths by the simulator's own code, and the real mock NVML loaded by pynvml; its table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import textwrap
 
 import pytest
 
+from gpunode.cli.inventory import format_table, mig_mode
+from gpunode.nvidia.facts import MigFacts
+from gpunode.nvidia.inventory import GpuInfo, Inventory
 from gpunode.sim.profiles import load_profile
+
+from ..nvidia.test_inventory import gpus
 
 APPLY_THEN_INVENTORY = textwrap.dedent(
     """
@@ -174,3 +179,22 @@ def test_link_and_state_faults_show_as_health_flags(private_dev, tmp_path, mock_
     healthy = json.loads(inventory(private_dev, tmp_path, mock_lib, "t4x2-faulty").stdout)
     t4 = healthy["gpus"][0]
     assert (t4["nvlinks"], t4["fabric"], t4["clocks_event_reasons"]) == ({}, {}, 1)
+
+
+def test_mig_devices_under_their_gpu_in_the_table():
+    a100, t4 = gpus()
+    text = format_table(Inventory("nvml", "535.261.03", "12.2", "12.535", [a100, t4], hostname="n1"))
+    lines = text.splitlines()
+    assert lines[2].endswith("NVIDIA A100-SXM4-80GB [ok] MIG on, 3 MIG device(s)")
+    assert lines[3].split() == ["0:0", "MIG-00000000-0000-0000-0000-000000000000", "40192",
+                                "MiB", "MIG", "3g.40gb", "(GI", "1,", "CI", "0)"]  # fmt: skip
+    assert lines[5].split()[0] == "0:2" and "1c.3g.40gb" in lines[5]
+    assert lines[6].endswith("Tesla T4 [ok]")  # no MIG: no note
+
+
+def test_pending_mode_shows_in_the_table():
+    g = GpuInfo(0, 0, "GPU-a", "A100", "00000000:07:00.0", mig_mode=False, mig_mode_pending=True)
+    assert mig_mode(g) == " MIG off (on after a GPU reset)"
+    g.mig_mode, g.mig_mode_pending = True, True
+    g.mig_devices = [MigFacts(0, "MIG-x", 1, 0, "7g.80gb", 81920)]
+    assert mig_mode(g) == " MIG on, 1 MIG device(s)"

@@ -11,7 +11,6 @@ import pynvml
 import pytest
 
 from gpunode.nvidia import inventory
-from gpunode.nvidia.facts import MigFacts
 from gpunode.nvidia.inventory import GpuInfo, _read_links
 
 from .test_mig import Mem, MigNvml
@@ -223,24 +222,3 @@ def test_mig_devices_in_the_inventory_json():
     doc = json.loads(json.dumps(inv.to_dict()))
     assert doc["schema"] == "gpunode.inventory/v1"
     assert doc["gpus"][0]["mig_devices"][0]["profile"] == "3g.40gb"
-
-
-def test_mig_devices_under_their_gpu_in_the_table():
-    a100, t4 = gpus()
-    text = inventory.format_table(inventory.Inventory("nvml", "535.261.03", "12.2", "12.535",
-                                                      [a100, t4], hostname="n1"))  # fmt: skip
-    lines = text.splitlines()
-    assert lines[2].endswith("NVIDIA A100-SXM4-80GB [ok] MIG on, 3 MIG device(s)")
-    assert lines[3].split() == ["0:0", "MIG-00000000-0000-0000-0000-000000000000", "40192",
-                                "MiB", "MIG", "3g.40gb", "(GI", "1,", "CI", "0)"]  # fmt: skip
-    assert lines[5].split()[0] == "0:2" and "1c.3g.40gb" in lines[5]
-    assert lines[6].endswith("Tesla T4 [ok]")  # no MIG: no note
-
-
-def test_pending_mode_shows_in_the_table():
-    g = inventory.GpuInfo(0, 0, "GPU-a", "A100", "00000000:07:00.0", mig_mode=False,
-                          mig_mode_pending=True)  # fmt: skip
-    assert inventory._mig_mode(g) == " MIG off (on after a GPU reset)"
-    g.mig_mode, g.mig_mode_pending = True, True
-    g.mig_devices = [MigFacts(0, "MIG-x", 1, 0, "7g.80gb", 81920)]
-    assert inventory._mig_mode(g) == " MIG on, 1 MIG device(s)"

@@ -150,28 +150,50 @@ def test_healthy_nodes_fold_to_one_line_failing_ones_open(large):
     assert by[large_name(60)].endswith("fail mig.isolation on MIG 1:2")
     assert by[large_name(47)].endswith("warn gpu.clocks_event on GPU 0, 1, 2, 3, 4, 5, 6, 7")
     assert by[DOWN] == f"unreachable{DOWN}unreachable: Failed to connect to the host via ssh"
-    # a folded node's grid rows are inside its closed <details>: nothing of it hidden for good
-    healthy = next(d for d in nodes_on_page(root) if d.attrs["data-status"] == "pass")
-    rows = list(healthy.all("tr"))
-    assert [r.attrs["class"] for r in rows[:2]] == ["noderow", "gpurow"] and len(rows) >= 9
+    # a folded node holds its GPUs and its checks (each verdict once, or the node above with
+    # the same verdicts and details named): no grid of ticks, nothing of it hidden for good
+    folded = [d for d in nodes_on_page(root) if d.attrs["data-status"] == "pass"]
+    first = folded[0]
+    uuids = [td.content() for td in first.first("table", "gpus").all("td", "uuid")]
+    assert len(uuids) == 8 and all(u.startswith("GPU-") for u in uuids)
+    assert not list(first.all("table", "grid"))
+    listed = [
+        [td.content() for td in tr.all("td")] for tr in first.first("table", "list").all("tr")
+    ]
+    assert ["pass", "gpu.xid", "GPU 0-7", "0"] in listed
+    same = [d for d in folded if list(d.all("p", "same"))]
+    assert len(same) > 40  # 56 healthy nodes, three kinds of check list (fabric skipped, MIG)
+    for d in same:
+        ref = d.first("p", "same").first("a")
+        target = root.by_id(ref.attrs["href"].removeprefix("#"))
+        assert target.attrs["data-node"] == ref.content() and list(target.all("table", "list"))
+
+
+def row_of(td: Element) -> str:
+    """The row a grid cell is on, as the panel names it: "node", "GPU 3", "MIG 1:2"."""
+    tr = td.parent
+    return "node" if "noderow" in tr.attrs["class"].split() else tr.first("th").own_text()
 
 
 def test_failing_cells_and_rows_marked(large):
     _, _, root = large
     node = next(d for d in nodes_on_page(root) if d.attrs["data-node"] == large_name(5))
     bad = [
-        (td.attrs["data-row"], td.attrs["data-check"])
+        (row_of(td), td.attrs["data-check"])
         for td in node.all("td")
         if td.attrs.get("data-status") == "fail"
     ]
     assert bad == [("node", "gpu.xid"), ("GPU 3", "gpu.xid"), ("GPU 6", "gpu.xid")]
     marked = [th.own_text() for th in node.all("th", "bad")]
     assert marked == [large_name(5), "GPU 3", "GPU 6"]
-    cell = next(td for td in node.all("td") if td.attrs.get("data-row") == "GPU 3"
+    cell = next(td for td in node.all("td") if row_of(td) == "GPU 3"
                 and td.attrs.get("data-check") == "gpu.xid")  # fmt: skip
     assert cell.attrs["title"] == f"FAIL  GPU 3 {XID79}" and cell.attrs["class"] == "cell s-fail"
+    # the GPU row's header: the bus id whole, then the model
+    assert [s.content() for s in cell.parent.first("th").all("small")][:2] == [
+        "00000000:1F:00.0", "NVIDIA H100 80GB HBM3"]  # fmt: skip
     # the node row's cell of a per-GPU check: the failures, then the GPUs that passed
-    node_cell = next(td for td in node.all("td") if td.attrs.get("data-row") == "node"
+    node_cell = next(td for td in node.all("td") if row_of(td) == "node"
                      and td.attrs.get("data-check") == "gpu.xid")  # fmt: skip
     assert node_cell.attrs["title"] == (
         f"FAIL  GPU 3 {XID79}\nFAIL  GPU 6 {XID79}\nPASS  GPU 0, GPU 1, GPU 2, GPU 4, GPU 5, GPU 7"
@@ -327,7 +349,7 @@ def test_hostile_values_stay_text_in_the_new_places(hostile):
     # no element made of a value: only the page's own tags, one script, no img/b/i/s/u
     assert {e.tag for e in root.all()} <= {
         "html", "head", "meta", "title", "style", "body", "h1", "p", "span", "b", "table",
-        "thead", "tbody", "tr", "th", "td", "a", "form", "label", "select", "option", "div",
+        "thead", "tbody", "tr", "th", "td", "a", "form", "label", "select", "option", "div", "input",
         "details", "summary", "small", "script"}  # fmt: skip
     assert len(list(root.all("script"))) == 1 and not list(root.all("img"))
     bold = [e.content() for e in root.all("b")]
@@ -350,9 +372,10 @@ def test_hostile_values_stay_text_in_the_new_places(hostile):
     assert EVIL_CHECK in options
     assert EVIL_CHECK in [th.attrs["data-check"] for th in root.by_id("cols").all("th", "col")]
     cell = next(td for td in evil.all("td") if td.attrs.get("data-check") == EVIL_CHECK
-                and td.attrs.get("data-row") == "GPU 0")  # fmt: skip
+                and row_of(td) == "GPU 0")  # fmt: skip
     assert (
-        cell.attrs["title"] == f"WARN  GPU 0 {EVIL_DETAIL}" and cell.attrs["data-node"] == EVIL_NODE
+        cell.attrs["title"] == f"WARN  GPU 0 {EVIL_DETAIL}"
+        and cell.parent.attrs["data-node"] == EVIL_NODE
     )
     # the MIG row: the profile text as text
     mig_rows = [th.content() for th in root.all("th", "mig")]

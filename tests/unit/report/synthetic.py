@@ -240,6 +240,11 @@ def large_cluster(nodes: int = 64, gpus: int = 8) -> dict[str, dict]:
                                   ("skip", "no NVSwitch fabric: NVML reports none"))  # fmt: skip
         model = "NVIDIA A100-SXM4-80GB" if i in MIG_NODES else "NVIDIA H100 80GB HBM3"
         doc = result(name, model, gpus, faults, ALL_NODE_CHECKS, ALL_GPU_CHECKS)
+        for g in doc["gpus"]:  # UUIDs unique in the cluster, as real ones are
+            g["uuid"] = f"GPU-{n:08x}-{g['index']:04x}-4000-8000-000000000000"
+        for c in doc["checks"]:
+            if c["gpu"] is not None:
+                c["uuid"] = doc["gpus"][c["gpu"]]["uuid"]
         if (n // 64) % 2:  # every other replica of the 64 on a newer driver
             doc["versions"].update(LARGE_DRIVER2)
         if i in MIG_NODES and gpus >= 2:  # mig_result's GPUs 0 (whole) and 1 (MIG on)

@@ -481,3 +481,116 @@ def test_chromium_a_check_in_the_summary_filters_to_it(large, tmp_path):
     dom = _run_chromium("--virtual-time-budget=3000", "--dump-dom", path.as_uri())
     assert re.search(r'data-filter="([^"]*)"', dom)[1] == "mig.isolation|fail warn"
     assert re.search(r'data-shown="([^"]*)"', dom)[1] == f"{large_name(60)}+"
+
+
+# ------------------------------------------------ issue 28: the header, groups, find, warn-only
+
+
+def test_header_names_ten_failed_nodes_then_a_count():
+    summary = {"nodes": 500, "nodes_failed": 25, "failed": [f"n{i:02d}" for i in range(25)]}
+    assert html.verdict(summary) == (
+        "25 of 500 nodes failed: n00, n01, n02, n03, n04, n05, n06, n07, n08, n09 and 15 more"
+    )
+    assert html.verdict(summary, None) == "25 of 500 nodes failed"
+    assert html.verdict({"nodes": 3, "nodes_failed": 0, "failed": []}) == "all 3 nodes passed"
+
+
+def test_the_64_node_page_header_and_title(large):
+    model, _, root = large
+    failed = model["summary"]["failed"]
+    assert (
+        root.by_id("verdict")
+        .content()
+        .startswith(f"6 of 64 nodes failed: {', '.join(failed)} · generated")
+    )
+    assert root.first("title").content() == "gpunode validation: 6 of 64 nodes failed"
+
+
+def test_groups_by_model_and_driver(large):
+    _, _, root = large
+    rows = [[td.content() for td in tr.all("td")] for tr in root.by_id("groups").all("tr")
+            if "data-group" in tr.attrs]  # fmt: skip
+    assert rows == [
+        ["NVIDIA H100 80GB HBM3", "535.261.03", "60", "4", "2", "", "", "54"],
+        ["NVIDIA A100-SXM4-80GB", "535.261.03", "3", "1", "", "", "", "2"],
+        ["unknown (no result)", "unknown", "1", "", "", "1", "", ""],
+    ]
+    # each node carries its group, as the filter's group select lists them
+    groups = {}
+    for d in nodes_on_page(root):
+        groups.setdefault(d.attrs["data-group"], []).append(d.attrs["data-node"])
+    assert {k: len(v) for k, v in groups.items()} == {"0": 60, "1": 3, "2": 1}
+    assert groups["2"] == [DOWN]
+    options = [o.content() for o in root.by_id("f-group").all("option")]
+    assert options[1:] == ["NVIDIA H100 80GB HBM3 · driver 535.261.03 (60)",
+                           "NVIDIA A100-SXM4-80GB · driver 535.261.03 (3)",
+                           "unknown (no result) · driver unknown (1)"]  # fmt: skip
+
+
+def test_groups_follow_the_driver_past_64_nodes(tmp_path):
+    model = build.model_from([str(write_large_cluster(tmp_path / "r", 130, 2))])
+    groups = {(g["model"], g["driver"]): len(g["nodes"]) for g in overview.groups(model["nodes"])}
+    assert groups[("NVIDIA H100 80GB HBM3", "550.163.01")] == 60  # nodes 64-127
+    assert groups[("NVIDIA H100 80GB HBM3", "535.261.03")] == 62  # 0-63, and 128, 129
+    assert sum(groups.values()) == 130
+
+
+def test_a_node_that_only_warns_on_a_failing_check_is_linked(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    docs = {"a-fail": {("gpu.lost", 0): ("fail", "lost")},
+            "b-warn": {("gpu.lost", 1): ("warn", "flaky")}}  # fmt: skip
+    for name, faults in docs.items():
+        (d / f"{name}.json").write_text(json.dumps(result(name, "Tesla T4", 2, faults)))
+    model = build.model_from([str(d)])
+    (p,) = [p for p in overview.problems(model["nodes"], model["columns"]) if p["id"] == "gpu.lost"]
+    assert p["nodes"] == ["a-fail"] and p["warn_nodes"] == ["b-warn"]
+    root = Tree(html.render(model)).root
+    row = next(tr for tr in root.by_id("problems").all("tr") if tr.attrs.get("data-problem"))
+    links = {a.content(): a.attrs["href"] for a in row.all("a")}
+    assert set(links) == {"a-fail", "b-warn"}
+    assert row.first("span", "also").content() == "warn only: b-warn"
+    assert root.by_id(links["b-warn"][1:]).attrs["data-node"] == "b-warn"
+
+
+FIND_PROBE = """<script>
+var ff = document.getElementById('f-find');
+ff.value = '%s'; ff.dispatchEvent(new Event('input'));
+var shown = [], hits = [];
+document.querySelectorAll('details.node:not(.off)').forEach(function(d){
+  shown.push(d.getAttribute('data-node') + (d.open ? '+' : '-'));});
+document.querySelectorAll('tr.hit').forEach(function(tr){
+  hits.push(tr.cells[0].firstChild.textContent);});
+document.body.setAttribute('data-shown', shown.join(','));
+document.body.setAttribute('data-hits', hits.join(','));
+document.body.setAttribute('data-healthy', document.getElementById('healthy').open ? 'open' : '');
+document.body.setAttribute('data-count', document.getElementById('f-count').textContent);
+</script></body>"""
+
+
+@pytest.mark.parametrize(
+    "query, shown, hits",
+    [
+        # a healthy node's GPU by its UUID: the node and its fold opened, the GPU's row marked
+        ("gpu-00000000-0003", f"{large_name(0)}+", "GPU 3"),
+        # a failing node's GPU by its bus id, in upper or lower case
+        ("00000000:1f:00.0", None, None),
+        # nodes by part of their name
+        ("r04-n1", ",".join(f"{large_name(i)}+" for i in [60, *range(57, 60), *range(61, 64)]),
+         ""),
+    ],
+)  # fmt: skip
+def test_chromium_find_by_node_gpu_uuid(large, tmp_path, query, shown, hits):
+    from .test_consumers import _run_chromium, probed_page
+
+    _, page, _ = large
+    path = tmp_path / "probe.html"
+    path.write_text(probed_page(page, FIND_PROBE % query))
+    dom = _run_chromium("--virtual-time-budget=3000", "--dump-dom", path.as_uri())
+    attr = {k: re.search(rf'data-{k}="([^"]*)"', dom)[1] for k in ("shown", "hits", "healthy",
+                                                                   "count")}  # fmt: skip
+    if shown is None:  # every node has a GPU 3 at that bus id: all shown, each row marked
+        assert attr["count"] == "63 of 64 nodes" and set(attr["hits"].split(",")) == {"GPU 3"}
+        return
+    assert attr["shown"] == shown and attr["hits"] == hits
+    assert attr["healthy"] == "open"

@@ -4,6 +4,8 @@ summary) from `gpunode validate --json` result files or a results file holding e
 run over an inventory through ansible-runner (playbooks/validate.yml), with a line per node.
 --run needs the gpunode project (the playbook, its roles, ansible.cfg): --project,
 $GPUNODE_PROJECT, or the source tree gpunode runs from; an installed wheel has none.
+--previous names the previous report (its directory or report.json) or the previous run's
+result files: the page and report.json say what changed (new failures, fixed nodes).
 
 Exit codes: 0 report written and every node passed, 1 report written and a node failed (or
 the run failed), 2 bad input (result files, inventory, a report directory not writable).
@@ -68,6 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--playbook", help=f"validation playbook for --run (default: PROJECT/{PLAYBOOK})"
     )
+    p.add_argument(
+        "--previous",
+        metavar="PATH",
+        help="compare with the previous report: its directory or report.json, or the previous "
+        "run's result files (a file or directory); the page says which nodes newly fail and "
+        "which were fixed",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the report path")
 
 
@@ -88,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"report: playbook {playbook} not found; pass --playbook")
     elif not args.results:
         raise UsageError("report: name result files or directories, or use --run -i INVENTORY")
+    if args.previous and not os.path.exists(args.previous):  # before a run, not after it
+        raise UsageError(f"report: previous report {args.previous}: no such file or directory")
     try:
         if args.run_validation:
             with tempfile.TemporaryDirectory(prefix="gpunode-validate-") as tmp:
@@ -97,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
                 model = build.model_from([tmp])
         else:
             model = build.model_from(args.results)
+        if args.previous:
+            model = build.compare(model, args.previous)
         paths = build.write(model, args.output)
     except (ResultError, build.ReportDirError) as exc:
         return fail(exc, EXIT_USAGE)
@@ -108,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
             else (f"all {s['nodes']} nodes passed")
         )
         print(f"{verdict}; junit {paths['junit.xml']}, summary {paths['summary.md']}")
+        if "changes" in model:
+            ch = model["changes"]
+            print(f"since the previous report: {len(ch['new'])} new failure(s), "
+                  f"{len(ch['fixed'])} fixed")  # fmt: skip
     print(f"report: {paths['index.html']}")
     return EXIT_FAIL if s["failed"] else EXIT_OK
 

@@ -5,9 +5,14 @@ checks about that MIG device), coloured by status, details on click.
 At 64 nodes x 8 GPUs and more (issue 21): nodes ordered failures first and healthy ones
 folded to one summary line (overview.py; <details>, no script needed), a summary at the
 top (nodes and GPUs by status, which checks fail where), a filter by check and status.
+At 500 (issue 28): a folded node has no grid, only its GPUs and its checks each verdict
+once (or a link to a node above with the same), the healthy nodes in one closed fold, the
+header names 10 failed nodes, groups by GPU model and driver, a find by node, GPU, bus id
+or UUID, and what changed since a previous report (model["changes"], build.compare):
+13 MB -> 2 MB, a 2 s load -> 0.6 s in Chromium (benchmarks/bench_report.py).
 
 No external assets and no framework: inline CSS, and a few dozen lines of JS (the details
-panel, the filter), both allowed by hash in the page's Content-Security-Policy and nothing
+panel, the filter and find), both allowed by hash in the page's Content-Security-Policy and nothing
 else; without JS the filter stays hidden and every cell's tooltip and each node's list of
 checks hold the details. Every value from a result goes through html.escape.
 """
@@ -45,7 +50,7 @@ form.filter[hidden]{display:none}
 #f-count{margin-left:.6em;color:#555}
 .off{display:none !important}
 #cols{position:sticky;top:0;z-index:2;background:#fff}
-table.grid{border-collapse:collapse;margin:0}
+table.grid{border-collapse:collapse;margin:0;table-layout:fixed}
 .grid th,.grid td{border:1px solid #d0d0d0;padding:.2em .3em;text-align:center;
  box-sizing:border-box}
 .grid th:first-child{width:330px;min-width:330px;max-width:330px;overflow-wrap:anywhere}
@@ -92,50 +97,89 @@ table.checks{border-collapse:collapse;margin:.4em 0 .8em 1.2em}
 .checks td,.checks th{border:1px solid #e0e0e0;padding:.15em .5em;text-align:left}
 .checks td.st{font-weight:700;text-align:center}
 .legend span{display:inline-block;padding:0 .5em;margin-right:.3em;border-radius:3px}
+.grid th.gpu small.bus{font-family:monospace;font-size:.8em;margin-left:.5em}
+.problems .also{color:#555;font-size:.92em}
+#groups td{text-align:right}#groups td:first-child,#groups td:nth-child(2){text-align:left}
+details.groups{margin:.4em 0}details.groups>summary{font-weight:600}
+details.healthy>summary{font-weight:600;padding:.3em 0}
+details.node{content-visibility:auto;contain-intrinsic-size:auto 2em}
+.changes ul{margin:.2em 0 .6em;padding-left:1.4em}.changes b{padding:0 .4em;border-radius:3px}
+table.gpus,table.list{border-collapse:collapse;margin:.3em 0 .5em 1.2em;font-size:.9em}
+.gpus td,.gpus th,.list td,.list th{border:1px solid #e0e0e0;padding:.1em .5em;text-align:left}
+.gpus td.uuid{font-family:monospace;font-size:.85em}
+.list td:first-child{font-weight:700;text-align:center}p.info{margin:.2em 0 0 1.2em;color:#555}
+tr.hit>*{outline:2px solid #1565c0;outline-offset:-2px}
 """
 
-# the details panel (click a cell) and the filter; without JS the filter stays hidden and
-# every node, row and check is on the page (a cell's title and each node's check list)
+# the details panel (click a cell) and the filter (find, check, status, group); without JS
+# the filter stays hidden and every node, row and check is on the page (a cell's title,
+# each node's check list)
 JS = """
 var panel=document.getElementById('panel');
 function show(td){
  document.querySelectorAll('td.sel').forEach(function(e){e.classList.remove('sel')});
  td.classList.add('sel');panel.className=td.className.replace(/\\b(cell|sel)\\b/g,'').trim();
- var col=document.getElementById('cols').rows[0].cells[td.cellIndex];
- panel.textContent=td.getAttribute('data-node')+' · '+td.getAttribute('data-row')+' · '+
+ var col=document.getElementById('cols').rows[0].cells[td.cellIndex],tr=td.parentNode,
+  row=tr.classList.contains('noderow')?'node':tr.cells[0].firstChild.textContent;
+ panel.textContent=tr.getAttribute('data-node')+' · '+row+' · '+
   col.getAttribute('title')+' ('+col.getAttribute('data-check')+')\\n'+td.getAttribute('title');}
-document.querySelectorAll('td.cell[data-status]').forEach(function(td){
- td.tabIndex=0;td.addEventListener('click',function(){show(td)});
- td.addEventListener('keydown',function(e){if(e.key==='Enter')show(td)});});
+function cell(e){var td=e.target.closest('td.cell[data-status]');if(td)show(td);}
+var grid=document.getElementById('grid');grid.addEventListener('click',cell);
+grid.addEventListener('keydown',function(e){if(e.key==='Enter')cell(e)});
+document.querySelectorAll('td.s-fail[data-status],td.s-warn[data-status]').forEach(
+ function(td){td.tabIndex=0});
 var form=document.getElementById('filter'),fc=document.getElementById('f-check'),
- fs=document.getElementById('f-status'),count=document.getElementById('f-count');
+ fs=document.getElementById('f-status'),ff=document.getElementById('f-find'),
+ fg=document.getElementById('f-group'),count=document.getElementById('f-count');
 var ids=[].map.call(document.querySelectorAll('#cols th.col'),
  function(th){return th.getAttribute('data-check')});
-var nodes=[].slice.call(document.querySelectorAll('details.node'));
+var nodes=[].slice.call(document.querySelectorAll('details.node')),
+ healthy=document.getElementById('healthy')||document.createElement('i');
 nodes.forEach(function(d){d.setAttribute('data-open',d.open?'1':'')});
+function text(e){return e.textContent.toLowerCase()}
 function filter(){
- var chk=fc.value,st=fs.value?fs.value.split(' '):null,on=!!(chk||st),used={},shown=0;
+ was=true;var chk=fc.value,st=fs.value?fs.value.split(' '):null,q=ff.value.trim().toLowerCase(),
+  grp=fg.value,ck=!!(chk||st),on=!!(ck||q||grp),used={},shown=0,inHealthy=false;
  function hit(td,i){var s=td.getAttribute('data-status');
   return !!s&&(!chk||ids[i-1]===chk)&&(!st||st.indexOf(s)>=0);}
  nodes.forEach(function(d){
-  var any=false;
-  d.querySelectorAll('table.grid tr').forEach(function(tr){
-   var m=false;
-   for(var i=1;i<tr.cells.length;i++){if(hit(tr.cells[i],i)){m=true;used[i]=true;}}
-   tr.classList.toggle('off',on&&!m&&!tr.classList.contains('noderow'));
-   any=any||m;});
-  d.classList.toggle('off',on&&!any);
-  d.open=on?any:d.getAttribute('data-open')==='1';
-  if(any||!on)shown++;});
+  var any=!ck,found=!q,rows=d.querySelectorAll('table.grid tr, table.gpus tr');
+  if(q&&d.getAttribute('data-node').toLowerCase().indexOf(q)>=0)found=true;
+  var mine=!!q&&d.getAttribute('data-node').toLowerCase().indexOf(q)>=0;
+  if(q||d.querySelector('tr.hit'))rows.forEach(function(tr){
+   var f=!!q&&text(tr).indexOf(q)>=0;tr.classList.toggle('hit',f&&!mine);found=found||f;});
+  if(ck){
+   d.querySelectorAll('table.grid tr').forEach(function(tr){
+    var m=false;
+    for(var i=1;i<tr.cells.length;i++){if(hit(tr.cells[i],i)){m=true;used[i]=true;}}
+    tr.classList.toggle('off',!m&&!tr.classList.contains('noderow'));any=any||m;});
+   var same=d.querySelector('p.same'),own=!same,list=(own?d:document.getElementById(
+    'node-'+same.getAttribute('data-same'))).querySelectorAll('table.list tr');
+   [].forEach.call(list,function(tr,j){
+    if(!j)return;var c=tr.cells[1].textContent,s=tr.cells[0].textContent,
+     m=(!chk||c===chk)&&(!st||st.indexOf(s)>=0);
+    if(m)used[ids.indexOf(c)+1]=true;if(own)tr.classList.toggle('off',!m);any=any||m;});
+  }else d.querySelectorAll('tr.off').forEach(function(tr){tr.classList.remove('off')});
+  var show=any&&found&&(!grp||d.getAttribute('data-group')===grp);
+  d.classList.toggle('off',on&&!show);
+  d.open=on?show&&(ck||!!q||d.getAttribute('data-open')==='1'):d.getAttribute('data-open')==='1';
+  if(show||!on)shown++;if(show&&on&&healthy.contains(d))inHealthy=true;});
+ if(healthy.tagName)healthy.open=on?inHealthy:false;
  document.querySelectorAll('table.grid tr').forEach(function(tr){
-  for(var i=1;i<tr.cells.length;i++)tr.cells[i].classList.toggle('off',on&&!used[i]);});
+  for(var i=1;i<tr.cells.length;i++)tr.cells[i].classList.toggle('off',ck&&!used[i]);});
  count.textContent=on?shown+' of '+nodes.length+' nodes':'';}
-fc.addEventListener('change',filter);fs.addEventListener('change',filter);
 document.querySelectorAll('tr[data-problem] .ck').forEach(function(b){
  b.addEventListener('click',function(){
   fc.value=b.parentNode.parentNode.getAttribute('data-problem');fs.value='fail warn';
   filter();form.scrollIntoView();});});
-form.hidden=false;filter();
+document.querySelectorAll('tr[data-group] .ck').forEach(function(b){
+ b.addEventListener('click',function(){
+  fg.value=b.parentNode.parentNode.getAttribute('data-group');filter();form.scrollIntoView();});});
+var was=false;  // the page loads unfiltered unless the browser kept a field's value
+function filtered(){if(fc.value||fs.value||fg.value||ff.value||was){was=true;filter();}}
+[fc,fs,fg].forEach(function(e){e.addEventListener('change',filtered)});
+ff.addEventListener('input',filtered);
+form.hidden=false;filtered();
 """
 
 
@@ -170,7 +214,9 @@ def _mark(status: str | None) -> str:
     return {"fail": " bad", "warn": " warned"}.get(status or "", "")
 
 
-def _node_header(n: dict) -> str:
+def _node_info(n: dict) -> list[str]:
+    """What a node's header says under its name: why it has no result, or its driver, CUDA,
+    toolkit, gpunode and GPU models."""
     v = n.get("versions") or {}
     models = Counter(g.get("model") or "unknown" for g in n.get("gpus") or [])
     lines = []
@@ -190,12 +236,16 @@ def _node_header(n: dict) -> str:
         gpus = ", ".join(f"{c}x {m}" for m, c in models.items()) if models else "no GPUs"
         migs = sum(len(g.get("mig") or []) for g in n.get("gpus") or [])
         lines.append(f"{gpus} · {migs} MIG device(s)" if migs else gpus)
-    small = "".join(f"<small>{escape(t)}</small>" for t in lines)
+    return lines
+
+
+def _node_header(n: dict) -> str:
+    small = "".join(f"<small>{escape(t)}</small>" for t in _node_info(n))
     bad = _mark(n["status"])
     return f'<th class="node{bad}" scope="row">{escape(n["node"])}{small}</th>'
 
 
-def _cell(node: str, label: str, col: dict, checks: list[dict]) -> str:
+def _cell(col: dict, checks: list[dict]) -> str:
     if not checks:
         return '<td class="cell s-none" title="not reported">·</td>'
     status = worst(c["status"] for c in checks)
@@ -212,9 +262,9 @@ def _cell(node: str, label: str, col: dict, checks: list[dict]) -> str:
         lines.append(f"PASS  {', '.join(where(c) for c in passed)}")
     # the tooltip holds the verdicts; the panel (script) puts the node, row and check first
     text = "\n".join(lines)
+    # the node and row are the row's (data-node, its header), for the panel to name
     return (
-        f'<td class="cell s-{status}" data-status="{status}" data-node="{escape(node)}" '
-        f'data-check="{escape(col["id"])}" data-row="{escape(label)}" '
+        f'<td class="cell s-{status}" data-status="{status}" data-check="{escape(col["id"])}" '
         f'title="{escape(text)}">{SYMBOL[status]}</td>'
     )
 
@@ -227,7 +277,7 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
     cells = []
     for col in columns:  # the node row: node checks, and per-GPU checks summed up
         checks = [c for c in n["checks"] if c["id"] == col["id"]]
-        cells.append(_cell(node, "node", col, checks))
+        cells.append(_cell(col, checks))
     kind = "noderow unreachable" if n.get("unreachable") or n.get("error") else "noderow"
     rows = [f'<tr class="{kind}" data-node="{escape(node)}">{_node_header(n)}{"".join(cells)}</tr>']
     indices = sorted(
@@ -241,16 +291,20 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
         row_checks = [c for c in n["checks"] if c["gpu"] == i and c.get("mig") is None]
         bad = _mark(worst(c["status"] for c in row_checks))
         mig = f"MIG on · {len(g.get('mig') or [])} MIG device(s)" if g.get("mig_enabled") else None
-        info = " · ".join(escape(str(x)) for x in (g.get("model"), g.get("pci_bus_id"), mig) if x)
+        # the bus id first, whole; the model after it (cut with an ellipsis if it must be)
+        info = " · ".join(escape(str(x)) for x in (g.get("model"), mig) if x)
+        bus = escape(str(g.get("pci_bus_id") or ""))
         uuid = escape(str(g.get("uuid") or ""))
+        full = " · ".join(x for x in (bus, info, uuid) if x)
         head = (
-            f'<th class="gpu{bad}" scope="row" title="{uuid}">{escape(label)}<small>{info}</small>'
+            f'<th class="gpu{bad}" scope="row" title="{full}">{escape(label)}'
+            f'<small class="bus">{bus}</small><small>{info}</small>'
             f'<small class="uuid">{uuid}</small></th>'
         )
         cells = []
         for col in columns:
             if col["per_gpu"]:
-                cells.append(_cell(node, label, col, by.get((col["id"], i, None), [])))
+                cells.append(_cell(col, by.get((col["id"], i, None), [])))
             else:
                 cells.append(NONE)
         rows.append(
@@ -282,7 +336,7 @@ def _mig_rows(n: dict, g: dict, i: int, columns: list[dict], by: dict) -> list[s
             f'<small class="uuid">{uuid}</small></th>'
         )
         cells = [
-            _cell(node, label, col, by.get((col["id"], i, k), []))
+            _cell(col, by.get((col["id"], i, k), []))
             if col["per_gpu"] else NONE
             for col in columns
         ]  # fmt: skip
@@ -291,53 +345,181 @@ def _mig_rows(n: dict, g: dict, i: int, columns: list[dict], by: dict) -> list[s
     return rows
 
 
-def _gpu_cell(c: dict) -> str:
-    if c["gpu"] is None:
-        return ""
-    return escape(str(c["gpu"]) if c.get("mig") is None else f"{c['gpu']}:{c['mig']}")
+def _ranges(indices: list[int]) -> str:
+    """0, 1, 2, 3, 5 -> "0-3, 5"."""
+    out: list[str] = []
+    for i in sorted(indices):
+        if out and out[-1][1] == i - 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
-def _checks_table(n: dict) -> str:
-    """The node's checks as a table, in a closed <details> under its grid rows: every check
-    of a node shown open; of a folded one those that did not pass (the skips, with their
-    reasons), its passes being in its cells' titles."""
-    checks = n["checks"] if not overview.folded(n) else [
-        c for c in n["checks"] if c["status"] != "pass"
-    ]  # fmt: skip
-    if not checks:
-        return ""
-    what = f"all {_plural(len(checks), 'check')}" if checks is n["checks"] else (
-        f"the {_plural(len(checks), 'check')} that did not pass")  # fmt: skip
+def _on(checks: list[dict]) -> str:
+    """Where a group of verdicts was checked: "node", "GPU 0-7", "MIG 1:0, 1:1"."""
+    gpus = [c["gpu"] for c in checks if c["gpu"] is not None and c.get("mig") is None]
+    migs = [f"{c['gpu']}:{c['mig']}" for c in checks if c.get("mig") is not None]
+    parts = (
+        (["node"] if any(c["gpu"] is None for c in checks) else [])
+        + ([f"GPU {_ranges(gpus)}"] if gpus else [])
+        + ([f"MIG {', '.join(migs)}"] if migs else [])
+    )
+    return " · ".join(parts)
+
+
+def _gpu_list(n: dict) -> str:
+    """A folded node's versions and GPUs (and MIG devices): index, bus id (a MIG device's
+    profile and memory), UUID, and the model where the node's GPUs differ."""
+    info = f'<p class="info">{escape(" · ".join(_node_info(n)))}</p>'
+    gpus = n.get("gpus") or []
+    mixed = len({g.get("model") for g in gpus}) > 1
+    rows = []
+    for g in gpus:
+        model = f"<td>{escape(str(g.get('model') or ''))}</td>" if mixed else ""
+        mig = " · MIG on" if g.get("mig_enabled") else ""
+        rows.append(
+            f"<tr><td>{escape(_gpu_label(g))}</td><td>{escape(str(g.get('pci_bus_id') or ''))}"
+            f'{mig}</td><td class="uuid">{escape(str(g.get("uuid") or ""))}</td>{model}</tr>'
+        )
+        for m in g.get("mig") or []:
+            mem = f" · {m['memory_mib']} MiB" if isinstance(m.get("memory_mib"), int) else ""
+            rows.append(
+                f"<tr><td>MIG {escape(str(g.get('index', '?')))}:{escape(str(m['index']))}</td>"
+                f"<td>{escape(str(m.get('profile') or ''))}{mem}</td>"
+                f'<td class="uuid">{escape(str(m.get("uuid") or ""))}</td>'
+                f"{'<td></td>' if mixed else ''}</tr>"
+            )
+    if not rows:
+        return info
+    return (f'{info}<table class="gpus"><tr><th>GPU</th><th>bus id</th><th>UUID</th>'
+            f"{'<th>model</th>' if mixed else ''}</tr>{''.join(rows)}</table>")  # fmt: skip
+
+
+def _check_list(n: dict) -> str:
+    """A folded node's checks, each verdict once with where it was checked (its GPUs that
+    gave the same verdict and detail on one row): what its grid's cells would say."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for c in n["checks"]:
+        groups.setdefault((c["id"], c["status"], c["detail"]), []).append(c)
     rows = "".join(
-        f'<tr><td class="st s-{c["status"]}">{c["status"]}</td><td>{escape(c["id"])}</td>'
-        f"<td>{_gpu_cell(c)}</td><td>{escape(c['title'])}</td>"
-        f"<td>{escape(c['detail'])}</td></tr>"
-        for c in checks
+        f'<tr><td class="s-{st}">{st}</td><td>{escape(cid)}</td><td>{escape(_on(cs))}</td>'
+        f"<td>{escape(detail)}</td></tr>"
+        for (cid, st, detail), cs in groups.items()
     )
     return (
-        f'<details class="all"><summary>{what} of '
-        f'{escape(n["node"])}</summary><table class="checks"><tr><th>status</th><th>check</th>'
-        f"<th>GPU</th><th>title</th><th>detail</th></tr>{rows}</table></details>"
+        '<table class="checks list"><tr><th>status</th><th>check</th><th>on</th>'
+        f"<th>detail</th></tr>{rows}</table>"
     )
 
 
-def _node(i: int, n: dict, columns: list[dict]) -> str:
+def _node(
+    i: int, n: dict, columns: list[dict], group: int, seen: dict[str, tuple[int, str]]
+) -> str:
     """One node: a <details> whose summary is its one line (open unless it is healthy:
-    overview.folded), holding its grid rows and its list of checks."""
+    overview.folded). An open node holds its grid rows and its list of checks; a folded
+    one its GPUs and its checks, each verdict once (a grid of ticks per healthy node is
+    what made the page 13 MB at 500 nodes)."""
     k = overview.kind(n)
-    opened = "" if overview.folded(n) else " open"
+    folded = overview.folded(n)
     line = escape(overview.node_line(n))
-    rows = "\n".join(_rows(n, columns))
+    if folded:
+        checks = _check_list(n)
+        first, name = seen.setdefault(checks, (i, n["node"]))
+        if first != i:  # the same verdicts and details as a node above: named, not repeated
+            checks = (
+                f'<p class="same" data-same="{first}">every check as on '
+                f'<a href="#node-{first}">{escape(name)}</a>: the same verdicts, the same '
+                "details</p>"
+            )
+        inner = f"{_gpu_list(n)}{checks}"
+    else:
+        rows = "\n".join(_rows(n, columns))
+        inner = (f'<table class="grid"><tbody>\n{rows}\n</tbody></table>\n<details class="all">'
+                 f"<summary>the checks of {escape(n['node'])}, each verdict once</summary>"
+                 f"{_check_list(n)}</details>")  # fmt: skip
     return (
         f'<details class="node k-{k}" id="node-{i}" data-node="{escape(n["node"])}" '
-        f'data-status="{k}"{opened}><summary><span class="badge s-{k}">{k}</span>'
-        f'<b>{escape(n["node"])}</b><span class="line">{line}</span></summary>\n'
-        f'<table class="grid"><tbody>\n{rows}\n</tbody></table>\n{_checks_table(n)}</details>'
+        f'data-status="{k}" data-group="{group}"{"" if folded else " open"}><summary>'
+        f'<span class="badge s-{k}">{k}</span><b>{escape(n["node"])}</b>'
+        f'<span class="line">{line}</span></summary>\n{inner}</details>'
     )
 
 
 def _plural(k: int, what: str) -> str:
     return f"{k} {what}{'' if k == 1 else 's'}"
+
+
+def _links(names: list[str], anchors: dict[str, int], most: int = 12) -> str:
+    """The nodes named, each a link to it on the page: the first ``most``, then a count."""
+    links = ", ".join(
+        f'<a href="#node-{anchors[name]}">{escape(name)}</a>' for name in names[:most]
+    )
+    more = len(names) - most
+    return links + (f" and {more} more" if more > 0 else "")
+
+
+def _groups(groups: list[dict]) -> str:
+    """The nodes by GPU model and driver: a row per group, counts by standing."""
+    if not groups:
+        return ""
+    kinds = overview.RANKS
+    rows = "".join(
+        f'<tr data-group="{i}"><td><span class="ck" title="show only this group">'
+        f"{escape(g['model'])}</span></td><td>{escape(g['driver'])}</td>"
+        f"<td>{len(g['nodes'])}</td>"
+        + "".join(f'<td class="{f"s-{k}" if g["kinds"][k] and k != "pass" else ""}">'
+                  f"{g['kinds'][k] or ''}</td>" for k in kinds)
+        + "</tr>"
+        for i, g in enumerate(groups)
+    )  # fmt: skip
+    head = "".join(f"<th>{k}</th>" for k in kinds)
+    return (
+        '<details class="groups" open><summary>Nodes by GPU model and driver '
+        f"({_plural(len(groups), 'group')})</summary>"
+        '<table class="problems" id="groups"><thead><tr><th>GPU model</th><th>driver</th>'
+        f"<th>nodes</th>{head}</tr></thead><tbody>{rows}</tbody></table></details>"
+    )
+
+
+def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
+    """What changed since the previous report: new failures (with the checks newly failing),
+    fixed nodes, and the nodes added and gone."""
+    if not changes:
+        return ""
+    prev = changes["previous"]
+    items = []
+    new = changes["new"]
+    if new:
+        links = ", ".join(
+            f'<a href="#node-{anchors[e["node"]]}">{escape(e["node"])}</a>'
+            + (f" ({escape(', '.join(e['checks']))})" if e["checks"] else "")
+            for e in new[:30]
+        )
+        more = f" and {len(new) - 30} more" if len(new) > 30 else ""
+        items.append(f'<li id="new-failures"><b class="s-fail">{_plural(len(new), "new failure")}'
+                     f"</b> {links}{more}</li>")  # fmt: skip
+    else:
+        items.append('<li id="new-failures">no new failure</li>')
+    fixed = changes["fixed"]
+    items.append(
+        f'<li id="fixed"><b class="s-pass">{len(fixed)} fixed</b> {_links(fixed, anchors, 30)}</li>'
+        if fixed else '<li id="fixed">no node fixed</li>'
+    )  # fmt: skip
+    if changes["still"]:
+        items.append(f"<li>{len(changes['still'])} still failing</li>")
+    if changes["added"]:
+        items.append(f"<li>{_plural(len(changes['added']), 'node')} not in the previous report: "
+                     f"{_links(changes['added'], anchors)}</li>")  # fmt: skip
+    if changes["gone"]:
+        gone = ", ".join(escape(g) for g in changes["gone"][:12])
+        more = f" and {len(changes['gone']) - 12} more" if len(changes["gone"]) > 12 else ""
+        items.append(f"<li>{_plural(len(changes['gone']), 'node')} gone since: {gone}{more}</li>")
+    return (
+        f'<div class="changes" id="changes"><h2>Since the previous report '
+        f"(generated {escape(str(prev['generated']))}, {escape(str(prev['source']))})</h2>"
+        f"<ul>{''.join(items)}</ul></div>"
+    )
 
 
 def _summary(model: dict, nodes: list[dict], anchors: dict[str, int]) -> str:
@@ -364,13 +546,11 @@ def _summary(model: dict, nodes: list[dict], anchors: dict[str, int]) -> str:
         return "\n".join(out)
     rows = []
     for p in probs:
-        links = ", ".join(
-            f'<a href="#node-{anchors[name]}">{escape(name)}</a>' for name in p["nodes"][:12]
-        )
-        more = len(p["nodes"]) - 12
-        if more > 0:
-            links += f" and {more} more"
+        links = _links(p["nodes"], anchors)
         also = f" (warn: {escape(p['warn_text'])})" if p["warn_text"] else ""
+        if p["warn_nodes"]:  # the nodes that only warn on it, linked too
+            links += f'<br><span class="also">warn only: {_links(p["warn_nodes"], anchors)}</span>'
+
         rows.append(
             f'<tr data-problem="{escape(p["id"])}"><td class="st s-{p["status"]}">{p["status"]}</td>'
             f'<td><span class="ck" title="show only this check">{escape(p["id"])}</span> '
@@ -384,20 +564,44 @@ def _summary(model: dict, nodes: list[dict], anchors: dict[str, int]) -> str:
     return "\n".join(out)
 
 
-def _filter(columns: list[dict]) -> str:
-    """The filter (shown by the script): one check, one status, or both."""
+def _filter(columns: list[dict], groups: list[dict]) -> str:
+    """The filter (shown by the script): text found in a node (its name, its GPUs' models,
+    bus ids and UUIDs), one check, one status, one group of model and driver."""
     options = "".join(
         f'<option value="{escape(c["id"])}">{escape(c["id"])}</option>' for c in columns
     )
     statuses = [("", "any status"), ("fail warn", "fail or warn"), ("fail", "fail"),
                 ("warn", "warn"), ("skip", "skip"), ("pass", "pass")]  # fmt: skip
     st = "".join(f'<option value="{v}">{t}</option>' for v, t in statuses)
-    return (
-        '<form class="filter" id="filter" hidden><label>Show check <select id="f-check">'
-        f'<option value="">all checks</option>{options}</select></label> '
-        f'<label>with status <select id="f-status">{st}</select></label>'
-        '<span id="f-count" role="status"></span></form>'
+    group = "".join(
+        f'<option value="{i}">{escape(g["model"])} · driver {escape(g["driver"])} '
+        f"({len(g['nodes'])})</option>"
+        for i, g in enumerate(groups)
     )
+    return (
+        '<form class="filter" id="filter" hidden><label>Find <input type="search" id="f-find" '
+        'placeholder="node, GPU, bus id or UUID" size="28"></label> '
+        '<label>check <select id="f-check">'
+        f'<option value="">all checks</option>{options}</select></label> '
+        f'<label>with status <select id="f-status">{st}</select></label> '
+        f'<label>group <select id="f-group"><option value="">all</option>{group}</select>'
+        '</label><span id="f-count" role="status"></span></form>'
+    )
+
+
+HEADER_NAMES = 10  # the failed nodes the header names; the summary has them all
+
+
+def verdict(summary: dict, names: int | None = HEADER_NAMES) -> str:
+    """The page's one line: how many nodes failed and the first ``names`` of them."""
+    if not summary["failed"]:
+        return f"all {summary['nodes']} nodes passed"
+    head = f"{summary['nodes_failed']} of {summary['nodes']} nodes failed"
+    if names is None:
+        return head
+    more = len(summary["failed"]) - names
+    return f"{head}: {', '.join(summary['failed'][:names])}" + (
+        f" and {more} more" if more > 0 else "")  # fmt: skip
 
 
 def render(model: dict) -> str:
@@ -409,28 +613,39 @@ def render(model: dict) -> str:
     )
     nodes = overview.ordered(model["nodes"])
     anchors = {n["node"]: i for i, n in enumerate(nodes)}
-    body = "\n".join(_node(i, n, cols) for i, n in enumerate(nodes))
+    groups = overview.groups(nodes)
+    group_of = {name: i for i, g in enumerate(groups) for name in g["nodes"]}
+    seen: dict[str, tuple[int, str]] = {}  # a folded node's check list -> the first node
+    shown = [_node(i, n, cols, group_of[n["node"]], seen) for i, n in enumerate(nodes)]
+    healthy = sum(overview.folded(n) for n in nodes)
+    body = "\n".join(shown[: len(nodes) - healthy])
+    if healthy:  # the healthy nodes, last, in one closed fold of their own
+        body += (
+            f'\n<details class="healthy" id="healthy"><summary>{_plural(healthy, "node")} '
+            "passed every check they ran (or skipped it with a reason)</summary>\n"
+            + "\n".join(shown[len(nodes) - healthy :])
+            + "\n</details>"
+        )
     s = model["summary"]
-    verdict = (
-        f"{s['nodes_failed']} of {s['nodes']} nodes failed: {', '.join(s['failed'])}"
-        if s["failed"]
-        else f"all {s['nodes']} nodes passed"
-    )
+    title = verdict(s, None)
+    line = verdict(s)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>gpunode validation: {escape(verdict)}</title>
+<title>gpunode validation: {escape(title)}</title>
 <style>{CSS}</style></head>
 <body>
 <h1>GPU cluster validation</h1>
-<p class="meta">{escape(verdict)} · generated {escape(model["generated"])}</p>
+<p class="meta" id="verdict">{escape(line)} · generated {escape(model["generated"])}</p>
+{_changes(model.get("changes"), anchors)}
 {_summary(model, nodes, anchors)}
+{_groups(groups)}
 <p class="legend"><span class="s-pass">✔ pass</span><span class="s-warn">! warn</span>
 <span class="s-fail">✘ fail</span><span class="s-skip">&ndash; skip</span>
-<span class="s-none">· not reported</span> Failing nodes first, healthy nodes folded.
-Click a cell for its details.</p>
-{_filter(cols)}
+<span class="s-none">· not reported</span> Failing nodes first, healthy nodes folded
+(their GPUs and their checks, each verdict once). Click a cell for its details.</p>
+{_filter(cols, groups)}
 <div id="grid">
 <table class="grid" id="cols"><thead><tr><th scope="col">node / GPU</th>{head}</tr></thead></table>
 {body}

@@ -63,7 +63,8 @@ def _count(k: int, unit: str) -> str:
 def problems(nodes: list[dict], columns: list[dict]) -> list[dict]:
     """The checks that failed or warned somewhere, failures first (then by how many nodes,
     then in column order): {"id", "title", "status" (the worst), "text" ("3 GPUs on 2
-    nodes"; "1 node"), "nodes": the nodes' names in page order, "warn_text"}."""
+    nodes"; "1 node"), "nodes": the nodes' names in page order, "warn_text" and
+    "warn_nodes": of a check that fails, where it only warns}."""
     order = {c["id"]: i for i, c in enumerate(columns)}
     found: dict[str, dict[str, dict]] = {}  # check -> status -> {"what": set, "nodes": [...]}
     for n in ordered(nodes):
@@ -90,9 +91,12 @@ def problems(nodes: list[dict], columns: list[dict]) -> list[dict]:
             texts[st] = f"{', '.join(parts)} on {on}" if parts else on
         main = by[status]
         other = "warn" if status == "fail" and "warn" in by else None
+        # the nodes that only warn on a check that fails elsewhere
+        warn_nodes = [m for m in by[other]["nodes"] if m not in main["nodes"]] if other else []
         out.append({
             "id": cid, "title": main["title"], "status": status, "text": texts[status],
             "nodes": main["nodes"], "warn_text": texts[other] if other else "",
+            "warn_nodes": warn_nodes,
         })  # fmt: skip
     out.sort(key=lambda p: (p["status"] != "fail", -len(p["nodes"]), order.get(p["id"], 0)))
     return out
@@ -141,3 +145,57 @@ def node_line(n: dict) -> str:
         on = [f"{unit} {', '.join(w)}" for unit, w in (("GPU", gpus), ("MIG", migs)) if w]
         parts.append(f"{status} {cid} on {' and '.join(on)}" if on else f"{status} {cid}")
     return f"{head} · " + "; ".join(parts)
+
+
+def group_key(n: dict) -> tuple[str, str]:
+    """The group a node is counted in: its GPU model(s) and its loaded driver."""
+    if n.get("unreachable") or n.get("error"):
+        return ("unknown (no result)", "unknown")
+    if n.get("no_gpu"):
+        return ("no GPU", "none")
+    models = sorted({str(g.get("model") or "unknown") for g in n.get("gpus") or []})
+    driver = (n.get("versions") or {}).get("driver_loaded") or "?"
+    return (" + ".join(models) or "no GPUs", str(driver))
+
+
+def groups(nodes: list[dict]) -> list[dict]:
+    """The nodes by GPU model and driver, the largest group first: {"model", "driver",
+    "nodes": names in page order, "kinds": {kind: n} over RANKS}."""
+    out: dict[tuple[str, str], dict] = {}
+    for n in ordered(nodes):
+        model, driver = group_key(n)
+        g = out.setdefault((model, driver), {"model": model, "driver": driver, "nodes": [],
+                                             "kinds": dict.fromkeys(RANKS, 0)})  # fmt: skip
+        g["nodes"].append(n["node"])
+        g["kinds"][kind(n)] += 1
+    return sorted(out.values(), key=lambda g: (-len(g["nodes"]), g["model"], g["driver"]))
+
+
+def _failing(n: dict) -> set[str]:
+    return {c["id"] for c in n["checks"] if c["status"] == "fail"}
+
+
+def changes(nodes: list[dict], previous: list[dict]) -> dict:
+    """What changed since the previous report (the nodes of both models): {"new": the
+    nodes failing now that did not fail then (new nodes too), each {"node", "checks": the
+    checks failing now that did not fail then}, "fixed": nodes that failed then and do not
+    now, "still": nodes failing both times, "added": nodes not in the previous report,
+    "gone": nodes only in the previous one}; names in page order (gone: by name)."""
+    before = {n["node"]: n for n in previous}
+    now = {n["node"] for n in nodes}
+    out: dict = {"new": [], "fixed": [], "still": [], "added": [], "gone": []}
+    for n in ordered(nodes):
+        old = before.get(n["node"])
+        if old is None:
+            out["added"].append(n["node"])
+        failed_then = old is not None and old.get("status") == "fail"
+        if n["status"] == "fail" and not failed_then:
+            then = _failing(old) if old else set()
+            out["new"].append({"node": n["node"],
+                               "checks": sorted(_failing(n) - then)})  # fmt: skip
+        elif n["status"] == "fail":
+            out["still"].append(n["node"])
+        elif failed_then:
+            out["fixed"].append(n["node"])
+    out["gone"] = sorted(name for name in before if name not in now)
+    return out

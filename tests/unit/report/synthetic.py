@@ -199,7 +199,8 @@ ALL_GPU_CHECKS = [
     ("gpu.inforom", "InfoROM valid"),
 ]
 XID79 = "Xid 79 at 2026-11-22T07:12:09Z: GPU has fallen off the bus"
-# node number -> faults, for 64 nodes (the same at any size: numbers past the end unused)
+# node number -> faults, for 64 nodes; a larger cluster repeats the 64 nodes' pattern (node i
+# as node i % 64), as 64 nodes' result files replicated would
 LARGE_FAULTS: dict[int, dict] = {
     5: {("gpu.xid", 3): ("fail", XID79), ("gpu.xid", 6): ("fail", XID79)},
     17: {("gpu.xid", 2): ("fail", "Xid 48 at 2026-11-22T06:58:40Z: double-bit ECC error"),
@@ -212,6 +213,8 @@ LARGE_FAULTS: dict[int, dict] = {
 }  # fmt: skip
 UNREACHABLE = {52}
 MIG_NODES = {12, 36, 60}  # MIG on GPU 1; on 60 its MIG device 2 fails isolation
+LARGE_DRIVER2 = {"driver_loaded": "550.163.01", "driver_installed": "550.163.01",
+                 "driver_pinned": "550.163.01", "cuda_driver_max": "12.4"}  # fmt: skip
 
 
 def large_name(i: int) -> str:
@@ -221,10 +224,11 @@ def large_name(i: int) -> str:
 def large_cluster(nodes: int = 64, gpus: int = 8) -> dict[str, dict]:
     """file name -> document: ``nodes`` H100 nodes of ``gpus`` GPUs with every check, the
     faults of LARGE_FAULTS, an unreachable node, MIG nodes (one failing) and, on every third
-    node, gpu.fabric_manager skipped (no NVSwitch) as on A100 PCIe nodes."""
+    node, gpu.fabric_manager skipped (no NVSwitch) as on A100 PCIe nodes; past 64 nodes the
+    pattern repeats (node i as node i % 64)."""
     out: dict[str, dict] = {}
-    for i in range(nodes):
-        name = large_name(i)
+    for n in range(nodes):
+        name, i = large_name(n), n % 64
         if i in UNREACHABLE:
             out[f"{name}.json"] = {"node": name, "unreachable": True,
                                    "detail": "Failed to connect to the host via ssh"}  # fmt: skip
@@ -236,6 +240,13 @@ def large_cluster(nodes: int = 64, gpus: int = 8) -> dict[str, dict]:
                                   ("skip", "no NVSwitch fabric: NVML reports none"))  # fmt: skip
         model = "NVIDIA A100-SXM4-80GB" if i in MIG_NODES else "NVIDIA H100 80GB HBM3"
         doc = result(name, model, gpus, faults, ALL_NODE_CHECKS, ALL_GPU_CHECKS)
+        for g in doc["gpus"]:  # UUIDs unique in the cluster, as real ones are
+            g["uuid"] = f"GPU-{n:08x}-{g['index']:04x}-4000-8000-000000000000"
+        for c in doc["checks"]:
+            if c["gpu"] is not None:
+                c["uuid"] = doc["gpus"][c["gpu"]]["uuid"]
+        if (n // 64) % 2:  # every other replica of the 64 on a newer driver
+            doc["versions"].update(LARGE_DRIVER2)
         if i in MIG_NODES and gpus >= 2:  # mig_result's GPUs 0 (whole) and 1 (MIG on)
             mig = mig_result(name, broken=2 if i == 60 else None)
             for g, m in zip(doc["gpus"], mig["gpus"], strict=False):

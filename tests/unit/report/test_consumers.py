@@ -106,8 +106,11 @@ def _run_chromium(*args: str) -> str:
 
 PROBE = """<script>
 document.querySelectorAll('td.cell').forEach(function(td){
-  td.setAttribute('data-bg', getComputedStyle(td).backgroundColor);});
-var bad = document.querySelector('td.cell.s-fail[data-row="GPU %d"]');
+  var tr = td.parentNode;
+  td.setAttribute('data-bg', getComputedStyle(td).backgroundColor);
+  td.setAttribute('data-where', tr.getAttribute('data-node') + '|' +
+    (tr.classList.contains('noderow') ? 'node' : tr.cells[0].firstChild.textContent));});
+var bad = document.querySelector('tr.gpurow[data-gpu="%d"] td.cell.s-fail');
 bad.click();
 var p = document.getElementById('panel');
 document.body.setAttribute('data-panel', p.textContent);
@@ -121,18 +124,20 @@ def test_chromium_renders_the_grid_with_its_colours(report, tmp_path):
     probed.write_text(probed_page(page, PROBE % FAULTY_GPU))
     dom = _run_chromium("--virtual-time-budget=2000", "--dump-dom", probed.as_uri())
     cells = re.findall(
-        r'<td class="cell s-(\w+)( sel)?" data-status="(\w+)" data-node="([^"]+)" '
-        r'data-check="([^"]+)" data-row="([^"]+)"[^>]*data-bg="([^"]+)"',
+        r'<td class="cell s-(\w+)( sel)?" data-status="(\w+)" data-check="([^"]+)"'
+        r'[^>]*data-bg="([^"]+)" data-where="([^"|]+)\|([^"]+)"',
         dom,
     )
-    assert len(cells) > 50, dom[:2000]
-    for cls, _, status, node, check, row, bg in cells:
+    assert len(cells) > 20, dom[:2000]
+    for cls, _, status, check, bg, node, row in cells:
         assert cls == status and bg == RGB[status], (node, row, check, status, bg)
-    by = {(node, row, check): status for _, _, status, node, check, row, _ in cells}
+    by = {(node, row, check): status for _, _, status, check, _, node, row in cells}
     assert by[(FAULTY, f"GPU {FAULTY_GPU}", "gpu.ecc_uncorrectable")] == "fail"
     assert by[(FAULTY, "GPU 0", "gpu.ecc_uncorrectable")] == "pass"
     assert by[("sim-down", "node", "node.reachable")] == "fail"
-    assert {s for (n, _, _), s in by.items() if n == "sim-a100-bookworm"} == {"pass", "skip"}
+    assert by[(FAULTY, "node", "container.cuda")] == "skip"
+    # the healthy node is folded to its check list: no grid of ticks
+    assert not {s for (n, _, _), s in by.items() if n == "sim-a100-bookworm"}
     # a click on the failed cell shows its details in the panel
     panel = re.search(r'data-panel="([^"]*)"', dom)[1]
     assert f"{FAULTY} · GPU {FAULTY_GPU} · Uncorrectable ECC errors" in panel

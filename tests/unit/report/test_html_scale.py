@@ -150,28 +150,50 @@ def test_healthy_nodes_fold_to_one_line_failing_ones_open(large):
     assert by[large_name(60)].endswith("fail mig.isolation on MIG 1:2")
     assert by[large_name(47)].endswith("warn gpu.clocks_event on GPU 0, 1, 2, 3, 4, 5, 6, 7")
     assert by[DOWN] == f"unreachable{DOWN}unreachable: Failed to connect to the host via ssh"
-    # a folded node's grid rows are inside its closed <details>: nothing of it hidden for good
-    healthy = next(d for d in nodes_on_page(root) if d.attrs["data-status"] == "pass")
-    rows = list(healthy.all("tr"))
-    assert [r.attrs["class"] for r in rows[:2]] == ["noderow", "gpurow"] and len(rows) >= 9
+    # a folded node holds its GPUs and its checks (each verdict once, or the node above with
+    # the same verdicts and details named): no grid of ticks, nothing of it hidden for good
+    folded = [d for d in nodes_on_page(root) if d.attrs["data-status"] == "pass"]
+    first = folded[0]
+    uuids = [td.content() for td in first.first("table", "gpus").all("td", "uuid")]
+    assert len(uuids) == 8 and all(u.startswith("GPU-") for u in uuids)
+    assert not list(first.all("table", "grid"))
+    listed = [
+        [td.content() for td in tr.all("td")] for tr in first.first("table", "list").all("tr")
+    ]
+    assert ["pass", "gpu.xid", "GPU 0-7", "0"] in listed
+    same = [d for d in folded if list(d.all("p", "same"))]
+    assert len(same) > 40  # 56 healthy nodes, three kinds of check list (fabric skipped, MIG)
+    for d in same:
+        ref = d.first("p", "same").first("a")
+        target = root.by_id(ref.attrs["href"].removeprefix("#"))
+        assert target.attrs["data-node"] == ref.content() and list(target.all("table", "list"))
+
+
+def row_of(td: Element) -> str:
+    """The row a grid cell is on, as the panel names it: "node", "GPU 3", "MIG 1:2"."""
+    tr = td.parent
+    return "node" if "noderow" in tr.attrs["class"].split() else tr.first("th").own_text()
 
 
 def test_failing_cells_and_rows_marked(large):
     _, _, root = large
     node = next(d for d in nodes_on_page(root) if d.attrs["data-node"] == large_name(5))
     bad = [
-        (td.attrs["data-row"], td.attrs["data-check"])
+        (row_of(td), td.attrs["data-check"])
         for td in node.all("td")
         if td.attrs.get("data-status") == "fail"
     ]
     assert bad == [("node", "gpu.xid"), ("GPU 3", "gpu.xid"), ("GPU 6", "gpu.xid")]
     marked = [th.own_text() for th in node.all("th", "bad")]
     assert marked == [large_name(5), "GPU 3", "GPU 6"]
-    cell = next(td for td in node.all("td") if td.attrs.get("data-row") == "GPU 3"
+    cell = next(td for td in node.all("td") if row_of(td) == "GPU 3"
                 and td.attrs.get("data-check") == "gpu.xid")  # fmt: skip
     assert cell.attrs["title"] == f"FAIL  GPU 3 {XID79}" and cell.attrs["class"] == "cell s-fail"
+    # the GPU row's header: the bus id whole, then the model
+    assert [s.content() for s in cell.parent.first("th").all("small")][:2] == [
+        "00000000:1F:00.0", "NVIDIA H100 80GB HBM3"]  # fmt: skip
     # the node row's cell of a per-GPU check: the failures, then the GPUs that passed
-    node_cell = next(td for td in node.all("td") if td.attrs.get("data-row") == "node"
+    node_cell = next(td for td in node.all("td") if row_of(td) == "node"
                      and td.attrs.get("data-check") == "gpu.xid")  # fmt: skip
     assert node_cell.attrs["title"] == (
         f"FAIL  GPU 3 {XID79}\nFAIL  GPU 6 {XID79}\nPASS  GPU 0, GPU 1, GPU 2, GPU 4, GPU 5, GPU 7"
@@ -327,7 +349,7 @@ def test_hostile_values_stay_text_in_the_new_places(hostile):
     # no element made of a value: only the page's own tags, one script, no img/b/i/s/u
     assert {e.tag for e in root.all()} <= {
         "html", "head", "meta", "title", "style", "body", "h1", "p", "span", "b", "table",
-        "thead", "tbody", "tr", "th", "td", "a", "form", "label", "select", "option", "div",
+        "thead", "tbody", "tr", "th", "td", "a", "form", "label", "select", "option", "div", "input",
         "details", "summary", "small", "script"}  # fmt: skip
     assert len(list(root.all("script"))) == 1 and not list(root.all("img"))
     bold = [e.content() for e in root.all("b")]
@@ -350,9 +372,10 @@ def test_hostile_values_stay_text_in_the_new_places(hostile):
     assert EVIL_CHECK in options
     assert EVIL_CHECK in [th.attrs["data-check"] for th in root.by_id("cols").all("th", "col")]
     cell = next(td for td in evil.all("td") if td.attrs.get("data-check") == EVIL_CHECK
-                and td.attrs.get("data-row") == "GPU 0")  # fmt: skip
+                and row_of(td) == "GPU 0")  # fmt: skip
     assert (
-        cell.attrs["title"] == f"WARN  GPU 0 {EVIL_DETAIL}" and cell.attrs["data-node"] == EVIL_NODE
+        cell.attrs["title"] == f"WARN  GPU 0 {EVIL_DETAIL}"
+        and cell.parent.attrs["data-node"] == EVIL_NODE
     )
     # the MIG row: the profile text as text
     mig_rows = [th.content() for th in root.all("th", "mig")]
@@ -458,3 +481,116 @@ def test_chromium_a_check_in_the_summary_filters_to_it(large, tmp_path):
     dom = _run_chromium("--virtual-time-budget=3000", "--dump-dom", path.as_uri())
     assert re.search(r'data-filter="([^"]*)"', dom)[1] == "mig.isolation|fail warn"
     assert re.search(r'data-shown="([^"]*)"', dom)[1] == f"{large_name(60)}+"
+
+
+# ------------------------------------------------ issue 28: the header, groups, find, warn-only
+
+
+def test_header_names_ten_failed_nodes_then_a_count():
+    summary = {"nodes": 500, "nodes_failed": 25, "failed": [f"n{i:02d}" for i in range(25)]}
+    assert html.verdict(summary) == (
+        "25 of 500 nodes failed: n00, n01, n02, n03, n04, n05, n06, n07, n08, n09 and 15 more"
+    )
+    assert html.verdict(summary, None) == "25 of 500 nodes failed"
+    assert html.verdict({"nodes": 3, "nodes_failed": 0, "failed": []}) == "all 3 nodes passed"
+
+
+def test_the_64_node_page_header_and_title(large):
+    model, _, root = large
+    failed = model["summary"]["failed"]
+    assert (
+        root.by_id("verdict")
+        .content()
+        .startswith(f"6 of 64 nodes failed: {', '.join(failed)} · generated")
+    )
+    assert root.first("title").content() == "gpunode validation: 6 of 64 nodes failed"
+
+
+def test_groups_by_model_and_driver(large):
+    _, _, root = large
+    rows = [[td.content() for td in tr.all("td")] for tr in root.by_id("groups").all("tr")
+            if "data-group" in tr.attrs]  # fmt: skip
+    assert rows == [
+        ["NVIDIA H100 80GB HBM3", "535.261.03", "60", "4", "2", "", "", "54"],
+        ["NVIDIA A100-SXM4-80GB", "535.261.03", "3", "1", "", "", "", "2"],
+        ["unknown (no result)", "unknown", "1", "", "", "1", "", ""],
+    ]
+    # each node carries its group, as the filter's group select lists them
+    groups = {}
+    for d in nodes_on_page(root):
+        groups.setdefault(d.attrs["data-group"], []).append(d.attrs["data-node"])
+    assert {k: len(v) for k, v in groups.items()} == {"0": 60, "1": 3, "2": 1}
+    assert groups["2"] == [DOWN]
+    options = [o.content() for o in root.by_id("f-group").all("option")]
+    assert options[1:] == ["NVIDIA H100 80GB HBM3 · driver 535.261.03 (60)",
+                           "NVIDIA A100-SXM4-80GB · driver 535.261.03 (3)",
+                           "unknown (no result) · driver unknown (1)"]  # fmt: skip
+
+
+def test_groups_follow_the_driver_past_64_nodes(tmp_path):
+    model = build.model_from([str(write_large_cluster(tmp_path / "r", 130, 2))])
+    groups = {(g["model"], g["driver"]): len(g["nodes"]) for g in overview.groups(model["nodes"])}
+    assert groups[("NVIDIA H100 80GB HBM3", "550.163.01")] == 60  # nodes 64-127
+    assert groups[("NVIDIA H100 80GB HBM3", "535.261.03")] == 62  # 0-63, and 128, 129
+    assert sum(groups.values()) == 130
+
+
+def test_a_node_that_only_warns_on_a_failing_check_is_linked(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    docs = {"a-fail": {("gpu.lost", 0): ("fail", "lost")},
+            "b-warn": {("gpu.lost", 1): ("warn", "flaky")}}  # fmt: skip
+    for name, faults in docs.items():
+        (d / f"{name}.json").write_text(json.dumps(result(name, "Tesla T4", 2, faults)))
+    model = build.model_from([str(d)])
+    (p,) = [p for p in overview.problems(model["nodes"], model["columns"]) if p["id"] == "gpu.lost"]
+    assert p["nodes"] == ["a-fail"] and p["warn_nodes"] == ["b-warn"]
+    root = Tree(html.render(model)).root
+    row = next(tr for tr in root.by_id("problems").all("tr") if tr.attrs.get("data-problem"))
+    links = {a.content(): a.attrs["href"] for a in row.all("a")}
+    assert set(links) == {"a-fail", "b-warn"}
+    assert row.first("span", "also").content() == "warn only: b-warn"
+    assert root.by_id(links["b-warn"][1:]).attrs["data-node"] == "b-warn"
+
+
+FIND_PROBE = """<script>
+var ff = document.getElementById('f-find');
+ff.value = '%s'; ff.dispatchEvent(new Event('input'));
+var shown = [], hits = [];
+document.querySelectorAll('details.node:not(.off)').forEach(function(d){
+  shown.push(d.getAttribute('data-node') + (d.open ? '+' : '-'));});
+document.querySelectorAll('tr.hit').forEach(function(tr){
+  hits.push(tr.cells[0].firstChild.textContent);});
+document.body.setAttribute('data-shown', shown.join(','));
+document.body.setAttribute('data-hits', hits.join(','));
+document.body.setAttribute('data-healthy', document.getElementById('healthy').open ? 'open' : '');
+document.body.setAttribute('data-count', document.getElementById('f-count').textContent);
+</script></body>"""
+
+
+@pytest.mark.parametrize(
+    "query, shown, hits",
+    [
+        # a healthy node's GPU by its UUID: the node and its fold opened, the GPU's row marked
+        ("gpu-00000000-0003", f"{large_name(0)}+", "GPU 3"),
+        # a failing node's GPU by its bus id, in upper or lower case
+        ("00000000:1f:00.0", None, None),
+        # nodes by part of their name
+        ("r04-n1", ",".join(f"{large_name(i)}+" for i in [60, *range(57, 60), *range(61, 64)]),
+         ""),
+    ],
+)  # fmt: skip
+def test_chromium_find_by_node_gpu_uuid(large, tmp_path, query, shown, hits):
+    from .test_consumers import _run_chromium, probed_page
+
+    _, page, _ = large
+    path = tmp_path / "probe.html"
+    path.write_text(probed_page(page, FIND_PROBE % query))
+    dom = _run_chromium("--virtual-time-budget=3000", "--dump-dom", path.as_uri())
+    attr = {k: re.search(rf'data-{k}="([^"]*)"', dom)[1] for k in ("shown", "hits", "healthy",
+                                                                   "count")}  # fmt: skip
+    if shown is None:  # every node has a GPU 3 at that bus id: all shown, each row marked
+        assert attr["count"] == "63 of 64 nodes" and set(attr["hits"].split(",")) == {"GPU 3"}
+        return
+    assert attr["shown"] == shown and attr["hits"] == hits
+    assert attr["healthy"] == "open"

@@ -22,13 +22,20 @@ def model(tmp_path):
 
 
 def cells(page: str) -> dict[tuple[str, str, str], str]:
-    """(node, row, check) -> status, from the page's data attributes."""
+    """(node, row, check) -> status, from the grid's rows (a row's node is its data-node,
+    its name its header's first text, "node" for the node's own row) and cells."""
     out = {}
-    for m in re.finditer(
-        r'data-status="(\w+)" data-node="([^"]+)" data-check="([^"]+)" data-row="([^"]+)"', page
-    ):
-        out[(m[2], m[4], m[3])] = m[1]
+    for tr in re.finditer(r'<tr class="(\w+)[^"]*" data-node="([^"]+)"[^>]*>(.*?)</tr>', page, re.S):
+        row = "node" if tr[1] == "noderow" else re.match(r"<th[^>]*>([^<]*)", tr[3])[1]
+        for m in re.finditer(r'data-status="(\w+)" data-check="([^"]+)"', tr[3]):
+            out[(tr[2], row, m[2])] = m[1]
     return out
+
+
+def folded_checks(page: str, node: str) -> list[tuple[str, str, str]]:
+    """A folded node's check list: (status, check, where) of each verdict."""
+    d = re.search(rf'<details class="node k-\w+" [^>]*data-node="{node}".*?</details>', page, re.S)
+    return re.findall(r'<tr><td class="s-(\w+)">\w+</td><td>([^<]*)</td><td>([^<]*)</td>', d[0])
 
 
 def test_html_grid_cells_and_faulty_gpu_row(model):
@@ -39,11 +46,16 @@ def test_html_grid_cells_and_faulty_gpu_row(model):
     assert got[(FAULTY, "node", "gpu.ecc_uncorrectable")] == "fail"  # node row sums GPUs up
     assert got[(FAULTY, "GPU 0", "gpu.persistence")] == "warn"
     assert got[("sim-down", "node", "node.reachable")] == "fail"
-    assert got[("sim-a100-bookworm", "node", "container.cuda")] == "skip"
-    healthy = {k: v for k, v in got.items() if k[0] == "sim-a100-bookworm"}
-    assert set(healthy.values()) == {"pass", "skip"} and len(healthy) > 20
-    # the GPU row's header: one line, its UUID a tooltip
-    assert re.search(r'<th class="gpu bad" scope="row" title="GPU-[^"]+">GPU 1<small>Tesla T4', page)
+    # the healthy node is folded: no grid, its checks each verdict once with where
+    assert not [k for k in got if k[0] == "sim-a100-bookworm"]
+    healthy = folded_checks(page, "sim-a100-bookworm")
+    assert ("skip", "container.cuda", "node") in healthy
+    assert ("pass", "gpu.ecc_uncorrectable", "GPU 0-3") in healthy
+    assert {st for st, _, _ in healthy} == {"pass", "skip"} and len(healthy) > 8
+    # the GPU row's header: one line, its bus id whole, model and UUID a tooltip
+    assert re.search(r'<th class="gpu bad" scope="row" title="00000000:0F:00.0 · Tesla T4 · GPU-'
+                     r'[^"]+">GPU 1<small class="bus">00000000:0F:00.0</small><small>Tesla T4',
+                     page)  # fmt: skip
     assert "http://" not in page and "https://" not in page and "<link" not in page
     assert "535.261.03" in page and "4x NVIDIA A100-SXM4-80GB" in page
 
@@ -186,7 +198,8 @@ def test_html_gpu_less_node_header_names_the_reason_not_unknown_versions():
     cpu = {"node": "cpu", "no_gpu": True, "detail": results.NO_GPU, "checks": [engine]}
     model = results.merge([("cpu.json", results.check_result(cpu, "cpu.json"))])
     page = html.render(model)
-    header = re.search(r'<th class="node" scope="row">cpu(.*?)</th>', page).group(1)
+    # folded (it passed): the line under its name is the info paragraph of its fold
+    header = re.search(r'data-node="cpu".*?<p class="info">(.*?)</p>', page, re.S).group(1)
     assert results.NO_GPU in header
     assert "?" not in header and "driver" not in header
 
@@ -225,11 +238,11 @@ def test_html_mig_rows_under_their_gpu(mig_model):
                         r'data-mig="2">(.*?)</tr>', page, re.S).group(1)  # fmt: skip
     assert re.search(r'<th class="mig bad" scope="row" title="MIG-[^"]+">MIG 1:2<small>1g.10gb · '
                      r"30720 MiB · GI 3 · CI 0", mig_row)  # fmt: skip
-    assert 'data-check="mig.isolation" data-row="MIG 1:2"' in mig_row and "s-fail" in mig_row
+    assert cells(page)[("sim-a100-mig", "MIG 1:2", "mig.isolation")] == "fail"
     gpu_row = re.search(r'<tr class="gpurow" data-node="sim-a100-mig" data-gpu="1">(.*?)</tr>',
                         page, re.S).group(1)  # fmt: skip
     assert 'data-check="mig.isolation"' not in gpu_row  # each verdict on its own row
-    assert "<td>1:2</td><td>A container sees exactly the requested MIG device</td>" in page
+    assert "<td>mig.isolation</td><td>MIG 1:2</td><td>1:2: NVML lists MIG devices" in page
 
 
 def test_junit_and_markdown_name_the_mig_device(mig_model):

@@ -33,6 +33,8 @@ from gpunode.sim import cluster
 from gpunode.sim.docker import docker, exec_
 from gpunode.sim.expected import compare, injected
 
+from . import reportpage
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -247,7 +249,7 @@ def test_site_reports_the_faulty_gpu_red_and_fails_after_the_report(cluster_inve
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     page = (faulty / "reports" / "index.html").read_text()
-    assert f'data-status="fail" data-node="{a100}" data-check="gpu.ecc_uncorrectable" ' in page
+    assert ("GPU 1", "gpu.ecc_uncorrectable") in reportpage.cells(page, a100, "fail")
 
 
 def test_upgrade_driver_drains_only_changing_nodes_and_stops_on_mismatch(

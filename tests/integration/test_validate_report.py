@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import reportpage
 from .test_runtime import runtime_nodes  # noqa: F401 - the fixture: gpunode as Docker's default
 
 pytestmark = pytest.mark.integration
@@ -81,10 +82,7 @@ def test_validate_playbook_report_on_simulated_nodes(runtime_nodes, tmp_path):  
             ("gpu.fabric_manager", "skip")
         }
     page = (out / "index.html").read_text()
-    assert (
-        f'data-status="fail" data-node="{faulty.name}" data-check="gpu.ecc_uncorrectable" '
-        'data-row="GPU 2"' in page
-    )
+    assert ("GPU 2", "gpu.ecc_uncorrectable") in reportpage.cells(page, faulty.name, "fail")
 
 
 def test_infra_suites_pass_on_simulated_nodes(runtime_nodes, tmp_path):  # noqa: F811

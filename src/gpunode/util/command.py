@@ -4,7 +4,7 @@ parser class that reports it, the error bases the CLI's one error path catches, 
 
 It is in util, not cli, so that library code (the engines' runtime setup, the runtime's
 install-links) can raise the usage error without importing the CLI: nothing but the CLI
-imports gpunode.cli (tests/unit/test_layout.py)."""
+imports gpunode.cli (tests/unit/test_architecture.py)."""
 
 from __future__ import annotations
 

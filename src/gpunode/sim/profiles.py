@@ -77,6 +77,7 @@ from ..util.command import InputError
 
 PCIE_REPLAYS = 120  # the pcie_replays fault's counter (gpunode warns above 8)
 
+
 @dataclass(frozen=True)
 class Fault:
     """A fault a profile injects into a GPU, and what an operator must see of it: on that

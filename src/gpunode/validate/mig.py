@@ -154,8 +154,8 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
         # the one answer `gpunode mig assert` gives too (a GPU instance without a compute
         # instance is no MIG device: seen here as a wanted device missing)
         found = difference(entry, mig_capable=g.mig_mode is not None,
-                                  mig_enabled=bool(g.mig_mode),
-                                  mig_pending=bool(g.mig_mode_pending), devices=have)  # fmt: skip
+                           mig_enabled=bool(g.mig_mode), mig_pending=bool(g.mig_mode_pending),
+                           devices=have)  # fmt: skip
         if g.mig_mode is None:
             if found is not None:
                 add("mig.layout", FAIL, f"{g.name or 'this GPU'} cannot do MIG but {config_name} "
@@ -175,7 +175,7 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
                    else apply)  # fmt: skip
             add("mig.layout", FAIL, f"MIG {_on(g.mig_mode)}, {config_name} expects MIG "
                 f"{_on(entry.mig_enabled)}: {fix}", i, g)  # fmt: skip
-        elif found.mode:  # on as wanted now, but not after the next GPU reset
+        elif found.mode:  # the mode wanted now, but not after the next GPU reset
             add("mig.layout", FAIL, f"MIG {_on(g.mig_mode)}, {_on(g.mig_mode_pending)} after "
                 f"the next GPU reset; {config_name} expects MIG {_on(entry.mig_enabled)}: "
                 f"{apply}", i, g)  # fmt: skip

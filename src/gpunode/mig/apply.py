@@ -14,7 +14,7 @@ from typing import Any
 
 from ..util.files import Lock, make_dirs
 from . import MigApplyError, layout
-from .config import Entry
+from .config import Entry, document
 
 LOCK_FILE = "/run/gpunode/mig.lock"
 
@@ -204,4 +204,4 @@ def export(nv: Any) -> dict[str, Any]:
                 "mig-devices": dict(devs),
             }
         )
-    return {"version": "v1", "mig-configs": {"current": entries}}
+    return document({"current": entries})

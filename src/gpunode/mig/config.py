@@ -24,6 +24,7 @@ from ..util.boundedyaml import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlError, descr
 from ..util.record import record
 from . import MigConfigError
 
+VERSION = "v1"
 TOP_KEYS = ("version", "mig-configs")
 ENTRY_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
 
@@ -119,6 +120,13 @@ def _entry(where: str, raw: Any) -> Entry:
     return Entry(where, devices, device_filter, enabled, mig_devices)
 
 
+def document(configs: dict[str, Any]) -> dict[str, Any]:
+    """The mig-parted document around a `mig-configs` value (name -> entries): what `gpunode
+    mig export` prints and what validate reads gpu_mig_configs as. The gpu_mig role's
+    template writes the same on the controller (tests/unit/roles/test_gpu_mig_role.py)."""
+    return {"version": VERSION, "mig-configs": configs}
+
+
 def parse(data: Any, source: str = "<config>") -> dict[str, tuple[Entry, ...]]:
     """A loaded mig-parted document as {config name: entries}, or MigConfigError."""
     if not isinstance(data, dict):
@@ -128,8 +136,8 @@ def parse(data: Any, source: str = "<config>") -> dict[str, tuple[Entry, ...]]:
             raise _err(source, key, "the keys version, mig-configs")
     if "version" not in data:
         raise MigConfigError(f"{source}: missing required key 'version'; accepted: version: v1")
-    if data["version"] != "v1":
-        raise _err(f"{source}: version", data["version"], "v1")
+    if data["version"] != VERSION:
+        raise _err(f"{source}: version", data["version"], VERSION)
     configs = data.get("mig-configs")
     if not isinstance(configs, dict) or not configs:
         raise _err(f"{source}: mig-configs", configs, "a mapping of config names to entry lists")

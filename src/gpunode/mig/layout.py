@@ -6,6 +6,7 @@ fit is refused before anything changes).
 A MIG device is one GPU instance (GI) with one compute instance (CI) spanning it; that is
 the only shape gpunode creates. A GI is kept when it is such a device of a wanted profile
 and a placement of the rest exists around the kept ones; otherwise the GPU is rebuilt.
+Whether a layout is applied is `difference`'s answer, for `gpunode mig` and validate alike.
 """
 
 from __future__ import annotations
@@ -118,6 +119,51 @@ def wanted(entry: Entry | None, gpu: Gpu) -> dict[str, Any]:
     if entry is None:
         return state(gpu)
     return {"mig_enabled": entry.mig_enabled, "devices": dict(sorted(entry.mig_devices.items()))}
+
+
+@record(frozen=True)
+class Difference:
+    """How a GPU differs from the layout its entry wants: the first difference only."""
+
+    mode: bool  # True: its MIG mode (current or pending); False: its MIG devices
+    # one phrase: "MIG mode enabled wanted, it is disabled", "1g.10gb: 7 wanted, 0 present"
+    text: str
+
+
+def difference(
+    entry: Entry, *, mig_capable: bool, mig_enabled: bool, mig_pending: bool,
+    devices: dict[str, int],
+) -> Difference | None:  # fmt: skip
+    """THE answer to "is the layout ``entry`` wants applied to this GPU?" (None: it is), for
+    `gpunode mig assert|apply` (the GPU read through NVML) and `gpunode validate`'s
+    mig.layout (the inventory's record of it) alike. ``devices``: {MIG device profile:
+    count} named as `devices` names them (a compute instance narrower than its GPU instance
+    as "1c.3g.40gb", which is what the driver calls such a MIG device).
+
+    Applied: a GPU that cannot do MIG is left whole when the entry turns MIG off or selects
+    `devices: all` (as mig-parted skips it); otherwise the MIG mode, current and pending
+    both (a pending one is what the GPU has after its next reset), and the MIG devices'
+    profile counts are the entry's."""
+    if not mig_capable:
+        if entry.mig_enabled and entry.devices is not None:
+            return Difference(True, "MIG mode enabled wanted, it is not supported")
+        return None
+    if not mig_enabled == mig_pending == entry.mig_enabled:
+        want = "enabled" if entry.mig_enabled else "disabled"
+        return Difference(True, f"MIG mode {want} wanted, it is "
+                          f"{_mode_text(True, mig_enabled, mig_pending)}")  # fmt: skip
+    want_devices = entry.mig_devices if entry.mig_enabled else {}
+    for name in sorted(set(want_devices) | set(devices)):
+        if want_devices.get(name, 0) != devices.get(name, 0):
+            return Difference(False, f"{name}: {want_devices.get(name, 0)} wanted, "
+                              f"{devices.get(name, 0)} present")  # fmt: skip
+    return None
+
+
+def gpu_difference(gpu: Gpu, entry: Entry) -> Difference | None:
+    """`difference` for a GPU read through NVML."""
+    return difference(entry, mig_capable=gpu.mig_capable, mig_enabled=gpu.mig_enabled,
+                      mig_pending=gpu.mig_pending, devices=devices(gpu))  # fmt: skip
 
 
 def select(gpus: tuple[Gpu, ...], entries: tuple[Entry, ...]) -> dict[int, Entry]:
@@ -261,25 +307,17 @@ def plan_gpu(gpu: Gpu, entry: Entry | None) -> GpuPlan:
         # named by index with mig-enabled: true, it is refused below
         return GpuPlan(gpu, entry, before, before, False)
     if not entry.mig_enabled:
-        if not gpu.mig_capable:
-            return GpuPlan(gpu, entry, before, after, False)
-        off = not gpu.mig_enabled and not gpu.mig_pending and not gpu.instances
-        if off:
+        if gpu_difference(gpu, entry) is None:
             return GpuPlan(gpu, entry, before, after, False)
         return GpuPlan(gpu, entry, before, after, True, set_mode=False, destroy=gpu.instances)
-    mode_ok = gpu.mig_capable and gpu.mig_enabled and gpu.mig_pending
     if not gpu.mig_capable:
         check_fits(gpu, entry)  # raises
     if gpu.profiles is None:  # profiles named only once MIG is on
         return GpuPlan(gpu, entry, before, after, True, set_mode=True, deferred=True)
     want = check_fits(gpu, entry)
-    set_mode = None if mode_ok else True
-    if (
-        mode_ok
-        and all(full_device(gpu, gi) for gi in gpu.instances)
-        and devices(gpu) == after["devices"]
-    ):
+    if gpu_difference(gpu, entry) is None:
         return GpuPlan(gpu, entry, before, after, False)
+    set_mode = None if gpu.mig_enabled and gpu.mig_pending else True
     # keep the GIs that are wanted devices already, if the rest can be placed around them
     remaining = list(want)
     keep: list[nvml.GiState] = []
@@ -315,26 +353,18 @@ def plan(gpus: tuple[Gpu, ...], entries: tuple[Entry, ...]) -> list[GpuPlan]:
 def first_difference(plans: list[GpuPlan]) -> str | None:
     """The first way the node differs from the plans' layout, as one phrase, or None."""
     for p in plans:
-        if not p.changed:
-            continue
-        label = f"GPU {p.gpu.index}"
-        if p.before["mig_enabled"] != p.after["mig_enabled"] or p.set_mode is not None:
-            want = "enabled" if p.after["mig_enabled"] else "disabled"
-            return f"{label}: MIG mode {want} wanted, it is {_mode_text(p.gpu)}"
-        b, a = p.before["devices"], p.after["devices"]
-        for name in sorted(set(a) | set(b)):
-            if a.get(name, 0) != b.get(name, 0):
-                return f"{label}: {name}: {a.get(name, 0)} wanted, {b.get(name, 0)} present"
-        return f"{label}: MIG devices not each one compute instance spanning its GPU instance"
+        found = gpu_difference(p.gpu, p.entry) if p.changed and p.entry else None
+        if found is not None:  # a changed plan is one with a difference
+            return f"GPU {p.gpu.index}: {found.text}"
     return None
 
 
-def _mode_text(gpu: Gpu) -> str:
-    if not gpu.mig_capable:
+def _mode_text(capable: bool, enabled: bool, pending: bool) -> str:
+    if not capable:
         return "not supported"
-    now = "enabled" if gpu.mig_enabled else "disabled"
-    if gpu.mig_pending != gpu.mig_enabled:
-        return f"{now} ({'enable' if gpu.mig_pending else 'disable'} pending a GPU reset)"
+    now = "enabled" if enabled else "disabled"
+    if pending != enabled:
+        return f"{now} ({'enable' if pending else 'disable'} pending a GPU reset)"
     return now
 
 

@@ -1,7 +1,8 @@
 """What the cluster report of a simulated cluster must show: each GPU with faults in its
-node's profile a failed (or warning) GPU row on exactly that node and GPU, every other GPU
-and node passing, GPU-less nodes a row of skips. `gpunode sim check-report` (the demo's last
-step) and the integration tests judge a report with it.
+node's profile a failed (or warning) GPU row on exactly that node and GPU, bad in exactly
+the checks profiles.FAULTS names for its faults, every other GPU and node passing, GPU-less
+nodes a row of skips. `gpunode sim check-report` (the demo's last step) and the
+integration tests judge a report with it.
 
 GPU indices are PCI bus order over the profile's GPUs, as `gpunode validate` numbers them.
 """
@@ -11,34 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cluster import SimError, read_inventory
-from .profiles import ProfileError, load_profile
+from .profiles import FAULTS, ProfileError, load_profile
 
 BAD = ("fail", "warn")
-
-# What a link or state fault (gpunode.nvidia.health's checks) must show: its check at this
-# status. A GPU whose faults are all listed here must show exactly those checks bad (two
-# faults on one check: the worse status), nothing else.
-SHOWS = {
-    # a width drop fails on an SXM module (HGX/DGX baseboards, as DCGM judges it) and only
-    # warns on a PCIe card: injected() names the card's fault CARD_PCIE_DEGRADED
-    "pcie_degraded": ("gpu.pcie_link", "fail"),
-    "pcie_degraded (PCIe card)": ("gpu.pcie_link", "warn"),
-    "pcie_replays": ("gpu.pcie_replay", "warn"),
-    "clocks_hw_slowdown": ("gpu.clocks_event", "fail"),
-    "clocks_sw_thermal": ("gpu.clocks_event", "warn"),
-    "nvlink_down": ("gpu.nvlink", "fail"),
-    "inforom_corrupt": ("gpu.inforom", "fail"),
-    "fabric_manager_failed": ("gpu.fabric_manager", "fail"),
-}
+CARD = " (PCIe card)"  # a fault judged apart on a PCIe card (profiles.Fault.on_card) ends so
 
 
-def shows(faults: list[str]) -> dict[str, str] | None:
-    """check id -> status the faults must show, or None when one of them is not in SHOWS."""
-    if not faults or any(f not in SHOWS for f in faults):
-        return None
+def shows(faults: list[str]) -> dict[str, str]:
+    """check id -> status the GPU's faults (as gpu_faults names them) must show: each fault's
+    entry in profiles.FAULTS, the one table; two faults on one check: the worse status."""
     want: dict[str, str] = {}
-    for check, status in (SHOWS[f] for f in faults):
-        want[check] = "fail" if "fail" in (status, want.get(check)) else status
+    for f in faults:
+        fault = FAULTS[f.removesuffix(CARD)]
+        table = fault.on_card if f.endswith(CARD) and fault.on_card else fault.shows
+        for check, status in table.items():
+            want[check] = "fail" if "fail" in (status, want.get(check)) else status
     return want
 
 
@@ -56,16 +44,14 @@ def injected(inventory: Path) -> dict[str, dict[int, list[str]]]:
     return out
 
 
-CARD_PCIE_DEGRADED = "pcie_degraded (PCIe card)"
-
-
 def gpu_faults(gpu) -> list[str]:
-    """The GPU's faults; pcie_degraded on a PCIe card named CARD_PCIE_DEGRADED. A card is a
-    GPU whose model does not say SXM and that is not on an NVSwitch baseboard (the
-    profile's fabric: NVLinks on compute capability 9.0+): the profiles' SXM GPUs are
-    named "...-SXM..." (A100, V100) or sit on one (H100 80GB HBM3)."""
+    """The GPU's faults; on a PCIe card one judged apart there (profiles.Fault.on_card)
+    named with CARD after it. A card is a GPU whose model does not say SXM and that is not
+    on an NVSwitch baseboard (the profile's fabric: NVLinks on compute capability 9.0+):
+    the profiles' SXM GPUs are named "...-SXM..." (A100, V100) or sit on one (H100 80GB
+    HBM3)."""
     card = "SXM" not in gpu.model.upper() and not gpu.fabric
-    return sorted(CARD_PCIE_DEGRADED if f == "pcie_degraded" and card else f for f in gpu.faults)
+    return sorted(f + CARD if card and FAULTS[f].on_card else f for f in gpu.faults)
 
 
 def compare(model: dict, expected: dict[str, dict[int, list[str]]]) -> list[str]:
@@ -98,7 +84,7 @@ def compare(model: dict, expected: dict[str, dict[int, list[str]]]) -> list[str]
                 problems.append(f"{name}: GPU {i} (no fault injected): {c['id']} {c['status']}")
             want = shows(faults)
             got = {c["id"]: c["status"] for c in bad}
-            if want is not None and bad and got != want:
+            if faults and bad and got != want:
                 problems.append(
                     f"{name}: GPU {i} has faults {', '.join(faults)}: shows {_checks(got)}; "
                     f"expected {_checks(want)}"

@@ -1133,14 +1133,21 @@ static nvmlReturn_t lookup_any(nvmlDevice_t device, const gpu_t **gpu, const mig
  * asks for it. */
 ANY_GETTER(nvmlDeviceGetIndex, unsigned int, m ? m->index : g->index)
 
+static unsigned int mig_ci_slices(const mig_t *m); /* see "MIG" below */
+
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     char mig_name[STR_LEN + 48];
     GET_ANY(device, g, m);
     if (!m)
         return copy_out(name, length, g->name);
-    /* as a real driver names MIG devices: "NVIDIA A100-SXM4-80GB MIG 3g.40gb" */
-    snprintf(mig_name, sizeof(mig_name), "%s MIG %s", g->name, m->gip->name);
+    /* as a real driver names MIG devices: "NVIDIA A100-SXM4-80GB MIG 3g.40gb", one whose
+     * compute instance is narrower than its GPU instance "... MIG 1c.3g.40gb" */
+    unsigned int k = mig_ci_slices(m);
+    if (k == m->gip->slices)
+        snprintf(mig_name, sizeof(mig_name), "%s MIG %s", g->name, m->gip->name);
+    else
+        snprintf(mig_name, sizeof(mig_name), "%s MIG %uc.%s", g->name, k, m->gip->name);
     return copy_out(name, length, mig_name);
 }
 
@@ -1380,6 +1387,11 @@ static char g_buf[STATE_BUF];
 static const unsigned int CI_SLICES[] = {1, 2, 3, 4, 7};
 static const unsigned int CI_STEP[] = {1, 2, 4, 4, 8};
 #define CI_PROFILES (sizeof(CI_SLICES) / sizeof(CI_SLICES[0]))
+
+static unsigned int mig_ci_slices(const mig_t *m)
+{
+    return CI_SLICES[m->ci_profile];
+}
 
 static unsigned int gi_minor(unsigned int gpu_minor, unsigned int gi)
 {

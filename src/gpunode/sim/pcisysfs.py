@@ -152,7 +152,7 @@ def gpu_function(gpu: Gpu) -> Function:
         (0, 0, 0),
         (base + (1 << 32), 32 << 20, MEM64_PREFETCH),  # BAR3
     ]
-    width = gpu.pcie_width // 2 if "pcie_degraded" in gpu.faults else gpu.pcie_width
+    width = gpu.pcie_width // 2 if "pcie_link_degraded" in gpu.faults else gpu.pcie_width
     return _function(
         gpu.bus_id,
         gpu.pci_device_id,

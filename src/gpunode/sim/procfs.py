@@ -183,9 +183,9 @@ XID_OF_FAULT = {
     "fallen_off_bus": (79, "'<unknown>'", "<unknown>", "GPU has fallen off the bus."),
     "ecc_uncorrectable": (48, "4211", "python3", "An uncorrectable double bit error (DBE) has "
                           "been detected on GPU in the framebuffer at partition 0, subpartition 0."),
-    "xid_application": (13, "4211", "python3", "Graphics SM Warp Exception on (GPC 0, TPC 0, "
+    "xid_application_error": (13, "4211", "python3", "Graphics SM Warp Exception on (GPC 0, TPC 0, "
                         "SM 0): Out Of Range Address"),
-    "xid_nvlink": (74, "'<unknown>'", "<unknown>", "NVLink: fatal error detected on link 3(0x0, "
+    "xid_error": (74, "'<unknown>'", "<unknown>", "NVLink: fatal error detected on link 3(0x0, "
                    "0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"),
 }  # fmt: skip
 

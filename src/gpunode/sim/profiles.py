@@ -77,24 +77,58 @@ from ..util.command import InputError
 
 PCIE_REPLAYS = 120  # the pcie_replays fault's counter (gpunode warns above 8)
 
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault a profile injects into a GPU, and what an operator must see of it: on that
+    GPU exactly these gpunode.nvidia.health checks bad (`gpunode validate`, the cluster
+    report; sim.expected judges a report by them), nothing else."""
+
+    text: str
+    shows: dict[str, str]  # check id -> "fail" or "warn", in health.CHECKS order
+    # what it shows on a PCIe card instead (a card is judged apart from an SXM module)
+    on_card: dict[str, str] | None = None
+
+
+# The one table of simulated faults. A fault is named by the health flag it raises (the
+# inventory's `health`, health.FLAGS), where its check has one; a fault whose check has
+# none (device_node_missing: the inventory's `problems`) by what happens.
+# tests/unit/sim/test_profiles.py holds every fault to its entry and its name.
 FAULTS = {
-    "fallen_off_bus": "the GPU fell off the bus: NVML reports GPU_IS_LOST",
-    "ecc_uncorrectable": "uncorrectable (double-bit) ECC errors counted",
-    "retired_pages_pending": "retired pages waiting for a reset to take effect",
-    "row_remap_failure": "row remapping failed (no spare rows left)",
-    "persistence_off": "persistence mode disabled",
-    "device_node_missing": "the /dev/nvidia<minor> node was not created",
-    "xid_application": "an application's Xid 13 (graphics exception) in the kernel log",
-    "xid_nvlink": "an Xid 74 (NVLink error) in the kernel log",
+    "fallen_off_bus": Fault("the GPU fell off the bus: NVML reports GPU_IS_LOST",
+                            {"gpu.lost": "fail"}),
+    # the driver also logs an Xid 48 for it (sim.procfs.XID_OF_FAULT)
+    "ecc_uncorrectable": Fault("uncorrectable (double-bit) ECC errors counted",
+                               {"gpu.ecc_uncorrectable": "fail", "gpu.xid": "fail"}),
+    "retired_pages_pending": Fault("retired pages waiting for a reset to take effect",
+                                   {"gpu.retired_pages_pending": "fail"}),
+    "row_remap_failure": Fault("row remapping failed (no spare rows left)",
+                               {"gpu.row_remap_failure": "fail"}),
+    "persistence_off": Fault("persistence mode disabled", {"gpu.persistence": "warn"}),
+    "device_node_missing": Fault("the /dev/nvidia<minor> node was not created",
+                                 {"gpu.device_node": "fail"}),
+    "xid_application_error": Fault(
+        "an application's Xid 13 (graphics exception) in the kernel log", {"gpu.xid": "warn"}),
+    "xid_error": Fault("an Xid 74 (NVLink error) in the kernel log", {"gpu.xid": "fail"}),
     # links and state (gpunode.nvidia.health), as NVML shows them
-    "pcie_degraded": "the PCIe link trained at half its width (x8 of x16)",
-    "pcie_replays": f"the PCIe replay counter reads {PCIE_REPLAYS} (a marginal link)",
-    "clocks_hw_slowdown": "clocks held down by HW slowdown (clock event reason 0x8)",
-    "clocks_sw_thermal": "clocks held down by SW thermal slowdown (clock event reason 0x20)",
-    "nvlink_down": "NVLink 0 is down (a GPU with NVLinks only)",
-    "inforom_corrupt": "the InfoROM is corrupted: nvmlDeviceValidateInforom fails",
-    "fabric_manager_failed": "fabric training completed with an error (NVSwitch GPUs only)",
-}
+    # a width drop fails on an SXM module (HGX/DGX baseboards, as DCGM judges it) and only
+    # warns on a PCIe card
+    "pcie_link_degraded": Fault("the PCIe link trained at half its width (x8 of x16)",
+                                {"gpu.pcie_link": "fail"}, on_card={"gpu.pcie_link": "warn"}),
+    "pcie_replays": Fault(f"the PCIe replay counter reads {PCIE_REPLAYS} (a marginal link)",
+                          {"gpu.pcie_replay": "warn"}),
+    "clocks_hw_slowdown": Fault("clocks held down by HW slowdown (clock event reason 0x8)",
+                                {"gpu.clocks_event": "fail"}),
+    "clocks_sw_thermal": Fault(
+        "clocks held down by SW thermal slowdown (clock event reason 0x20)",
+        {"gpu.clocks_event": "warn"}),
+    "nvlink_down": Fault("NVLink 0 is down (a GPU with NVLinks only)", {"gpu.nvlink": "fail"}),
+    "inforom_corrupt": Fault("the InfoROM is corrupted: nvmlDeviceValidateInforom fails",
+                             {"gpu.inforom": "fail"}),
+    "fabric_manager_failed": Fault(
+        "fabric training completed with an error (NVSwitch GPUs only)",
+        {"gpu.fabric_manager": "fail"}),
+}  # fmt: skip
 
 # nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).
 _ARCH_BY_CC = {3: 2, 5: 3, 6: 4, 7: 5, 8: 7, 9: 9, 10: 10, 12: 10}
@@ -474,8 +508,8 @@ def _parse_links(
     links = _int(f"{where}.nvlinks", raw.get("nvlinks", links), 0, NVLINK_MAX_LINKS)
     if "nvlink_down" in faults and not links:
         raise ProfileError(f"{where}.faults: nvlink_down needs a GPU with NVLinks (nvlinks is 0)")
-    if "pcie_degraded" in faults and width == 1:
-        raise ProfileError(f"{where}.faults: pcie_degraded needs a link wider than x1")
+    if "pcie_link_degraded" in faults and width == 1:
+        raise ProfileError(f"{where}.faults: pcie_link_degraded needs a link wider than x1")
     if "fabric_manager_failed" in faults and not (cc >= (9, 0) and links):
         raise ProfileError(
             f"{where}.faults: fabric_manager_failed needs an NVSwitch GPU (compute capability "
@@ -800,7 +834,7 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "pcie_gen_max": g.pcie_gen,
         "pcie_gen": g.pcie_gen,
         "pcie_width_max": g.pcie_width,
-        "pcie_width": g.pcie_width // 2 if "pcie_degraded" in f else g.pcie_width,
+        "pcie_width": g.pcie_width // 2 if "pcie_link_degraded" in f else g.pcie_width,
         "pcie_replays": PCIE_REPLAYS if "pcie_replays" in f else 0,
         "clocks_reasons": reasons or 0x1,
         "nvlinks": g.nvlinks,

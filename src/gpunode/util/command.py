@@ -5,7 +5,7 @@ form of an error line, JSON output.
 
 It is in util, not cli, so that library code (the engines' runtime setup, the runtime's
 install-links) can raise the usage error without importing the CLI: nothing but the CLI
-imports gpunode.cli (tests/unit/test_layout.py)."""
+imports gpunode.cli (tests/unit/test_architecture.py)."""
 
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..mig import MigConfigError
+from ..mig.config import document
 from ..provision import ProvisionError
 from ..provision.cuda import check_policy
 from ..provision.versions import check_cuda, check_pin
@@ -230,7 +231,7 @@ def _mig_layout(v: dict[str, Any], path: str | None, name: str | None) -> Layout
     try:
         if doc is not None:
             if isinstance(doc, dict) and not {"version", "mig-configs"} & set(doc):
-                doc = {"version": "v1", "mig-configs": doc}  # mig-configs alone, as the role
+                doc = document(doc)  # mig-configs alone, as the role has them
             return parse_layout(doc, name, "gpu_mig_configs")
         return load_layout(str(path or v.get("gpu_mig_config_path") or MIG_CONFIG_PATH), name)
     except MigConfigError as exc:

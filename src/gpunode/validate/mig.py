@@ -18,8 +18,9 @@ by the config (its mig.layout is a skip saying so); one that two entries select 
 
 mig.mode (per GPU that can do MIG, no expectation needed): pass; warn when the pending mode
 differs from the current one (the change waits for a GPU reset or a reboot).
-mig.layout (per GPU): MIG mode and the MIG devices' profile counts equal the config's; a
-node-level skip naming the flags and variables when no layout is expected.
+mig.layout (per GPU): gpunode.mig.layout.difference decides, the one answer `gpunode mig
+assert` gives too: MIG mode (current and pending) and the MIG devices' profile counts equal
+the config's; a node-level skip naming the flags and variables when no layout is expected.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..mig import MigConfigError, config
+from ..mig.layout import difference
 from ..nvidia import inventory
 from .model import FAIL, PASS, SKIP, WARN, Check
 
@@ -148,30 +150,35 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
             continue
         entry = selected[0]
         want = counts_text(entry.mig_devices)
+        have = dict(Counter(m.profile or "?" for m in g.mig_devices))
+        # the one answer `gpunode mig assert` gives too (a GPU instance without a compute
+        # instance is no MIG device: seen here as a wanted device missing)
+        found = difference(entry, mig_capable=g.mig_mode is not None,
+                           mig_enabled=bool(g.mig_mode), mig_pending=bool(g.mig_mode_pending),
+                           devices=have)  # fmt: skip
         if g.mig_mode is None:
-            if entry.mig_enabled and entry.devices is None:  # as gpunode mig apply: skipped
-                add("mig.layout", PASS, f"cannot do MIG: `devices: all` of {config_name} "
-                    "leaves it whole", i, g)  # fmt: skip
-            elif entry.mig_enabled:
+            if found is not None:
                 add("mig.layout", FAIL, f"{g.name or 'this GPU'} cannot do MIG but {config_name} "
                     f"expects MIG on with {want}: leave GPU {g.index} out of the entry's "
                     "devices", i, g)  # fmt: skip
+            elif entry.mig_enabled:  # as gpunode mig apply: skipped
+                add("mig.layout", PASS, f"cannot do MIG: `devices: all` of {config_name} "
+                    "leaves it whole", i, g)  # fmt: skip
             else:
                 add("mig.layout", PASS, f"no MIG on this GPU, as {config_name} expects", i, g)
-            continue
-        if g.mig_mode != entry.mig_enabled:
+        elif found is None:
+            add("mig.layout", PASS, f"{want}, as {config_name} expects" if entry.mig_enabled
+                else f"MIG off, as {config_name} expects", i, g)  # fmt: skip
+        elif g.mig_mode != entry.mig_enabled:
             fix = (f"reset the GPU (nvidia-smi -r -i {g.index}) or reboot: MIG "
                    f"{_on(entry.mig_enabled)} is pending" if g.mig_mode_pending == entry.mig_enabled
                    else apply)  # fmt: skip
             add("mig.layout", FAIL, f"MIG {_on(g.mig_mode)}, {config_name} expects MIG "
                 f"{_on(entry.mig_enabled)}: {fix}", i, g)  # fmt: skip
-            continue
-        if not entry.mig_enabled:
-            add("mig.layout", PASS, f"MIG off, as {config_name} expects", i, g)
-            continue
-        have = Counter(m.profile or "?" for m in g.mig_devices)
-        if dict(have) == dict(entry.mig_devices):
-            add("mig.layout", PASS, f"{want}, as {config_name} expects", i, g)
+        elif found.mode:  # the mode wanted now, but not after the next GPU reset
+            add("mig.layout", FAIL, f"MIG {_on(g.mig_mode)}, {_on(g.mig_mode_pending)} after "
+                f"the next GPU reset; {config_name} expects MIG {_on(entry.mig_enabled)}: "
+                f"{apply}", i, g)  # fmt: skip
         else:
             add("mig.layout", FAIL, f"found {counts_text(have)}; {config_name} expects {want}: "
                 f"{apply}", i, g)  # fmt: skip

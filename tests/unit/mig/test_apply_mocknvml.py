@@ -272,3 +272,40 @@ def test_two_applies_at_once_do_not_interleave(tmp_path, libdir):
     assert [r[0] for r in runs] == [0, 0], runs
     assert sorted(json.loads(r[1])["changed"] for r in runs) == [False, True]
     assert [len(g) for g in json.loads(dev[1])] == [7, 7]
+
+
+# GPU 0 given a 2g.20gb GPU instance (at 0) holding one 1-slice compute instance, beside
+# the profile's 3g.40gb: a MIG device narrower than its GPU instance
+NARROW = (["-c", textwrap.dedent(
+    """
+    import pynvml as N
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    info = N.nvmlDeviceGetGpuInstanceProfileInfo(h, N.NVML_GPU_INSTANCE_PROFILE_2_SLICE)
+    gi = N.nvmlDeviceCreateGpuInstance(h, info.id)
+    N.nvmlGpuInstanceCreateComputeInstance(gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE)
+    """)], False)
+# both answers to "is config 'c' applied?": gpunode mig assert's and validate's mig.layout
+BOTH = (["-c", textwrap.dedent(
+    """
+    import json
+    from gpunode.mig import layout
+    from gpunode.nvidia import inventory, nvml
+    from gpunode.validate import mig
+    doc = {"version": "v1", "mig-configs": {"c": [{"devices": [0], "mig-enabled": True,
+           "mig-devices": {"3g.40gb": 1, "2g.20gb": 1}}]}}
+    wanted = mig.parse_layout(doc, "c", "x")
+    with nvml.Session() as nv:
+        asserted = layout.first_difference(layout.plan(layout.read_node(nv), wanted.entries))
+    checks = mig.evaluate(inventory.collect(), wanted)
+    print(json.dumps([asserted, [[c.status, c.detail] for c in checks
+                                 if (c.id, c.gpu) == ("mig.layout", 0)]]))
+    """)], False)
+
+
+def test_a_narrower_compute_instance_is_one_answer_for_assert_and_validate(tmp_path, libdir):
+    _narrow, (rc, out, err) = run_steps(tmp_path, libdir, [NARROW, BOTH])
+    assert (rc, err) == (0, ""), err
+    asserted, [[status, detail]] = json.loads(out)
+    assert asserted == "GPU 0: 1c.2g.20gb: 0 wanted, 1 present"
+    assert status == "fail" and detail.startswith("found 1x 1c.2g.20gb, 1x 3g.40gb;")

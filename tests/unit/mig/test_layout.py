@@ -241,3 +241,66 @@ def test_place_finds_every_placement_that_exists():
 def _disjoint(placements) -> bool:
     slots = [s for start, size in placements for s in range(start, start + size)]
     return len(slots) == len(set(slots))
+
+
+# ------------------------------------------------------------------ one answer
+# `gpunode mig assert` (the plan's first_difference) and `gpunode validate`'s mig.layout
+# answer "is this layout applied?" for the same GPU state alike. Each case is one state
+# written twice: as NVML shows it to gpunode mig (the fake) and as the inventory records
+# it (MIG devices named as the driver names them).
+
+
+def _answers(nv, gpu_info, doc):
+    from gpunode.validate import mig as validate_mig
+
+    from ..validate.fakes import inventory
+
+    wanted = validate_mig.parse_layout(doc, "c", "x")
+    asserted = layout.first_difference(layout.plan(layout.read_node(nv), wanted.entries))
+    (check,) = [c for c in validate_mig.evaluate(inventory([gpu_info]), wanted)
+                if c.id == "mig.layout"]  # fmt: skip
+    return asserted is None, check.status == "pass"
+
+
+def _doc(enabled, **devices):
+    entry = {"devices": [0], "mig-enabled": enabled, "mig-devices": devices}
+    return {"version": "v1", "mig-configs": {"c": [entry]}}
+
+
+def _one_answer_cases():
+    from gpunode.nvidia.facts import MigFacts
+
+    from ..validate.fakes import MIG_UUIDS, healthy_gpu
+
+    def info(enabled, pending, *names):
+        migs = [MigFacts(n, MIG_UUIDS[n], n + 1, 0, p) for n, p in enumerate(names)]
+        return healthy_gpu(0, mig_mode=enabled, mig_mode_pending=pending, mig_devices=migs)
+
+    def fake(enabled, pending, *instances):
+        nv = FakeNvml([Gpu(0, mig=enabled)])
+        nv.gpus[0].pending = int(pending)
+        for profile, start, cis in instances:
+            nv.make(0, profile, start, ci_slices=cis)
+        return nv
+
+    on = _doc(True, **{"3g.40gb": 1})
+    yield "applied", True, fake(True, True, ("3g.40gb", 4, None)), info(True, True, "3g.40gb"), on
+    # MIG on with the wanted devices, but off once the GPU is reset
+    yield ("off pending", False, fake(True, False, ("3g.40gb", 4, None)),
+           info(True, False, "3g.40gb"), on)  # fmt: skip
+    # MIG off as wanted, but on once the GPU is reset
+    yield "on pending", False, fake(False, True), info(False, True), _doc(False)
+    yield "off", True, fake(False, False), info(False, False), _doc(False)
+    # a GPU instance of the wanted profile holding a narrower compute instance
+    yield ("narrow CI", False, fake(True, True, ("3g.40gb", 4, [1])),
+           info(True, True, "1c.3g.40gb"), on)  # fmt: skip
+    # a GPU instance without a compute instance: no MIG device
+    yield "no CI", False, fake(True, True, ("3g.40gb", 4, [])), info(True, True), on
+
+
+@pytest.mark.parametrize(
+    ("applied", "nv", "gpu_info", "doc"),
+    [pytest.param(*c[1:], id=c[0]) for c in _one_answer_cases()],
+)
+def test_assert_and_validate_give_one_answer(applied, nv, gpu_info, doc):
+    assert _answers(nv, gpu_info, doc) == (applied, applied)

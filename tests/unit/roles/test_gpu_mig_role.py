@@ -13,6 +13,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 
+from gpunode.mig.config import document
+
 ROLE = Path(__file__).resolve().parents[3] / "roles" / "gpu_mig"
 LAYOUTS = {
     "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
@@ -64,7 +66,8 @@ def render(expr: str, check_mode: bool = False, **inventory):
 def test_inventory_layouts_are_written_as_mig_parted_v1():
     text = render("{{ _gpu_mig_content }}", gpu_mig_config="mixed", gpu_mig_configs=LAYOUTS)
     assert text.startswith("# ")
-    assert yaml.safe_load(text) == {"version": "v1", "mig-configs": LAYOUTS}
+    # the document gpunode writes and reads around the same layouts (mig.config.document)
+    assert yaml.safe_load(text) == document(LAYOUTS) == {"version": "v1", "mig-configs": LAYOUTS}
     assert list(yaml.safe_load(text)["mig-configs"]) == ["all-1g.10gb", "mixed"]  # order kept
 
 

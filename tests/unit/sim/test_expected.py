@@ -13,6 +13,7 @@ from gpunode.report import results
 from gpunode.sim.expected import compare, describe, gpu_faults, injected, shows
 from gpunode.sim.profiles import load_profile
 
+from ..report.synthetic import ALL_GPU_CHECKS as ALL
 from ..report.synthetic import result
 
 HOSTS = {"a100": "a100x4", "t4": "t4x2-faulty", "cpu": "nogpu"}
@@ -30,11 +31,15 @@ def inventory(tmp_path):
 
 def report(t4_faults: dict) -> dict:
     cpu = {"node": "cpu", "no_gpu": True, "checks": []}
-    docs = [result("a100", "A100", 4), result("t4", "T4", 2, t4_faults), cpu]
+    docs = [result("a100", "A100", 4), result("t4", "T4", 2, t4_faults, gpu_checks=ALL), cpu]
     return results.merge([(f"{d['node']}.json", results.check_result(d, "x")) for d in docs])
 
 
 ECC = {("gpu.ecc_uncorrectable", 1): ("fail", "12 volatile uncorrected ECC errors")}
+# what t4x2-faulty's GPU 1 (ecc_uncorrectable, retired_pages_pending) must show: the ECC
+# error's Xid 48 too (profiles.FAULTS)
+T4_FAULTY = {**ECC, ("gpu.xid", 1): ("fail", "Xid 48"),
+             ("gpu.retired_pages_pending", 1): ("fail", "pending")}  # fmt: skip
 
 
 def test_the_injected_faults_by_node_and_pci_ordered_gpu(inventory):
@@ -46,13 +51,17 @@ def test_the_injected_faults_by_node_and_pci_ordered_gpu(inventory):
 @pytest.mark.parametrize(
     ("t4_faults", "problem"),
     [
-        (ECC, None),
+        (T4_FAULTY, None),
         ({}, "t4: GPU 1 has faults ecc_uncorrectable, retired_pages_pending; no check shows them"),
+        # every fault has its checks: one of them bad is not enough
+        (ECC, "t4: GPU 1 has faults ecc_uncorrectable, retired_pages_pending: shows "
+              "gpu.ecc_uncorrectable fail; expected gpu.ecc_uncorrectable fail, "
+              "gpu.retired_pages_pending fail, gpu.xid fail"),
         (
-            {**ECC, ("gpu.lost", 0): ("fail", "lost")},
+            {**T4_FAULTY, ("gpu.lost", 0): ("fail", "lost")},
             "t4: GPU 0 (no fault injected): gpu.lost fail",
         ),
-        ({**ECC, ("engine.active", None): ("fail", "down")}, "t4: engine.active fail: down"),
+        ({**T4_FAULTY, ("engine.active", None): ("fail", "down")}, "t4: engine.active fail: down"),
     ],
 )
 def test_compare_names_every_difference(inventory, t4_faults, problem):
@@ -61,7 +70,7 @@ def test_compare_names_every_difference(inventory, t4_faults, problem):
 
 def test_check_report_cli(inventory, tmp_path, capsys):
     f = tmp_path / "report.json"
-    f.write_text(json.dumps(report(ECC)))
+    f.write_text(json.dumps(report(T4_FAULTY)))
     assert main(["sim", "check-report", "-i", str(inventory), str(f)]) == 0
     out = capsys.readouterr().out
     assert "t4 GPU 1: ecc_uncorrectable, retired_pages_pending" in out
@@ -106,14 +115,15 @@ def test_the_link_faults_must_show_exactly_their_check_and_status():
     ]
     # an SXM module's width drop that only warns (the node would pass) is a wrong verdict
     assert compare(*h100_report({**EXACT, 0: {"gpu.pcie_link": "warn"}})) == [
-        "h100: GPU 0 has faults pcie_degraded: shows gpu.pcie_link warn; expected "
+        "h100: GPU 0 has faults pcie_link_degraded: shows gpu.pcie_link warn; expected "
         "gpu.pcie_link fail"
     ]
     assert compare(*h100_report({**EXACT, 7: {"gpu.nvlink": "fail"}})) == [
         "h100: GPU 7 (no fault injected): gpu.nvlink fail"
     ]
     assert shows(["clocks_sw_thermal", "clocks_hw_slowdown"]) == {"gpu.clocks_event": "fail"}
-    assert shows(["nvlink_down", "ecc_uncorrectable"]) is None  # not all known: looser rule
+    assert shows(["nvlink_down", "ecc_uncorrectable"]) == {
+        "gpu.nvlink": "fail", "gpu.ecc_uncorrectable": "fail", "gpu.xid": "fail"}
     lines = describe(h100_report(EXACT)[1])
-    assert lines[0] == "h100 GPU 0: pcie_degraded (gpu.pcie_link fail)" and len(lines) == 7
-    assert shows(["pcie_degraded (PCIe card)"]) == {"gpu.pcie_link": "warn"}
+    assert lines[0] == "h100 GPU 0: pcie_link_degraded (gpu.pcie_link fail)" and len(lines) == 7
+    assert shows(["pcie_link_degraded (PCIe card)"]) == {"gpu.pcie_link": "warn"}

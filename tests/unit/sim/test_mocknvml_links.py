@@ -99,7 +99,7 @@ def test_each_fault_changes_exactly_its_value(built_lib, tmp_path, pynvml_ready)
     link0_down = [0, *UP18[1:]]
     fabric_failed = [[3, 999, 1, None], [3, 999, 1, 1], HEALTHY_H100["fabric"][2], [3, 999]]
     faulty = [
-        {"pcie": [5, 5, 5, 8, 16]},  # pcie_degraded: x8 of x16
+        {"pcie": [5, 5, 5, 8, 16]},  # pcie_link_degraded: x8 of x16
         {"replays": PCIE_REPLAYS},  # pcie_replays
         {"events": 0x8, "throttle": 0x8},  # clocks_hw_slowdown
         {"events": 0x20, "throttle": 0x20},  # clocks_sw_thermal
@@ -143,8 +143,8 @@ def h100(**gpu) -> dict:
         ({"nvlinks": 37}, "gpus[0].nvlinks: 37 is not valid; expected an integer 0..36"),
         ({"nvlinks": 0, "faults": ["nvlink_down"]},
          "gpus[0].faults: nvlink_down needs a GPU with NVLinks (nvlinks is 0)"),
-        ({"pcie_width": 1, "faults": ["pcie_degraded"]},
-         "gpus[0].faults: pcie_degraded needs a link wider than x1"),
+        ({"pcie_width": 1, "faults": ["pcie_link_degraded"]},
+         "gpus[0].faults: pcie_link_degraded needs a link wider than x1"),
         ({"nvlinks": 0, "faults": ["fabric_manager_failed"]},
          "gpus[0].faults: fabric_manager_failed needs an NVSwitch GPU (compute capability 9.0 "
          "or later with NVLinks); this one has 9.0 and 0 NVLinks"),

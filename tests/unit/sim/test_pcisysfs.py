@@ -178,7 +178,7 @@ def test_gpunode_and_the_device_plugin_read_it_as_on_a_server(node, tmp_path):
 
 
 def test_config_space_and_link_attributes(tmp_path):
-    gpu = load_profile("h100x8-degraded").gpus[0]  # pcie_degraded: x8 of x16
+    gpu = load_profile("h100x8-degraded").gpus[0]  # pcie_link_degraded: x8 of x16
     f = gpu_function(gpu)
     assert f.files["current_link_speed"] == "32.0 GT/s PCIe\n"
     assert (f.files["current_link_width"], f.files["max_link_width"]) == ("8\n", "16\n")

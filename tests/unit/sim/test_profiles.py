@@ -10,6 +10,7 @@ import yaml
 from gpunode.sim.profiles import (
     FAULTS,
     BusId,
+    Fault,
     ProfileError,
     builtin_names,
     load_profile,
@@ -139,6 +140,23 @@ def test_payload_carries_faults_as_nvml_counters():
     assert gpus[1]["ecc_uncorrected_volatile"] == "2"
     assert gpus[1]["retired_pending"] == "1"
     assert gpus[1]["pci_device_id"] == "0x1EB810DE"
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_every_fault_has_its_entry_named_by_the_flag_it_raises(fault):
+    """The one fault table: a fault added without what an operator must see of it (the
+    checks and statuses sim.expected and the integration tests hold a node to) fails here."""
+    from gpunode.nvidia import health
+
+    entry = FAULTS[fault]
+    assert isinstance(entry, Fault) and entry.text
+    for table in (entry.shows, entry.on_card or entry.shows):
+        assert table and set(table.values()) <= {"fail", "warn"}
+        assert list(table) == [c for c in health.CHECKS if c in table]  # known, in order
+    flags = {health.FLAGS[c, s] for t in (entry.shows, entry.on_card or {}) for c, s in t.items()
+             if (c, s) in health.FLAGS}  # fmt: skip
+    # the simulator speaks the product's words: a fault is the flag it raises (if any)
+    assert fault in flags if flags else fault not in health.FLAGS.values()
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))

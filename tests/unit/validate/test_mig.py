@@ -189,3 +189,12 @@ def test_a_name_alone_reads_the_gpu_mig_roles_file(monkeypatch, tmp_path):
     path.unlink()
     with pytest.raises(BadInput, match=r"mig-config.yaml: cannot be read"):
         build(mig_config_name="none")
+
+
+def test_mode_as_expected_now_but_not_after_a_reset_fails():
+    layout = mig.parse_layout(DOC, "mixed", "gpu_mig_configs")
+    c = by(mig.evaluate(inventory([mig_gpu(0, pending=False)]), layout))
+    assert c[("mig.layout", 0)].status == "fail"
+    assert c[("mig.layout", 0)].detail.startswith(
+        "MIG on, off after the next GPU reset; config 'mixed' (gpu_mig_configs) expects MIG on: "
+        "apply it with the gpu_mig role")

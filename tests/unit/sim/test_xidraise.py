@@ -4,7 +4,7 @@ on that GPU (gpunode.nvidia.xidevents.XidWatch) and logged in the node's /dev/km
 
 from __future__ import annotations
 
-from .test_mig_state import run
+from .test_migstate import run
 from .test_mocknvml import (  # noqa: F401  (fixtures)
     built_lib,
     needs_unshare,

@@ -233,6 +233,8 @@ def test_site_reports_the_faulty_gpu_red_and_fails_after_the_report(cluster_inve
     assert proc.returncode != 0, out[-3000:]
     assert "PLAY [Provision GPU nodes]" in out and "PLAY [Validate the GPU nodes]" in out
     # the report first, then the failure naming the node
+    for line in (f"report: {faulty}/reports/index.html", f"validation failed on {a100}; see"):
+        assert line in out, out[-3000:]
     report_line = out.index(f"report: {faulty}/reports/index.html")
     assert report_line < out.index(f"validation failed on {a100}; see"), out[-3000:]
     assert all((faulty / "reports" / f).is_file() for f in FILES)

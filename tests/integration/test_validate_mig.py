@@ -113,7 +113,11 @@ def test_mig_node_passes_layout_and_isolation_per_mig_device(mnode, tmp_path):
                            str(results)], capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     page = (out / "index.html").read_text()
-    assert page.count('<tr class="migrow"') == 3
+    # a passing node is shown compact (report/html.py): its GPU table lists each MIG device
+    # under its GPU, by position and UUID
+    for m in devices:
+        assert f"<tr><td>MIG 0:{m['index']}</td>" in page and m["uuid"] in page, m
+    assert f"{len(devices)} MIG device(s)" in page
     assert "mig.isolation[gpu0:2]" in (out / "junit.xml").read_text()
     assert "## MIG devices" in (out / "summary.md").read_text()
     chromium = shutil.which("chromium")

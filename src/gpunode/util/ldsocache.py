@@ -171,8 +171,8 @@ def libcmp_key(name: bytes, signed_char: bool = True) -> str:
 
     Cost: the hook sorts a whole image cache on every GPU container start, and the names
     come from the image. No step is per byte in Python: the segments and runs are cut by
-    bytes.translate and split, and each run's three code points come from maps over all
-    runs at once. A key stays within U+1FFF (two bytes per code point, never four) and
+    bytes.translate and split; Python steps once per digit run, which the parser bounds
+    (RUN_BYTES) in all the distinct names. A key stays within U+1FFF (two bytes per code point, never four) and
     holds at most two code points per byte of the name (a one-digit run and the non-digit
     after it: two bytes, four code points): at most four bytes of key per byte of name."""
     sep = _SEP[signed_char]
@@ -187,22 +187,14 @@ def libcmp_key(name: bytes, signed_char: bool = True) -> str:
             segs.insert(0, "")  # the name starts with a run
         if len(segs) == len(runs):
             segs.append("")  # and ends with one
-    if len(runs) < 16:  # a real SONAME ("libfoo.so.1.2.3"): a loop is cheaper than the maps
-        out = []
-        for seg, run in zip(segs, runs):  # noqa: B905 (segs: one more)
-            u = (int(run) if len(run) <= 9 else run_value(run)) ^ 0x80000000
-            out += (seg, chr(0x100 + (u >> 20)), chr(0x100 + ((u >> 10) & 0x3FF)))
-            out.append(chr(0x100 + (u & 0x3FF)))
-        out += (segs[-1], sep)
-        return "".join(out)
-    values = map(int if max(map(len, runs)) <= 9 else run_value, runs)
-    # _int32(v) + 2**31 of the unsigned 32-bit value v: its top bit flipped
-    us = list(map((0x80000000).__xor__, map((0xFFFFFFFF).__and__, values)))
-    hi = map(chr, map((0x100).__add__, map((20).__rrshift__, us)))
-    mid = map(chr, map((0x100).__add__, map((0x3FF).__and__, map((10).__rrshift__, us))))
-    lo = map(chr, map((0x100).__add__, map((0x3FF).__and__, us)))
-    runs_chars = map(str.__add__, map(str.__add__, hi, mid), lo)
-    return "".join(map(str.__add__, segs, runs_chars)) + segs[-1] + sep
+    out = []
+    for seg, run in zip(segs, runs):  # noqa: B905 (segs: one more)
+        # _int32(v) + 2**31 of the unsigned 32-bit value v: its top bit flipped
+        u = ((int(run) if len(run) <= 9 else run_value(run)) & 0xFFFFFFFF) ^ 0x80000000
+        out += (seg, chr(0x100 + (u >> 20)), chr(0x100 + ((u >> 10) & 0x3FF)))
+        out.append(chr(0x100 + (u & 0x3FF)))
+    out += (segs[-1], sep)
+    return "".join(out)
 
 
 def libcmp(a: bytes, b: bytes, signed_char: bool = True) -> int:

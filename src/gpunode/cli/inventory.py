@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..nvidia import procfs, xid
-from ..nvidia.inventory import SCHEMA, GpuInfo, Inventory, NoDriver, collect
+from ..nvidia import health, procfs, xid
+from ..nvidia.gpu import Gpu
+from ..nvidia.inventory import SCHEMA, Inventory, NoDriver, collect
 from ..util.command import EXIT_NO_DRIVER, EXIT_OK, fail, print_json
 
 # --------------------------------------------------------------------------- command
@@ -57,11 +58,12 @@ def format_table(inv: Inventory) -> str:
         lines.append(header)
     for g in inv.gpus:
         mem = f"{g.memory_total_mib} MiB" if g.memory_total_mib is not None else "-"
-        health = ", ".join(g.health) if g.health else "ok"
+        flags = health.flags(g)
+        shown = ", ".join(flags) if flags else "ok"
         lines.append(
             f"{g.index if g.index is not None else '-':>3}  "
             f"{g.minor if g.minor is not None else '-':>5}  {g.pci_bus_id or '-':<16}  "
-            f"{g.uuid or '-':<40}  {mem:>9}  {g.name or '-'} [{health}]{mig_mode(g)}"
+            f"{g.uuid or '-':<40}  {mem:>9}  {g.name or '-'} [{shown}]{mig_mode(g)}"
         )
         for m in g.mig_devices:  # under their GPU, named as a container requests them
             lines.append(
@@ -73,7 +75,7 @@ def format_table(inv: Inventory) -> str:
     return "\n".join(lines)
 
 
-def mig_mode(g: GpuInfo) -> str:
+def mig_mode(g: Gpu) -> str:
     """The GPU line's MIG note: nothing for a GPU that cannot do MIG."""
     if g.mig_mode is None:
         return ""

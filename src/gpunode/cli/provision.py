@@ -65,13 +65,13 @@ def _platform(args: argparse.Namespace) -> sources.Platform:
     return sources.platform(distro, release or "", args.arch or os.uname().machine)
 
 
-def _gpus(args: argparse.Namespace, pci: list[dict] | None = None) -> list[sources.Gpu]:
+def _gpus(args: argparse.Namespace, pci: list[dict] | None = None) -> list[sources.PciGpu]:
     """--gpu-device-id, else the GPUs in PCI sysfs (``pci``: as the caller already read them)."""
     if pci is None and not args.gpu_device_id:
         pci = preflight.pci_gpus(Path("/"))
     ids = args.gpu_device_id or [g["device_id"] for g in pci or []]
     try:
-        return [sources.Gpu(device_id=int(i, 16)) for i in ids]
+        return [sources.PciGpu(device_id=int(i, 16)) for i in ids]
     except ValueError:
         raise ProvisionError(f"--gpu-device-id: {ids} are not hexadecimal PCI device ids") from None
 
@@ -109,7 +109,7 @@ def _validate(args: argparse.Namespace) -> dict:
                 version=args.driver_version or "",
                 flavor=args.flavor,
                 kernel_module=args.kernel_module,
-                gpus=[sources.Gpu(device_id=int(i, 16)) for i in args.gpu_device_id or []],
+                gpus=[sources.PciGpu(device_id=int(i, 16)) for i in args.gpu_device_id or []],
             )
             notes.append(f"driver: {plan.pin} ({plan.flavor} modules) from {plan.source}")
         if versions:
@@ -178,7 +178,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return _emit(args, out)
 
 
-def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[sources.Gpu]) -> dict:
+def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[sources.PciGpu]) -> dict:
     """Plan the driver with this node's GPUs and resolve the pins against the node's package
     sources (the distribution's archive; NVIDIA's repository is not configured yet, so its
     versions were checked against gpunode's data by `validate`)."""

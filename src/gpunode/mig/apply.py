@@ -19,7 +19,7 @@ from .config import Entry, document
 LOCK_FILE = "/run/gpunode/mig.lock"
 
 
-def _call(nv: Any, gpu: layout.Gpu, what: str, fn: Any, *args: Any) -> Any:
+def _call(nv: Any, gpu: layout.MigGpu, what: str, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except nv.NVMLError_NoPermission as exc:
@@ -28,7 +28,7 @@ def _call(nv: Any, gpu: layout.Gpu, what: str, fn: Any, *args: Any) -> Any:
         raise MigApplyError(f"GPU {gpu.index}: {what} failed (NVML: {exc})") from None
 
 
-def set_mode(nv: Any, gpu: layout.Gpu, enable: bool) -> None:
+def set_mode(nv: Any, gpu: layout.MigGpu, enable: bool) -> None:
     mode = nv.NVML_DEVICE_MIG_ENABLE if enable else nv.NVML_DEVICE_MIG_DISABLE
     word = "enabling" if enable else "disabling"
     _call(nv, gpu, f"{word} MIG mode", nv.nvmlDeviceSetMigMode, gpu.handle, mode)
@@ -41,7 +41,7 @@ def set_mode(nv: Any, gpu: layout.Gpu, enable: bool) -> None:
         )
 
 
-def destroy(nv: Any, gpu: layout.Gpu, gi: Any) -> None:
+def destroy(nv: Any, gpu: layout.MigGpu, gi: Any) -> None:
     for ci in gi.cis:
         _call(
             nv,
@@ -53,7 +53,7 @@ def destroy(nv: Any, gpu: layout.Gpu, gi: Any) -> None:
     _call(nv, gpu, f"destroying GPU instance {gi.id}", nv.nvmlGpuInstanceDestroy, gi.handle)
 
 
-def create(nv: Any, gpu: layout.Gpu, profile: Any, start: int) -> None:
+def create(nv: Any, gpu: layout.MigGpu, profile: Any, start: int) -> None:
     from ..nvidia import nvml
 
     what = f"creating {profile.name} at {start}"

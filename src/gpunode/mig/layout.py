@@ -21,8 +21,11 @@ from .config import Entry
 
 
 @record(frozen=True)
-class Gpu:
-    """One GPU's MIG state as NVML shows it."""
+class MigGpu:
+    """One GPU's MIG state as NVML shows it, for changing it: its handle, GPU instance
+    profiles with placements and GPU/compute instances, re-read after each change under the
+    lock. Identity and MIG mode are named as in the driver's record of the GPU
+    (gpunode.nvidia.gpu.Gpu; tests/unit/nvidia/test_gpu.py holds the names in step)."""
 
     index: int
     uuid: str
@@ -46,7 +49,7 @@ class Gpu:
         return None
 
 
-def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
+def read_gpu(nv: Any, index: int, handle: Any) -> MigGpu:
     """A GPU's MIG state: mode, profiles (with placements), GPU and compute instances."""
     modes = nvml.mig_modes(nv, handle)
     base = {
@@ -57,7 +60,7 @@ def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
         "handle": handle,
     }
     if modes is None:
-        return Gpu(mig_capable=False, **base)
+        return MigGpu(mig_capable=False, **base)
     current, pending = modes
     try:
         profiles: tuple | None = nvml.gpu_instance_profiles(nv, handle)
@@ -66,7 +69,7 @@ def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
             raise
         profiles = None  # a driver that lists profiles only with MIG on
     instances = nvml.gpu_instances(nv, handle, profiles) if current and profiles else ()
-    return Gpu(
+    return MigGpu(
         mig_capable=True,
         mig_enabled=current,
         mig_pending=pending,
@@ -76,7 +79,7 @@ def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
     )
 
 
-def read_node(nv: Any) -> tuple[Gpu, ...]:
+def read_node(nv: Any) -> tuple[MigGpu, ...]:
     out = []
     for index, handle, exc in nvml.handles(nv):
         if handle is None:
@@ -88,13 +91,13 @@ def read_node(nv: Any) -> tuple[Gpu, ...]:
 # ------------------------------------------------------------------ the layout of a GPU
 
 
-def full_device(gpu: Gpu, gi: nvml.GiState) -> bool:
+def full_device(gpu: MigGpu, gi: nvml.GiState) -> bool:
     """The GI is one MIG device as gpunode makes them: one CI spanning it."""
     profile = gpu.profile(gi.profile_id)
     return profile is not None and len(gi.cis) == 1 and gi.cis[0].slices == profile.slices
 
 
-def devices(gpu: Gpu) -> dict[str, int]:
+def devices(gpu: MigGpu) -> dict[str, int]:
     """{MIG device profile: count}, as mig-parted and nvidia-smi name them ("3g.40gb"; a CI
     narrower than its GI as "1c.3g.40gb")."""
     counts: dict[str, int] = {}
@@ -110,12 +113,12 @@ def devices(gpu: Gpu) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def state(gpu: Gpu) -> dict[str, Any]:
+def state(gpu: MigGpu) -> dict[str, Any]:
     """What JSON shows of a GPU's layout: {"mig_enabled": bool, "devices": {...}}."""
     return {"mig_enabled": gpu.mig_enabled, "devices": devices(gpu)}
 
 
-def wanted(entry: Entry | None, gpu: Gpu) -> dict[str, Any]:
+def wanted(entry: Entry | None, gpu: MigGpu) -> dict[str, Any]:
     if entry is None:
         return state(gpu)
     return {"mig_enabled": entry.mig_enabled, "devices": dict(sorted(entry.mig_devices.items()))}
@@ -160,13 +163,13 @@ def difference(
     return None
 
 
-def gpu_difference(gpu: Gpu, entry: Entry) -> Difference | None:
+def gpu_difference(gpu: MigGpu, entry: Entry) -> Difference | None:
     """`difference` for a GPU read through NVML."""
     return difference(entry, mig_capable=gpu.mig_capable, mig_enabled=gpu.mig_enabled,
                       mig_pending=gpu.mig_pending, devices=devices(gpu))  # fmt: skip
 
 
-def select(gpus: tuple[Gpu, ...], entries: tuple[Entry, ...]) -> dict[int, Entry]:
+def select(gpus: tuple[MigGpu, ...], entries: tuple[Entry, ...]) -> dict[int, Entry]:
     """{GPU index: the entry that selects it}; GPUs no entry selects are left alone."""
     chosen: dict[int, Entry] = {}
     for entry in entries:
@@ -224,7 +227,7 @@ def _summary(counts: dict[str, int]) -> str:
     return " + ".join(f"{name} x{n}" for name, n in counts.items()) or "no MIG devices"
 
 
-def check_fits(gpu: Gpu, entry: Entry) -> list[nvml.GiProfile]:
+def check_fits(gpu: MigGpu, entry: Entry) -> list[nvml.GiProfile]:
     """The wanted profiles, one per instance, or MigConfigError naming GPU, profile and why."""
     at = f"{entry.where}: {gpu.label}"
     if not gpu.mig_capable:
@@ -268,7 +271,7 @@ def check_fits(gpu: Gpu, entry: Entry) -> list[nvml.GiProfile]:
 
 @record(frozen=True)
 class GpuPlan:
-    gpu: Gpu
+    gpu: MigGpu
     entry: Entry | None
     before: dict
     after: dict
@@ -293,12 +296,12 @@ class GpuPlan:
         }
 
 
-def _profile_name(gpu: Gpu, gi: nvml.GiState) -> str:
+def _profile_name(gpu: MigGpu, gi: nvml.GiState) -> str:
     profile = gpu.profile(gi.profile_id)
     return profile.name if profile else f"profile {gi.profile_id}"
 
 
-def plan_gpu(gpu: Gpu, entry: Entry | None) -> GpuPlan:
+def plan_gpu(gpu: MigGpu, entry: Entry | None) -> GpuPlan:
     """What to do to give ``gpu`` the layout ``entry`` wants (None: leave it as it is)."""
     before = state(gpu)
     after = wanted(entry, gpu)
@@ -343,7 +346,7 @@ def plan_gpu(gpu: Gpu, entry: Entry | None) -> GpuPlan:
     )
 
 
-def plan(gpus: tuple[Gpu, ...], entries: tuple[Entry, ...]) -> list[GpuPlan]:
+def plan(gpus: tuple[MigGpu, ...], entries: tuple[Entry, ...]) -> list[GpuPlan]:
     """A plan per GPU; MigConfigError (nothing changed yet) when any GPU cannot hold its
     layout."""
     chosen = select(gpus, entries)

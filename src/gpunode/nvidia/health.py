@@ -3,22 +3,27 @@
 `gpunode inventory` shows a GPU's health flags and `gpunode validate` its ``gpu.*`` checks;
 both come from ``verdicts`` here, so a counter means the same thing wherever it is shown:
 
-* ``verdicts(gpu)``: (check id, status, detail) for every check in CHECKS, in that order:
-  a lost GPU fails ``gpu.lost`` and skips the others; one whose device node is gone
-  (``gpu.missing``: the kernel lists it, NVML cannot show it) fails ``gpu.device_node``;
+* ``verdicts(gpu)``: (check id, status, detail) for every check in CHECKS, in that order,
+  each from its judge in JUDGES: a lost GPU fails ``gpu.lost``, one whose device node is
+  gone (``gpu.missing``: the kernel lists it, NVML cannot show it) fails
+  ``gpu.device_node``, and either skips every check that reads what NVML says (READS_NVML);
 * ``flags(gpu)``: the inventory's health flags, the FLAGS names of the verdicts that fail
   or warn.
 
-A new check is one entry in CHECKS (id, title, its flag per status) and its judge (a branch
-in ``_judge``, or a function in ``_JUDGES``); nothing else decides what a GPU's counters mean.
+A new check is one entry in CHECKS (id, title), its flag per status in FLAGS and its judge
+in JUDGES (a function of the GPU's record, gpunode.nvidia.gpu.Gpu); nothing else decides
+what a GPU's counters mean.
 """
 
 from __future__ import annotations
 
 from .xid import classify
 
-# ``gpu`` below is an inventory record (gpunode.nvidia.inventory.GpuInfo); not imported,
-# not even for typing: the inventory imports this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .gpu import Gpu
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
@@ -96,67 +101,79 @@ FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED =
 Verdict = tuple[str, str, str]  # (check id, status, detail)
 
 
-def _rest(given: list[Verdict], why: str) -> list[Verdict]:
-    """``given``, then every other check skipped for ``why``, in CHECKS order."""
-    done = {c for c, _, _ in given}
-    return given + [(c, SKIP, why) for c in CHECKS if c not in done]
-
-
-def verdicts(gpu) -> list[Verdict]:
-    """The verdict of every check for one GPU (see the module docstring)."""
+def _unreadable(gpu: Gpu) -> str | None:
+    """Why NVML cannot read the GPU (then every check in READS_NVML skips), or None."""
     if gpu.missing is not None:  # the kernel lists it, /dev/nvidia<minor> is gone
-        why = f"NVML cannot show it: /dev/nvidia{gpu.minor} is missing"
-        return _rest([("gpu.lost", SKIP, why), ("gpu.device_node", FAIL, gpu.missing)], why)
+        return f"NVML cannot show it: /dev/nvidia{gpu.minor} is missing"
     if gpu.lost:
-        why = "NVML: GPU is lost (fallen off the bus); cannot be read"
-        lost = (
+        return "NVML: GPU is lost (fallen off the bus); cannot be read"
+    return None
+
+
+def verdicts(gpu: Gpu) -> list[Verdict]:
+    """The verdict of every check for one GPU (see the module docstring)."""
+    why = _unreadable(gpu)
+    return [(c, SKIP, why) if why and c in READS_NVML else (c, *JUDGES[c](gpu)) for c in CHECKS]
+
+
+def _lost(gpu: Gpu) -> tuple[str, str]:
+    if gpu.missing is not None:
+        return SKIP, _unreadable(gpu) or ""
+    if gpu.lost:
+        return FAIL, (
             "NVML reports GPU_IS_LOST: the GPU fell off the bus; drain the node and reset "
             "or reseat the GPU"
         )
-        return _rest([("gpu.lost", FAIL, lost), ("gpu.device_node", SKIP, why)], why)
-    out = [
-        ("gpu.lost", PASS, "NVML reads the GPU"),
-        ("gpu.device_node", PASS, f"/dev/nvidia{gpu.minor} is a 195:{gpu.minor} device"),
-    ]
-    return out + [(c, *_judge(c, gpu)) for c in CHECKS if c not in ("gpu.lost", "gpu.device_node")]
+    return PASS, "NVML reads the GPU"
 
 
-def _judge(check: str, gpu) -> tuple[str, str]:
-    """(status, detail) of one counter check of a GPU NVML reads."""
-    if check == "gpu.ecc_uncorrectable":
-        if not gpu.ecc_mode:
-            return SKIP, "ECC is disabled" if gpu.ecc_mode is False else "ECC is not supported"
-        if "uncorrected_volatile" not in gpu.ecc_errors:
-            return SKIP, "NVML gives no uncorrected ECC counter"
-        n = gpu.ecc_errors["uncorrected_volatile"]
-        agg = gpu.ecc_errors.get("uncorrected_aggregate")
-        text = f"{n} uncorrected (volatile)" + (f", {agg} aggregate" if agg is not None else "")
-        return (FAIL if n else PASS), text
-    if check == "gpu.retired_pages_pending":
-        rp = gpu.retired_pages
-        if not rp:
-            return SKIP, "page retirement is not supported"
-        text = f"{rp['single_bit']} single-bit, {rp['double_bit']} double-bit retired"
-        if rp["pending"]:
-            return FAIL, f"page retirement pending: reset the GPU ({text})"
-        return PASS, f"none pending ({text})"
-    if check == "gpu.row_remap_failure":
-        rr = gpu.remapped_rows
-        if not rr:
-            return SKIP, "row remapping is not supported (pre-Ampere)"
-        text = f"{rr['correctable']} correctable, {rr['uncorrectable']} uncorrectable remapped"
-        if rr["failure"]:
-            return FAIL, f"row remapping failed ({text})"
-        if rr["pending"]:
-            return WARN, f"remap pending: reset the GPU ({text})"
-        return PASS, f"no failure ({text})"
-    if check == "gpu.persistence":
-        if gpu.persistence_mode is None:
-            return SKIP, "persistence mode is not supported"
-        if gpu.persistence_mode:
-            return PASS, "enabled"
-        return WARN, "disabled: enable nvidia-persistenced"
-    return _JUDGES[check](gpu)  # KeyError: a check in CHECKS without its judge (tests catch it)
+def _device_node(gpu: Gpu) -> tuple[str, str]:
+    if gpu.missing is not None:
+        return FAIL, gpu.missing
+    if gpu.lost:
+        return SKIP, _unreadable(gpu) or ""
+    return PASS, f"/dev/nvidia{gpu.minor} is a 195:{gpu.minor} device"
+
+
+def _ecc_uncorrectable(gpu: Gpu) -> tuple[str, str]:
+    if not gpu.ecc_mode:
+        return SKIP, "ECC is disabled" if gpu.ecc_mode is False else "ECC is not supported"
+    n = gpu.ecc_errors.uncorrected_volatile
+    if n is None:
+        return SKIP, "NVML gives no uncorrected ECC counter"
+    agg = gpu.ecc_errors.uncorrected_aggregate
+    text = f"{n} uncorrected (volatile)" + (f", {agg} aggregate" if agg is not None else "")
+    return (FAIL if n else PASS), text
+
+
+def _retired_pages(gpu: Gpu) -> tuple[str, str]:
+    rp = gpu.retired_pages
+    if rp is None:
+        return SKIP, "page retirement is not supported"
+    text = f"{rp.single_bit} single-bit, {rp.double_bit} double-bit retired"
+    if rp.pending:
+        return FAIL, f"page retirement pending: reset the GPU ({text})"
+    return PASS, f"none pending ({text})"
+
+
+def _row_remap(gpu: Gpu) -> tuple[str, str]:
+    rr = gpu.remapped_rows
+    if rr is None:
+        return SKIP, "row remapping is not supported (pre-Ampere)"
+    text = f"{rr.correctable} correctable, {rr.uncorrectable} uncorrectable remapped"
+    if rr.failure:
+        return FAIL, f"row remapping failed ({text})"
+    if rr.pending:
+        return WARN, f"remap pending: reset the GPU ({text})"
+    return PASS, f"no failure ({text})"
+
+
+def _persistence(gpu: Gpu) -> tuple[str, str]:
+    if gpu.persistence_mode is None:
+        return SKIP, "persistence mode is not supported"
+    if gpu.persistence_mode:
+        return PASS, "enabled"
+    return WARN, "disabled: enable nvidia-persistenced"
 
 
 def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str, str]:
@@ -181,7 +198,7 @@ def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str,
 SXM_NAMES = ("H100 80GB HBM3", "H100 SXM", "H800", "H200", "H20", "B100", "B200", "GB200")
 
 
-def board_form(gpu) -> str:
+def board_form(gpu: Gpu) -> str:
     """ "sxm" for a GPU on an SXM module (an HGX/DGX baseboard), "pcie" for a card (or a board
     this cannot tell), from what the driver reports: "SXM" in the product name (A100-SXM4,
     V100-SXM2), a product sold only as an SXM module (SXM_NAMES, not "PCIe"/"NVL"), or an
@@ -191,13 +208,12 @@ def board_form(gpu) -> str:
         return "sxm"
     if "PCIE" not in name and " NVL" not in name and any(n.upper() in name for n in SXM_NAMES):
         return "sxm"
-    fab = gpu.fabric
-    if fab and fab.get("state") not in (None, FABRIC_NOT_SUPPORTED):
+    if gpu.fabric is not None and gpu.fabric.state != FABRIC_NOT_SUPPORTED:
         return "sxm"
     return "pcie"
 
 
-def _pcie_link(gpu) -> tuple[str, str]:
+def _pcie_link(gpu: Gpu) -> tuple[str, str]:
     """Width below the maximum is the classic fault (a badly seated GPU or riser, a damaged
     slot). On an SXM module (board_form) it fails, as DCGM fails a width drop on SXM/HGX
     boards: the module sits in a socket of the baseboard, and a narrower link there is a
@@ -209,40 +225,41 @@ def _pcie_link(gpu) -> tuple[str, str]:
     (nvmlDeviceGetMaxPcieLinkGeneration/Width); a slot slower than the GPU is a property of
     the server, not a fault, and is only named."""
     pl = gpu.pcie_link
-    have_width, have_gen = {"width", "max_width"} <= pl.keys(), {"gen", "max_gen"} <= pl.keys()
+    width, max_width, gen, max_gen = pl.width, pl.max_width, pl.gen, pl.max_gen
+    have_width = width is not None and max_width is not None
+    have_gen = gen is not None and max_gen is not None
     if not (have_width or have_gen):
         return SKIP, "NVML gives no PCIe link information"
-    now = " ".join(
-        ([f"Gen{pl['gen']}"] if have_gen else []) + ([f"x{pl['width']}"] if have_width else [])
-    )
+    now = " ".join(([f"Gen{gen}"] if have_gen else []) + ([f"x{width}"] if have_width else []))
     status, notes = PASS, []
-    if have_width and pl["width"] < pl["max_width"]:
+    if have_width and width < max_width:
         if board_form(gpu) == "sxm":
             status = FAIL
             notes.append(
-                f"link width x{pl['width']} of x{pl['max_width']} on an SXM module: a "
+                f"link width x{width} of x{max_width} on an SXM module: a "
                 "hardware fault on the baseboard; drain the node, reseat the module and have "
                 "the board checked (DCGM_FR_PCIE_WIDTH)"
             )
         else:
             status = WARN
             notes.append(
-                f"link width x{pl['width']} of x{pl['max_width']}: reseat the GPU and its "
+                f"link width x{width} of x{max_width}: reseat the GPU and its "
                 "riser or try another slot (DCGM_FR_PCIE_WIDTH)"
             )
-    if have_gen and pl["gen"] < pl["max_gen"]:
+    if have_gen and gen < max_gen:
         reasons = gpu.clocks_event_reasons
         if reasons is not None and reasons & CLOCKS_IDLE:
-            notes.append(f"Gen{pl['gen']} of Gen{pl['max_gen']} while idle (power saving)")
+            notes.append(f"Gen{gen} of Gen{max_gen} while idle (power saving)")
         else:
             status = max(status, WARN, key=_SEVERITY.index)
             why = "under load" if reasons is not None else "(NVML cannot tell if it is idle)"
             notes.append(
-                f"Gen{pl['gen']} of Gen{pl['max_gen']} {why}: check the slot's PCIe speed in "
+                f"Gen{gen} of Gen{max_gen} {why}: check the slot's PCIe speed in "
                 "the BIOS, the riser and the seating (DCGM_FR_PCIE_GENERATION)"
             )
-    if status == PASS and pl.get("gpu_max_gen", 0) > pl.get("max_gen", 99):
-        notes.append(f"the slot limits the GPU's Gen{pl['gpu_max_gen']} to Gen{pl['max_gen']}")
+    gpu_max = pl.gpu_max_gen
+    if status == PASS and gpu_max is not None and gpu_max > (99 if max_gen is None else max_gen):
+        notes.append(f"the slot limits the GPU's Gen{gpu_max} to Gen{max_gen}")
     if status == WARN:
         notes.append("a warning: the node still passes validation")
     return status, "; ".join([now, *notes]) if notes else f"{now}, the maximum"
@@ -251,7 +268,7 @@ def _pcie_link(gpu) -> tuple[str, str]:
 _SEVERITY = (PASS, WARN, FAIL)
 
 
-def _pcie_replay(gpu) -> tuple[str, str]:
+def _pcie_replay(gpu: Gpu) -> tuple[str, str]:
     n = gpu.pcie_replays
     if n is None:
         return SKIP, "NVML gives no PCIe replay counter"
@@ -272,7 +289,7 @@ def clock_reason_names(reasons: int) -> list[str]:
     return names + ([f"0x{rest:x}"] if rest else [])
 
 
-def _clocks_event(gpu) -> tuple[str, str]:
+def _clocks_event(gpu: Gpu) -> tuple[str, str]:
     reasons = gpu.clocks_event_reasons
     if reasons is None:
         return SKIP, "NVML gives no clock event reasons"
@@ -291,7 +308,7 @@ def _clocks_event(gpu) -> tuple[str, str]:
     return PASS, "no slowdown (" + (", ".join(clock_reason_names(reasons)) or "none") + ")"
 
 
-def _nvlink(gpu) -> tuple[str, str]:
+def _nvlink(gpu: Gpu) -> tuple[str, str]:
     links = gpu.nvlinks
     if not links:
         return SKIP, "the GPU has no NVLink"
@@ -306,11 +323,11 @@ def _nvlink(gpu) -> tuple[str, str]:
     return PASS, f"all {len(links)} links up"
 
 
-def _fabric_manager(gpu) -> tuple[str, str]:
+def _fabric_manager(gpu: Gpu) -> tuple[str, str]:
     fab = gpu.fabric
-    if not fab or fab.get("state") == FABRIC_NOT_SUPPORTED:
+    if fab is None or fab.state == FABRIC_NOT_SUPPORTED:
         return SKIP, "NVML reports no NVSwitch fabric for this GPU"
-    state = fab.get("state")
+    state = fab.state
     if state == FABRIC_NOT_STARTED:
         return FAIL, (
             "fabric manager has not trained this GPU: start nvidia-fabricmanager (CUDA fails "
@@ -320,9 +337,9 @@ def _fabric_manager(gpu) -> tuple[str, str]:
     if state == FABRIC_IN_PROGRESS:
         return WARN, "fabric training in progress: check again in a minute"
     if state == FABRIC_COMPLETED:
-        if not fab.get("status"):
+        if not fab.status:
             return PASS, "fabric training completed"
-        text = fab.get("status_text") or f"NVML error {fab.get('status')}"
+        text = fab.status_text or f"NVML error {fab.status}"
         return FAIL, (
             f"fabric training failed ({text}): read nvidia-fabricmanager's log, restart it "
             "and reset the GPUs (DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR)"
@@ -330,7 +347,7 @@ def _fabric_manager(gpu) -> tuple[str, str]:
     return WARN, f"unknown fabric state {state}"
 
 
-def _inforom(gpu) -> tuple[str, str]:
+def _inforom(gpu: Gpu) -> tuple[str, str]:
     if gpu.inforom_valid is None:
         return SKIP, "InfoROM validation is not supported"
     if gpu.inforom_valid:
@@ -342,18 +359,27 @@ def _inforom(gpu) -> tuple[str, str]:
     )
 
 
-def flags(gpu) -> list[str]:
+def flags(gpu: Gpu) -> list[str]:
     """The inventory's health flags of ``gpu`` (empty: healthy)."""
     return [FLAGS[c, s] for c, s, _ in verdicts(gpu) if (c, s) in FLAGS]
 
 
-# The checks judged by a function of their own (the counter checks above are inline).
-_JUDGES = {
+# Each check's judge: (status, detail) of one GPU's record, for every check in CHECKS
+JUDGES: dict[str, Callable[[Gpu], tuple[str, str]]] = {
+    "gpu.lost": _lost,
+    "gpu.device_node": _device_node,
+    "gpu.ecc_uncorrectable": _ecc_uncorrectable,
+    "gpu.retired_pages_pending": _retired_pages,
+    "gpu.row_remap_failure": _row_remap,
+    "gpu.persistence": _persistence,
+    "gpu.xid": lambda gpu: _judge_xid(gpu.xid_errors, gpu.xid_sources),
     "gpu.pcie_link": _pcie_link,
     "gpu.pcie_replay": _pcie_replay,
     "gpu.clocks_event": _clocks_event,
     "gpu.nvlink": _nvlink,
     "gpu.fabric_manager": _fabric_manager,
     "gpu.inforom": _inforom,
-    "gpu.xid": lambda gpu: _judge_xid(gpu.xid_errors, gpu.xid_sources),
 }
+# The checks that read what NVML says of the GPU: skipped when NVML cannot read it (lost, or
+# its device node missing), with the reason
+READS_NVML = frozenset(CHECKS) - {"gpu.lost", "gpu.device_node"}

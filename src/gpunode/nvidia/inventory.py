@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..util.record import asdict as record_asdict
+from ..util.record import replace
 from . import health, nvml, procfs, xid
-from .busid import BusId
 from .devices import is_gpu_node
-from .facts import MigFacts, nvml_text
+from .facts import nvml_text
+from .gpu import EccErrors, Fabric, Gpu, RemappedRows, RetiredPages
 
 SCHEMA = "gpunode.inventory/v1"
 
@@ -28,74 +28,22 @@ class NoDriver(RuntimeError):
 
 
 @dataclass
-class GpuInfo:
-    index: int | None
-    minor: int | None
-    uuid: str | None
-    name: str | None
-    pci_bus_id: str | None
-    # nvmlPciInfo_t.pciDeviceId (device id << 16 | vendor 0x10DE): what a mig-parted
-    # device-filter names; None when NVML is not the source
-    pci_device_id: int | None = None
-    memory_total_mib: int | None = None
-    memory_used_mib: int | None = None
-    compute_capability: str | None = None
-    persistence_mode: bool | None = None
-    ecc_mode: bool | None = None
-    mig_mode: bool | None = None  # current MIG mode; None: the GPU cannot do MIG
-    mig_mode_pending: bool | None = None  # the mode after the next GPU reset
-    # its MIG devices in NVML's order (index n of "<gpu>:<n>"), while MIG mode is on
-    mig_devices: list[MigFacts] = field(default_factory=list)
-    ecc_errors: dict[str, int] = field(default_factory=dict)
-    retired_pages: dict[str, Any] = field(default_factory=dict)
-    remapped_rows: dict[str, int] = field(default_factory=dict)
-    temperature_c: int | None = None
-    # Xid errors the kernel log holds for this GPU since boot (gpunode.nvidia.xid), oldest
-    # first; None: the log could not be read (Inventory.kernel_log says why)
-    xid_errors: list[dict[str, Any]] | None = None
-    xid_sources: list[str] = field(default_factory=list)  # where they were looked for
-    # links and state read for gpunode.nvidia.health (empty / None: NVML does not report it)
-    # gen, max_gen, gpu_max_gen, width, max_width
-    pcie_link: dict[str, int] = field(default_factory=dict)
-    pcie_replays: int | None = None
-    clocks_event_reasons: int | None = None  # nvmlClocksEventReason* bits
-    nvlinks: dict[int, bool] = field(default_factory=dict)  # link -> active, the links it has
-    fabric: dict[str, Any] = field(default_factory=dict)  # state, status, status_text
-    inforom_valid: bool | None = None
-    lost: bool = False  # NVML: GPU_IS_LOST (fallen off the bus); nothing else could be read
-    # The kernel lists it, but /dev/nvidia<minor> is missing: why (NVML cannot show it; only
-    # Inventory.every_gpu gives such records, Inventory.gpus never does)
-    missing: str | None = None
-
-    @property
-    def health(self) -> list[str]:
-        """Its health flags (gpunode.nvidia.health decides them; empty: healthy)."""
-        return health.flags(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: record_asdict(getattr(self, f.name)) for f in fields(self)}
-        del d["lost"], d["missing"]  # shown as the flag fallen_off_bus; missing: `problems`
-        d["health"] = self.health
-        return d
-
-
-@dataclass
 class Inventory:
     source: str
     driver_version: str | None
     cuda_driver_version: str | None
     nvml_version: str | None
-    gpus: list[GpuInfo]
+    gpus: list[Gpu]
     problems: list[dict[str, Any]] = field(default_factory=list)
     hostname: str = field(default_factory=socket.gethostname)
     kernel_log: str | None = None  # why the kernel log could not be read (None: it was)
 
-    def every_gpu(self) -> list[GpuInfo]:
+    def every_gpu(self) -> list[Gpu]:
         """Every GPU the node has: NVML's (lost ones included) and those the kernel lists
         whose device node is missing (``missing`` set), in PCI bus order when every bus id
         is known (the order NVML and CUDA enumerate by default)."""
         out = list(self.gpus) + [
-            GpuInfo(None, p.get("minor"), p.get("uuid"), None, p.get("pci_bus_id"),
+            Gpu(None, p.get("minor"), p.get("uuid"), None, p.get("pci_bus_id"),
                     missing=p.get("detail") or "device node missing")
             for p in self.problems
             if p.get("issue") == "device_node_missing"
@@ -106,7 +54,7 @@ class Inventory:
 
     @property
     def healthy(self) -> bool:
-        return not self.problems and all(not g.health for g in self.gpus)
+        return not self.problems and all(not health.flags(g) for g in self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,7 +65,7 @@ class Inventory:
             "cuda_driver_version": self.cuda_driver_version,
             "nvml_version": self.nvml_version,
             "gpu_count": len(self.gpus),
-            "gpus": [g.to_dict() for g in self.gpus],
+            "gpus": [{**g.to_dict(), "health": health.flags(g)} for g in self.gpus],
             "problems": self.problems,
             "kernel_log_error": self.kernel_log,
             "healthy": self.healthy,
@@ -132,10 +80,11 @@ def device_node_ok(minor: int, dev_root: Path = Path("/dev")) -> bool:
     return is_gpu_node(st, minor)
 
 
-def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuInfo:
+def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> Gpu:
+    """nvml.read_gpu's record with the counters, links and state health judges."""
     if h is None:
         if isinstance(error, pynvml.NVMLError_GpuIsLost):
-            return GpuInfo(index, None, None, None, None, lost=True)
+            return Gpu(index, None, None, None, None, lost=True)
         raise error  # type: ignore[misc]
 
     def opt(fn: Any, *args: Any) -> Any:
@@ -144,33 +93,24 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
         except pynvml.NVMLError_NotSupported:
             return None
 
-    facts = nvml.gpu_facts(pynvml, index, h)
+    gpu = nvml.read_gpu(pynvml, index, h)
     mem = pynvml.nvmlDeviceGetMemoryInfo(h)
     pci_device_id = getattr(pynvml.nvmlDeviceGetPciInfo(h), "pciDeviceId", None)
-    gpu = GpuInfo(
-        index=index,
-        minor=facts.minor,
-        uuid=facts.uuid,
-        name=facts.name,
-        pci_bus_id=facts.pci_bus_id,
-        pci_device_id=pci_device_id if isinstance(pci_device_id, int) else None,
-        memory_total_mib=mem.total // (1024 * 1024),
-        memory_used_mib=mem.used // (1024 * 1024),
-        compute_capability=facts.compute_capability or None,
-    )
+    gpu.pci_device_id = pci_device_id if isinstance(pci_device_id, int) else None
+    gpu.memory_total_mib = mem.total // (1024 * 1024)
+    gpu.memory_used_mib = mem.used // (1024 * 1024)
     persistence = opt(pynvml.nvmlDeviceGetPersistenceMode)
     gpu.persistence_mode = None if persistence is None else bool(persistence)
     ecc = opt(pynvml.nvmlDeviceGetEccMode)
     gpu.ecc_mode = None if ecc is None else bool(ecc[0])
-    gpu.mig_mode, gpu.mig_mode_pending = nvml.mig_modes(pynvml, h) or (None, None)
-    gpu.mig_devices = list(facts.mig)
     gpu.temperature_c = opt(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
     if gpu.ecc_mode:
+        counts = {}
         for kind, err in (("corrected", 0), ("uncorrected", 1)):
             for scope, counter in (("volatile", 0), ("aggregate", 1)):
                 value = opt(pynvml.nvmlDeviceGetTotalEccErrors, err, counter)
-                if value is not None:
-                    gpu.ecc_errors[f"{kind}_{scope}"] = int(value)
+                counts[f"{kind}_{scope}"] = None if value is None else int(value)
+        gpu.ecc_errors = EccErrors(**counts)
     sbe = opt(
         pynvml.nvmlDeviceGetRetiredPages,
         pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
@@ -180,25 +120,15 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> GpuIn
     )
     pending = opt(pynvml.nvmlDeviceGetRetiredPagesPendingStatus)
     if sbe is not None or dbe is not None or pending is not None:
-        gpu.retired_pages = {
-            "single_bit": len(sbe or []),
-            "double_bit": len(dbe or []),
-            "pending": bool(pending),
-        }
+        gpu.retired_pages = RetiredPages(len(sbe or []), len(dbe or []), bool(pending))
     rows = opt(pynvml.nvmlDeviceGetRemappedRows)
     if rows is not None:
-        corr, unc, is_pending, failure = (int(x) for x in rows)
-        gpu.remapped_rows = {
-            "correctable": corr,
-            "uncorrectable": unc,
-            "pending": is_pending,
-            "failure": failure,
-        }
+        gpu.remapped_rows = RemappedRows(*(int(x) for x in rows))
     _read_links(pynvml, h, gpu)
     return gpu
 
 
-def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
+def _read_links(nv: Any, h: Any, gpu: Gpu) -> None:
     """PCIe link, replays, clock event reasons, NVLink, fabric and InfoROM into ``gpu``.
     A call NVML does not support on this GPU (NOT_SUPPORTED), or that the bindings or the
     driver do not have (FUNCTION_NOT_FOUND), leaves its field empty: the check skips."""
@@ -219,7 +149,7 @@ def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
                       ("width", "CurrPcieLinkWidth"), ("max_width", "MaxPcieLinkWidth")):  # fmt: skip
         value = get(f"nvmlDeviceGet{name}")
         if value is not None:
-            gpu.pcie_link[key] = int(value)
+            setattr(gpu.pcie_link, key, int(value))
     gpu.pcie_replays = get("nvmlDeviceGetPcieReplayCounter")
     # ...ClocksThrottleReasons: the deprecated name, all that older bindings and drivers have
     gpu.clocks_event_reasons = get("nvmlDeviceGetCurrentClocksEventReasons")
@@ -242,8 +172,8 @@ def _read_links(nv: Any, h: Any, gpu: GpuInfo) -> None:
         gpu.inforom_valid = None
 
 
-def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> dict[str, Any]:
-    """nvmlDeviceGetGpuFabricInfoV (v2), else nvmlDeviceGetGpuFabricInfo: {} when neither
+def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> Fabric | None:
+    """nvmlDeviceGetGpuFabricInfoV (v2), else nvmlDeviceGetGpuFabricInfo: None when neither
     reports a fabric (no NVSwitch, pre-Hopper). pynvml hands the structure over as given:
     it must be passed by reference."""
     info: Any = None
@@ -257,12 +187,12 @@ def _fabric(nv: Any, h: Any, absent: tuple[type, ...]) -> dict[str, Any]:
             info = nv.c_nvmlGpuFabricInfo_t()
             nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info))
         except (AttributeError, *absent):
-            return {}
+            return None
     if not info.state:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
-        return {}
+        return None
     status = int(info.status)
     text = nvml_text(nv.nvmlErrorString(status)) if status else "Success"
-    return {"state": int(info.state), "status": status, "status_text": text}
+    return Fabric(int(info.state), status, text)
 
 
 def from_nvml() -> Inventory:
@@ -284,42 +214,33 @@ def from_procfs(
     if version is None:
         raise NoDriver(f"{proc_root}/version is missing: no NVIDIA kernel driver is loaded")
     gpus = []
-    for pg in sorted(proc_gpus, key=lambda g: g.bus_id):
+    for pg in proc_gpus:
         if pg.minor is None or not device_node_ok(pg.minor, dev_root):
             continue
-        gpus.append(
-            GpuInfo(
-                index=len(gpus),
-                minor=pg.minor,
-                uuid=pg.uuid,
-                name=pg.model,
-                pci_bus_id=BusId.parse(pg.bus_id).nvml,
-            )
-        )
+        gpus.append(replace(pg, index=len(gpus)))
     return Inventory("procfs", version, None, None, gpus)
 
 
 def _cross_check(inv: Inventory, proc_root: str | os.PathLike, dev_root: Path) -> None:
     """Find GPUs the kernel module knows but that are unusable, and fill in lost GPUs."""
     _, proc_gpus = procfs.read_driver(proc_root)
-    proc_sorted = sorted(proc_gpus, key=lambda g: g.bus_id)
-    usable = [g for g in proc_sorted if g.minor is not None and device_node_ok(g.minor, dev_root)]
-    for pg in proc_sorted:
+    usable = [g for g in proc_gpus if g.minor is not None and device_node_ok(g.minor, dev_root)]
+    for pg in proc_gpus:
         if pg not in usable:
             inv.problems.append(
                 {
                     "issue": "device_node_missing",
                     "detail": f"/dev/nvidia{pg.minor} is missing or not a 195:{pg.minor} device",
                     "uuid": pg.uuid,
-                    "pci_bus_id": BusId.parse(pg.bus_id).nvml,
+                    "pci_bus_id": pg.pci_bus_id,
                     "minor": pg.minor,
                 }
             )
     if len(usable) == len(inv.gpus):
         for gpu, pg in zip(inv.gpus, usable, strict=True):
             if gpu.uuid is None:  # lost: NVML gave no handle, the kernel still knows it
-                gpu.uuid, gpu.name, gpu.minor = pg.uuid, pg.model, pg.minor
-                gpu.pci_bus_id = BusId.parse(pg.bus_id).nvml
+                gpu.uuid, gpu.name, gpu.minor = pg.uuid, pg.name, pg.minor
+                gpu.pci_bus_id = pg.pci_bus_id
 
 
 def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..util.record import record
 from .facts import GpuFacts, MigFacts, cuda_version_text, nvml_text
+from .gpu import Gpu
 
 TYPE_CHECKING = False  # typing costs ~5 ms on every GPU container start
 if TYPE_CHECKING:
@@ -94,31 +95,37 @@ def handles(nv: Any) -> Iterator[tuple[int, Any, Exception | None]]:
         yield index, handle, None
 
 
-def gpu_facts(nv: Any, index: int, handle: Any) -> GpuFacts:
-    """What the runtime needs of a GPU. Brand and compute capability are optional: an NVML
-    that cannot tell gives "unknown" and ""."""
+def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
+    """A GPU's identity and MIG mode and devices: the record every reader takes
+    (gpunode.nvidia.gpu; the inventory adds counters and links). Brand and compute
+    capability are optional: an NVML that cannot tell gives "unknown" and None."""
     try:
         brand = BRAND_NAMES.get(nv.nvmlDeviceGetBrand(handle), "unknown")
     except nv.NVMLError:
         brand = "unknown"
     try:
         major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
-        cc = f"{major}.{minor}"
+        cc: str | None = f"{major}.{minor}"
     except nv.NVMLError:
-        cc = ""
-    modes = mig_modes(nv, handle)
-    mig_enabled = modes is not None and modes[0]  # the current mode: a pending one is not on
-    return GpuFacts(
+        cc = None
+    current, pending = mig_modes(nv, handle) or (None, None)
+    return Gpu(
         index=index,
         minor=nv.nvmlDeviceGetMinorNumber(handle),
         uuid=nvml_text(nv.nvmlDeviceGetUUID(handle)),
-        pci_bus_id=nvml_text(nv.nvmlDeviceGetPciInfo(handle).busId),
         name=nvml_text(nv.nvmlDeviceGetName(handle)),
-        brand=brand,
+        pci_bus_id=nvml_text(nv.nvmlDeviceGetPciInfo(handle).busId),
         compute_capability=cc,
-        mig_enabled=mig_enabled,
-        mig=mig_devices(nv, handle) if mig_enabled else (),
+        brand=brand,
+        mig_mode=current,
+        mig_mode_pending=pending,
+        mig_devices=list(mig_devices(nv, handle)) if current else [],
     )
+
+
+def gpu_facts(nv: Any, index: int, handle: Any) -> GpuFacts:
+    """What the runtime needs of a GPU (and caches): read_gpu's record, its facts."""
+    return read_gpu(nv, index, handle).facts()
 
 
 def mig_modes(nv: Any, handle: Any) -> tuple[bool, bool] | None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 
-from ..util.record import record
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .gpu import Gpu
 
 PROC_DRIVER_NVIDIA = "/proc/driver/nvidia"
 
@@ -66,20 +68,18 @@ def set_param(params: bytes, key: str, value: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-@record(frozen=True)
-class ProcGpu:
-    bus_id: str  # as the directory is named: 0000:07:00.0
-    uuid: str
-    model: str
-    minor: int | None
-
-
-def read_driver(root: str | os.PathLike = PROC_DRIVER_NVIDIA) -> tuple[str | None, list[ProcGpu]]:
-    """Read driver version and GPUs from a /proc/driver/nvidia tree.
+def read_driver(root: str | os.PathLike = PROC_DRIVER_NVIDIA) -> tuple[str | None, list[Gpu]]:
+    """Read driver version and GPUs from a /proc/driver/nvidia tree: each GPU the record
+    NVML's walk fills (gpunode.nvidia.gpu), with what the kernel tells (minor, UUID, model as
+    its name, bus id in NVML's form; index None: the inventory numbers them), in bus order.
+    A directory not named as a bus id is no GPU.
 
     Returns (None, []) when the tree does not exist (no driver loaded, or inside a
     container that was not given one).
     """
+    from .busid import BusId
+    from .gpu import Gpu  # not on the start path: only the inventory and validate read GPUs
+
     root = os.fspath(root)
     try:
         with open(os.path.join(root, "version")) as fh:
@@ -98,13 +98,18 @@ def read_driver(root: str | os.PathLike = PROC_DRIVER_NVIDIA) -> tuple[str | Non
                 info = parse_information(fh.read())
         except OSError:
             continue
+        try:
+            bus = BusId.parse(name).nvml
+        except ValueError:
+            continue
         minor_text = info.get("Device Minor", "")
         gpus.append(
-            ProcGpu(
-                bus_id=name,
-                uuid=info.get("GPU UUID", ""),
-                model=info.get("Model", ""),
+            Gpu(
+                index=None,
                 minor=int(minor_text) if minor_text.isdigit() else None,
+                uuid=info.get("GPU UUID", ""),
+                name=info.get("Model", ""),
+                pci_bus_id=bus,
             )
         )
     return version, gpus

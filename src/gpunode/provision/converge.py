@@ -27,7 +27,7 @@ def read(path: str) -> str | None:
 
 def driver(
     plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
-    kernel_module: bool, gpus: list[sources.Gpu], resolve: bool,
+    kernel_module: bool, gpus: list[sources.PciGpu], resolve: bool,
 ) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
     """The driver plan as a dict, its kernel packages for the running kernel and (``resolve``)
     the exact package versions from the node's package sources (`versions`, `install`)."""

@@ -128,7 +128,11 @@ def platform(distro: str, release: str, arch: str = "x86_64") -> Platform:
 
 
 @dataclass
-class Gpu:
+class PciGpu:
+    """A GPU as the PCI bus shows it before a driver is chosen (lspci's device id, or a
+    compute capability given): what the kernel-module flavour depends on. Not the driver's
+    record of a GPU (gpunode.nvidia.gpu.Gpu): provisioning runs where no driver is yet."""
+
     device_id: int | None = None
     compute_capability: str | None = None
 
@@ -148,7 +152,7 @@ class Gpu:
         return self.at_least("10.0", 0x2900)
 
 
-def choose_flavor(requested: str, branch: str, gpus: list[Gpu]) -> tuple[str, str]:
+def choose_flavor(requested: str, branch: str, gpus: list[PciGpu]) -> tuple[str, str]:
     """(flavour, reason) for the kernel modules."""
     if requested not in FLAVORS:
         raise ProvisionError(
@@ -253,7 +257,7 @@ def driver_plan(
     version: str = "",
     flavor: str = "auto",
     kernel_module: bool = True,
-    gpus: list[Gpu] | None = None,
+    gpus: list[PciGpu] | None = None,
 ) -> DriverPlan:
     if source not in SOURCES:
         raise ProvisionError(f"nvidia_driver_source: {source!r} is not one of {', '.join(SOURCES)}")

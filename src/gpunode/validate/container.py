@@ -42,6 +42,7 @@ from ..nvidia import inventory
 from ..nvidia import mig as migcaps
 from ..nvidia.busid import BusId
 from ..nvidia.facts import MigFacts
+from ..nvidia.gpu import Gpu
 from ..nvidia.procfs import PROC_DRIVER_NVIDIA
 from ..util import tool
 from . import probe
@@ -217,7 +218,7 @@ def run_probe(
         return {"error": f"the probe printed no JSON: {proc.stdout.strip()[-160:]!r}"}
 
 
-def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
+def compare(request: str, want: list[Gpu], seen: dict[str, Any],
             check_proc: bool) -> list[str]:  # fmt: skip
     """What differs between the requested GPUs and what the container saw (empty: exact).
     MIG: ``all`` gives every MIG device (NVML lists each under its GPU); a GPU requested
@@ -258,7 +259,7 @@ def compare(request: str, want: list[inventory.GpuInfo], seen: dict[str, Any],
     return [f"{request}: " + "; ".join(bad)] if bad else []
 
 
-def cap_minors(gpu: inventory.GpuInfo, dev: MigFacts,
+def cap_minors(gpu: Gpu, dev: MigFacts,
                proc_nvidia: str = PROC_DRIVER_NVIDIA) -> list[int] | str:  # fmt: skip
     """The minors of the GI and CI cap nodes a container given ``dev`` gets, read from the
     driver's access files; the reason (one line) when they cannot be read."""
@@ -271,7 +272,7 @@ def cap_minors(gpu: inventory.GpuInfo, dev: MigFacts,
         return str(exc)
 
 
-def compare_mig(request: str, gpu: inventory.GpuInfo, dev: MigFacts, seen: dict[str, Any],
+def compare_mig(request: str, gpu: Gpu, dev: MigFacts, seen: dict[str, Any],
                 caps: list[int] | str, check_proc: bool) -> list[str]:  # fmt: skip
     """What differs between one MIG device and what a container requesting it saw."""
     if "error" in seen:

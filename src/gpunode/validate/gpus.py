@@ -22,8 +22,9 @@ from __future__ import annotations
 import time
 
 from ..nvidia import health, inventory, xid
+from ..nvidia.gpu import Gpu
 from .expect import Expectations
-from .model import FAIL, PASS, SKIP, WARN, Check, Gpu, MigDevice
+from .model import FAIL, PASS, SKIP, WARN, Check, GpuRow
 
 TITLES = {
     "node.driver": "NVIDIA driver present",
@@ -35,25 +36,19 @@ TITLES = {
 GPU_CHECKS = list(health.CHECKS)
 
 
-def listed(gpus: list[inventory.GpuInfo]) -> list[Gpu]:
+def listed(gpus: list[Gpu]) -> list[GpuRow]:
     """The result's GPU list: every GPU of the node (Inventory.every_gpu), indexed in order."""
-    return [
-        Gpu(index=i, uuid=g.uuid, model=g.name, pci_bus_id=g.pci_bus_id,
-            memory_mib=g.memory_total_mib, minor=g.minor, mig_enabled=g.mig_mode,
-            mig=[MigDevice(m.index, m.uuid, m.gi, m.ci, m.profile, m.memory_mib)
-                 for m in g.mig_devices])
-        for i, g in enumerate(gpus)
-    ]  # fmt: skip
+    return [GpuRow.of(i, g) for i, g in enumerate(gpus)]
 
 
 def evaluate(
     inv: inventory.Inventory | None, no_driver: str | None, expect: Expectations, seconds: float
-) -> tuple[list[Gpu], list[Check]]:
+) -> tuple[list[GpuRow], list[Check]]:
     """The checks for a collected inventory (or the NoDriver reason); ``seconds``: how long
     the inventory took, counted to node.gpu_count (the walk every GPU check reads)."""
     checks: list[Check] = []
 
-    def add(cid: str, status: str, detail: str, gpu: Gpu | None = None, t: float = 0.0) -> None:
+    def add(cid: str, status: str, detail: str, gpu: GpuRow | None = None, t: float = 0.0) -> None:
         checks.append(
             Check(cid, TITLES[cid], status, detail, gpu=gpu.index if gpu else None,
                   uuid=gpu.uuid if gpu else None, duration_s=t)

@@ -32,6 +32,7 @@ from typing import Any
 from ..mig import MigConfigError, config
 from ..mig.layout import difference
 from ..nvidia import inventory
+from ..nvidia.gpu import Gpu
 from .model import FAIL, PASS, SKIP, WARN, Check
 
 TITLES = {
@@ -100,7 +101,7 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
     checks: list[Check] = []
 
     def add(cid: str, status: str, detail: str, i: int | None = None,
-            g: inventory.GpuInfo | None = None) -> None:  # fmt: skip
+            g: Gpu | None = None) -> None:  # fmt: skip
         checks.append(Check(cid, TITLES[cid], status, detail, gpu=i,
                             uuid=g.uuid if g else None))  # fmt: skip
 

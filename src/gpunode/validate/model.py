@@ -20,8 +20,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..nvidia import gpu as nvidia_gpu
+from ..nvidia.facts import MigFacts
 from ..nvidia.health import FAIL, PASS, SKIP, WARN
 from ..util.command import EXIT_FAIL, EXIT_OK
+from ..util.record import asdict as record_asdict
+from ..util.record import factory, record
 
 SCHEMA = "gpunode.validate/v1"
 STATUSES = (PASS, WARN, FAIL, SKIP)
@@ -50,21 +54,12 @@ class Check:
         return {k: d[k] for k in keys}
 
 
-@dataclass
-class MigDevice:
-    """A MIG device of a GPU (gpunode.nvidia.facts.MigFacts as the result lists it)."""
-
-    index: int  # n in "<gpu>:<n>"
-    uuid: str
-    gi: int
-    ci: int
-    profile: str
-    memory_mib: int
-
-
-@dataclass
-class Gpu:
-    """A GPU of the node as the result lists it (index: see gpunode.validate.gpus)."""
+@record
+class GpuRow:
+    """A GPU of the node as the result lists it: the versioned schema's names for fields of
+    the GPU's record (gpunode.nvidia.gpu.Gpu), mapped by ROW (index: see
+    gpunode.validate.gpus). Its MIG devices are the record's (MigFacts: index, uuid, gi, ci,
+    profile, memory_mib)."""
 
     index: int
     uuid: str | None
@@ -73,7 +68,25 @@ class Gpu:
     memory_mib: int | None = None
     minor: int | None = None
     mig_enabled: bool | None = None  # None: the GPU cannot do MIG (or it is not known)
-    mig: list[MigDevice] = field(default_factory=list)
+    mig: list[MigFacts] = factory(list)
+
+    @classmethod
+    def of(cls, index: int, gpu: nvidia_gpu.Gpu) -> GpuRow:
+        return cls(index, **{name: list(getattr(gpu, field)) if name == "mig"
+                             else getattr(gpu, field) for name, field in ROW.items()})  # fmt: skip
+
+
+# GpuRow field (the schema's name) -> the record's field it shows (tests/unit/validate/
+# test_model.py holds the two in step)
+ROW = {
+    "uuid": "uuid",
+    "model": "name",
+    "pci_bus_id": "pci_bus_id",
+    "memory_mib": "memory_total_mib",
+    "minor": "minor",
+    "mig_enabled": "mig_mode",
+    "mig": "mig_devices",
+}
 
 
 @dataclass
@@ -83,7 +96,7 @@ class Result:
     started: str
     gpunode_version: str
     versions: dict[str, Any] = field(default_factory=dict)
-    gpus: list[Gpu] = field(default_factory=list)
+    gpus: list[GpuRow] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     duration_s: float = 0.0
 
@@ -106,7 +119,7 @@ class Result:
             "duration_s": round(self.duration_s, 3),
             "gpunode_version": self.gpunode_version,
             "versions": self.versions,
-            "gpus": [asdict(g) for g in self.gpus],
+            "gpus": [record_asdict(g) for g in self.gpus],
             "checks": [c.to_dict() for c in self.checks],
             "summary": self.summary(),
             "exit_code": self.exit_code,

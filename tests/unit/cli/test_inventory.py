@@ -11,7 +11,8 @@ import pytest
 
 from gpunode.cli.inventory import format_table, mig_mode
 from gpunode.nvidia.facts import MigFacts
-from gpunode.nvidia.inventory import GpuInfo, Inventory
+from gpunode.nvidia.gpu import Gpu
+from gpunode.nvidia.inventory import Inventory
 from gpunode.sim.profiles import load_profile
 
 from ..nvidia.test_inventory import gpus
@@ -193,7 +194,7 @@ def test_mig_devices_under_their_gpu_in_the_table():
 
 
 def test_pending_mode_shows_in_the_table():
-    g = GpuInfo(0, 0, "GPU-a", "A100", "00000000:07:00.0", mig_mode=False, mig_mode_pending=True)
+    g = Gpu(0, 0, "GPU-a", "A100", "00000000:07:00.0", mig_mode=False, mig_mode_pending=True)
     assert mig_mode(g) == " MIG off (on after a GPU reset)"
     g.mig_mode, g.mig_mode_pending = True, True
     g.mig_devices = [MigFacts(0, "MIG-x", 1, 0, "7g.80gb", 81920)]

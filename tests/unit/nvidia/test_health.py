@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpunode.nvidia import health
-from gpunode.nvidia.inventory import GpuInfo
+from gpunode.nvidia.gpu import Gpu
+from gpunode.nvidia.inventory import Inventory
 
 from ..validate.fakes import healthy_gpu
 
@@ -49,6 +50,14 @@ FAULTS = [
 ]  # fmt: skip
 
 
+def test_every_check_is_judged_by_its_entry_in_the_table():
+    """One judge per check, in CHECKS order, and nothing decided before the table: a GPU
+    NVML cannot read gets each judge's own verdict or the skip READS_NVML gives."""
+    assert list(health.JUDGES) == list(health.CHECKS)
+    assert set(health.CHECKS) - {"gpu.lost", "gpu.device_node"} == health.READS_NVML
+    assert {c for c, _ in health.FLAGS} <= set(health.CHECKS)
+
+
 def test_a_healthy_gpu_passes_every_check_and_has_no_flag():
     got = health.verdicts(healthy_gpu(0))
     assert [c for c, _, _ in got] == list(health.CHECKS)  # every check, in order, once
@@ -61,19 +70,20 @@ def test_the_flags_are_the_verdicts(fault, check, status, flags):
     gpu = healthy_gpu(0, **fault)
     verdicts = {c: s for c, s, _ in health.verdicts(gpu)}
     assert verdicts[check] == status
-    assert health.flags(gpu) == flags == gpu.health
-    assert gpu.to_dict()["health"] == flags and "lost" not in gpu.to_dict()
+    assert health.flags(gpu) == flags
+    shown = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", [gpu]).to_dict()["gpus"][0]
+    assert shown["health"] == flags and "lost" not in shown and list(shown)[-1] == "health"
 
 
 def test_a_lost_gpu_fails_once_and_skips_the_rest():
-    got = health.verdicts(GpuInfo(0, None, None, None, None, lost=True))
+    got = health.verdicts(Gpu(0, None, None, None, None, lost=True))
     assert [(c, s) for c, s, _ in got] == [("gpu.lost", "fail")] + [
         (c, "skip") for c in list(health.CHECKS)[1:]
     ]
 
 
 def test_a_gpu_without_its_device_node():
-    gpu = GpuInfo(None, 3, "GPU-x", None, "00000000:4E:00.0",
+    gpu = Gpu(None, 3, "GPU-x", None, "00000000:4E:00.0",
                   missing="/dev/nvidia3 is missing or not a 195:3 device")  # fmt: skip
     got = health.verdicts(gpu)
     assert [(c, s) for c, s, _ in got] == [("gpu.lost", "skip"), ("gpu.device_node", "fail")] + [
@@ -93,8 +103,6 @@ def test_unsupported_counters_skip_with_the_reason():
 
 
 def test_every_gpu_lists_the_missing_ones_in_bus_order():
-    from gpunode.nvidia.inventory import Inventory
-
     gpus = [healthy_gpu(0, pci_bus_id="00000000:07:00.0"), healthy_gpu(1, pci_bus_id="00000000:47:00.0")]
     problem = {"issue": "device_node_missing", "detail": "/dev/nvidia1 is missing", "uuid": "GPU-m",
                "pci_bus_id": "00000000:0F:00.0", "minor": 1}  # fmt: skip
@@ -109,7 +117,7 @@ def verdict(check, **fault):
     return {c: (s, d) for c, s, d in health.verdicts(healthy_gpu(0, **fault))}[check]
 
 
-NO_FABRIC = {"state": 0}  # nvmlGpuFabricState NOT_SUPPORTED: no NVSwitch baseboard
+NO_FABRIC = {"state": 0, "status": 0}  # nvmlGpuFabricState NOT_SUPPORTED: no NVSwitch baseboard
 
 
 @pytest.mark.parametrize(
@@ -194,7 +202,7 @@ def test_nvlink_names_the_links_down():
 
 def test_fabric_manager_states():
     assert verdict("gpu.fabric_manager")[0] == "pass"
-    assert verdict("gpu.fabric_manager", fabric={})[0] == "skip"
+    assert verdict("gpu.fabric_manager", fabric=None)[0] == "skip"
     assert verdict("gpu.fabric_manager", fabric={"state": 0, "status": 0})[0] == "skip"
     status, detail = verdict("gpu.fabric_manager",
                              fabric={"state": 3, "status": 999, "status_text": "Unknown Error"})

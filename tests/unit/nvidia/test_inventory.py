@@ -11,7 +11,8 @@ import pynvml
 import pytest
 
 from gpunode.nvidia import inventory
-from gpunode.nvidia.inventory import GpuInfo, _read_links
+from gpunode.nvidia.gpu import Fabric, Gpu, PcieLink
+from gpunode.nvidia.inventory import _read_links
 
 from .test_mig import Mem, MigNvml
 
@@ -63,8 +64,8 @@ def fake(**over):
     return ns
 
 
-def read(nv) -> GpuInfo:
-    gpu = GpuInfo(0, 0, "GPU-x", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
+def read(nv) -> Gpu:
+    gpu = Gpu(0, 0, "GPU-x", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
     _read_links(nv, "h0", gpu)
     return gpu
 
@@ -78,13 +79,16 @@ def raises(exc):
 
 def test_every_read_on_a_gpu_that_reports_all():
     gpu = read(fake())
-    assert gpu.pcie_link == {"gen": 5, "max_gen": 5, "gpu_max_gen": 5, "width": 8, "max_width": 16}
+    assert gpu.pcie_link == PcieLink(gen=5, max_gen=5, gpu_max_gen=5, width=8, max_width=16)
     assert gpu.pcie_replays == 3
     assert gpu.clocks_event_reasons == 0x21  # the events call, not the deprecated one
     assert gpu.nvlinks == {i: i != 5 for i in range(18)}
-    assert gpu.fabric == {"state": 3, "status": 0, "status_text": "Success"}
+    assert gpu.fabric == Fabric(state=3, status=0, status_text="Success")
     assert gpu.inforom_valid is True
-    assert gpu.to_dict()["nvlinks"][5] is False and "pcie_link" in gpu.to_dict()
+    shown = gpu.to_dict()
+    assert shown["nvlinks"][5] is False
+    assert shown["pcie_link"] == {"gen": 5, "max_gen": 5, "gpu_max_gen": 5, "width": 8, "max_width": 16}
+    assert shown["fabric"] == {"state": 3, "status": 0, "status_text": "Success"}
 
 
 def test_a_gpu_without_nvlink_fabric_or_inforom_validation():
@@ -97,8 +101,10 @@ def test_a_gpu_without_nvlink_fabric_or_inforom_validation():
         nvmlDeviceGetGpuMaxPcieLinkGeneration=raises(E.NVMLError_NotSupported),
     )
     gpu = read(nv)
-    assert gpu.nvlinks == {} and gpu.fabric == {} and gpu.inforom_valid is None
-    assert gpu.pcie_replays is None and "gpu_max_gen" not in gpu.pcie_link
+    assert gpu.nvlinks == {} and gpu.fabric is None and gpu.inforom_valid is None
+    assert gpu.pcie_replays is None and gpu.pcie_link.gpu_max_gen is None
+    shown = gpu.to_dict()  # a field NVML does not report is left out, no sub-record is {}
+    assert shown["fabric"] == {} and "gpu_max_gen" not in shown["pcie_link"]
 
 
 def test_a_corrupted_inforom_and_a_failed_fabric():
@@ -108,12 +114,12 @@ def test_a_corrupted_inforom_and_a_failed_fabric():
     gpu = read(fake(nvmlDeviceValidateInforom=raises(E.NVMLError_CorruptedInforom),
                     nvmlDeviceGetGpuFabricInfoV=fabric_v))  # fmt: skip
     assert gpu.inforom_valid is False
-    assert gpu.fabric == {"state": 3, "status": 999, "status_text": "Unknown Error"}
+    assert gpu.fabric == Fabric(state=3, status=999, status_text="Unknown Error")
 
 
 def test_fabric_state_not_supported_is_no_fabric():
     gpu = read(fake(nvmlDeviceGetGpuFabricInfoV=lambda h, info: None))  # state 0
-    assert gpu.fabric == {}
+    assert gpu.fabric is None
 
 
 def test_older_bindings_and_drivers_fall_back():
@@ -129,11 +135,11 @@ def test_older_bindings_and_drivers_fall_back():
                     nvmlDeviceGetGpuFabricInfo=fabric_v1,
                     nvmlDeviceGetGpuMaxPcieLinkGeneration=None))  # fmt: skip
     assert gpu.clocks_event_reasons == 0x7
-    assert gpu.fabric["state"] == 2 and "gpu_max_gen" not in gpu.pcie_link
+    assert gpu.fabric.state == 2 and gpu.pcie_link.gpu_max_gen is None
     gpu = read(fake(nvmlDeviceGetCurrentClocksEventReasons=raises(E.NVMLError_FunctionNotFound),
                     nvmlDeviceGetGpuFabricInfoV=raises(E.NVMLError_ArgumentVersionMismatch),
                     nvmlDeviceGetGpuFabricInfo=fabric_v1))  # fmt: skip
-    assert gpu.clocks_event_reasons == 0x7 and gpu.fabric["state"] == 2
+    assert gpu.clocks_event_reasons == 0x7 and gpu.fabric.state == 2
     gpu = read(fake(nvmlDeviceGetCurrentClocksEventReasons=None,
                     nvmlDeviceGetCurrentClocksThrottleReasons=None,
                     nvmlDeviceValidateInforom=None, nvmlDeviceGetNvLinkState=None))  # fmt: skip
@@ -209,6 +215,17 @@ def gpus():
     return [inventory._nvml_gpu(nv, 0, "gpu", None), inventory._nvml_gpu(nv, 1, "t4", None)]
 
 
+# gpunode.inventory/v1: a GPU's keys, in order (the record's fields, less brand, lost and
+# missing, then the health flags)
+INVENTORY_GPU_KEYS = [
+    "index", "minor", "uuid", "name", "pci_bus_id", "pci_device_id", "memory_total_mib",
+    "memory_used_mib", "compute_capability", "persistence_mode", "ecc_mode", "mig_mode",
+    "mig_mode_pending", "mig_devices", "ecc_errors", "retired_pages", "remapped_rows",
+    "temperature_c", "xid_errors", "xid_sources", "pcie_link", "pcie_replays",
+    "clocks_event_reasons", "nvlinks", "fabric", "inforom_valid", "health",
+]  # fmt: skip
+
+
 def test_mig_devices_in_the_inventory_json():
     a100, t4 = gpus()
     assert (a100.mig_mode, a100.mig_mode_pending, t4.mig_mode, t4.mig_mode_pending) == (
@@ -217,8 +234,9 @@ def test_mig_devices_in_the_inventory_json():
     assert d["mig_devices"][1] == {"index": 1, "uuid": "MIG-00000002-0000-0000-0000-000000000000",
                                    "gi": 5, "ci": 0, "profile": "1g.10gb", "memory_mib": 9856}  # fmt: skip
     assert [m["index"] for m in d["mig_devices"]] == [0, 1, 2]
-    assert t4.to_dict()["mig_devices"] == [] and "lost" not in d and d["health"] == []
+    assert t4.to_dict()["mig_devices"] == [] and "lost" not in d and "brand" not in d
     inv = inventory.Inventory("nvml", "535.261.03", "12.2", "12.535", [a100, t4])
     doc = json.loads(json.dumps(inv.to_dict()))
-    assert doc["schema"] == "gpunode.inventory/v1"
+    assert doc["schema"] == "gpunode.inventory/v1" and doc["gpus"][0]["health"] == []
+    assert list(doc["gpus"][0]) == INVENTORY_GPU_KEYS
     assert doc["gpus"][0]["mig_devices"][0]["profile"] == "3g.40gb"

@@ -3,6 +3,7 @@
 import os
 
 from gpunode.nvidia import procfs
+from gpunode.nvidia.gpu import Gpu
 
 PARAMS = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
 
@@ -45,7 +46,12 @@ def test_read_driver(tmp_path, real_information):
     (tmp_path / "gpus/0000:00:1e.0/information").write_text(real_information)
     version, gpus = procfs.read_driver(str(tmp_path))
     assert version == "550.135"
-    # a GPU directory without an information file is skipped
+    # a GPU directory without an information file is skipped, one not named as a bus id too;
+    # each GPU is the record NVML's walk fills, with what the kernel tells
+    os.makedirs(tmp_path / "gpus" / "stray")
+    (tmp_path / "gpus/stray/information").write_text(real_information)
+    version, gpus = procfs.read_driver(str(tmp_path))
     assert gpus == [
-        procfs.ProcGpu("0000:00:1e.0", "GPU-82523fd8-3897-f599-d088-ccd04ae45ec1", "NVIDIA A10G", 3)
-    ]
+        Gpu(index=None, minor=3, uuid="GPU-82523fd8-3897-f599-d088-ccd04ae45ec1",
+            name="NVIDIA A10G", pci_bus_id="00000000:00:1E.0")
+    ]  # fmt: skip

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from gpunode.nvidia import xidevents
+from gpunode.nvidia import health, xidevents
 from gpunode.nvidia.inventory import Inventory, attach_xid_events
 
 from ..validate.fakes import healthy_gpu
@@ -106,4 +106,4 @@ def test_events_join_the_gpus_xid_errors():
     assert [(e["xid"], e["source"], e["verdict"]) for e in gpus[0].xid_errors] == [(79, "nvml", "fail")]
     assert gpus[1].xid_errors == [] and gpus[1].xid_sources[-1] == "NVML events while validating"
     assert inv.problems[0]["issue"] == "xid_unmatched"
-    assert gpus[0].health == ["xid_error"]
+    assert health.flags(gpus[0]) == ["xid_error"]

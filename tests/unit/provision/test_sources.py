@@ -7,9 +7,9 @@ import re
 import pytest
 
 from gpunode.provision import ProvisionError, sources
-from gpunode.provision.sources import Gpu, cuda_plan, driver_plan, platform
+from gpunode.provision.sources import PciGpu, cuda_plan, driver_plan, platform
 
-A100, V100, B200 = Gpu(device_id=0x20B2), Gpu(device_id=0x1DB4), Gpu(device_id=0x2901)
+A100, V100, B200 = PciGpu(device_id=0x20B2), PciGpu(device_id=0x1DB4), PciGpu(device_id=0x2901)
 
 
 def test_debian12_userspace_only_exact_pin():
@@ -148,7 +148,9 @@ def test_flavour_decisions():
     assert sources.choose_flavor("auto", "550", [A100])[0] == "proprietary"
     assert sources.choose_flavor("auto", "580", [A100, V100])[0] == "proprietary"
     assert sources.choose_flavor("auto", "570", [B200])[0] == "open"
-    assert sources.choose_flavor("auto", "570", [Gpu(compute_capability="7.0")])[0] == "proprietary"
+    assert (
+        sources.choose_flavor("auto", "570", [PciGpu(compute_capability="7.0")])[0] == "proprietary"
+    )
     with pytest.raises(ProvisionError, match="open kernel modules need branch >= 515"):
         sources.choose_flavor("open", "470", [A100])
     with pytest.raises(ProvisionError, match="need Turing or newer"):

@@ -301,6 +301,7 @@ document.body.setAttribute('data-rows', rows.join(';'));
 def test_promtool_reads_the_textfile_with_mig_devices(tmp_path):
     """The validate textfile of a node with MIG devices (hostile profile text included)
     passes `promtool check metrics` (Debian package prometheus)."""
+    from gpunode.util.record import replace
     from gpunode.validate import output
 
     from ..validate.fakes import mig_result
@@ -309,7 +310,7 @@ def test_promtool_reads_the_textfile_with_mig_devices(tmp_path):
     if promtool is None:
         pytest.fail("promtool not found: run scripts/setup (Debian package prometheus)", False)
     r = mig_result()
-    r.gpus[1].mig[1].profile = HOSTILE_PROFILE
+    r.gpus[1].mig[1] = replace(r.gpus[1].mig[1], profile=HOSTILE_PROFILE)
     text = output.textfile(r)
     assert "gpunode_mig_device_info{" in text
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,

@@ -1,0 +1,63 @@
+"""gpunode.nvidia.gpu: the one record of a GPU, and the shapes derived from it held in step
+with it (the runtime's cached GpuFacts; validate's result row is tests/unit/validate/
+test_model.py's)."""
+
+from __future__ import annotations
+
+from gpunode.nvidia import gpu as record
+from gpunode.nvidia.facts import GpuFacts, MigFacts, NodeFacts
+from gpunode.nvidia.gpu import EccErrors, Fabric, Gpu, PcieLink
+from gpunode.util.record import fields
+
+MIG = MigFacts(0, "MIG-a", 1, 0, "7g.80gb", 81920)
+
+
+def test_the_cached_facts_are_the_records_fields():
+    """Every GpuFacts field is a record field of the same name (FACTS says how), so a fact
+    added to the cache is read by the one walk, not beside it."""
+    assert list(record.FACTS) == list(fields(GpuFacts))
+    assert set(fields(GpuFacts)) <= set(fields(Gpu)) | {"mig", "mig_enabled"}
+    assert {"mig_devices", "mig_mode"} <= set(fields(Gpu))  # what mig and mig_enabled read
+    g = Gpu(2, 5, "GPU-x", "NVIDIA A100-SXM4-80GB", "00000000:07:00.0", compute_capability="8.0",
+            brand="tesla", mig_mode=True, mig_mode_pending=True, mig_devices=[MIG])  # fmt: skip
+    assert g.facts() == GpuFacts(2, 5, "GPU-x", "00000000:07:00.0", "NVIDIA A100-SXM4-80GB",
+                                 "tesla", "8.0", True, (MIG,))  # fmt: skip
+    # what NVML cannot tell is "" in the cache, as before; a pending MIG mode is not on
+    bare = Gpu(0, 0, "GPU-y", None, "00000000:0F:00.0", mig_mode=False, mig_mode_pending=True)
+    assert bare.facts() == GpuFacts(0, 0, "GPU-y", "00000000:0F:00.0")
+    node = NodeFacts("535.261.03", "12.2", (g.facts(), bare.facts()))
+    assert NodeFacts.from_dict(node.to_dict()) == node  # the cache takes what the record gives
+
+
+def test_sub_records_show_the_fields_nvml_reported():
+    g = Gpu(0, 0, "GPU-x", "T4", "00000000:07:00.0")
+    shown = g.to_dict()
+    assert [shown[k] for k in record.SUB_RECORDS] == [{}, {}, {}, {}, {}]
+    g.pcie_link = PcieLink(gen=3, width=16)
+    g.ecc_errors = EccErrors(uncorrected_volatile=0)
+    g.fabric = Fabric(3, 0, "Success")
+    shown = g.to_dict()
+    assert shown["pcie_link"] == {"gen": 3, "width": 16}
+    assert shown["ecc_errors"] == {"uncorrected_volatile": 0}
+    assert shown["fabric"] == {"state": 3, "status": 0, "status_text": "Success"}
+    assert not set(record.NOT_SHOWN) & set(shown)
+    assert list(shown) == [f for f in fields(Gpu) if f not in record.NOT_SHOWN]
+
+
+# mig.layout.MigGpu field -> the record's field of the same fact (the rest are the planner's:
+# its GI profiles, instances and handle)
+MIG_GPU_NAMES = {"index": "index", "uuid": "uuid", "name": "name",
+                 "pci_device_id": "pci_device_id", "mig_enabled": "mig_mode",
+                 "mig_pending": "mig_mode_pending"}  # fmt: skip
+
+
+def test_the_mig_planners_gpu_names_the_records_facts_alike():
+    """`gpunode mig` keeps its own GPU (a handle and the GI/CI tree it changes); the facts it
+    shares with the record are these fields, and no other field of it is one of the record's
+    under another name."""
+    from gpunode.mig.layout import MigGpu
+
+    own = {"mig_capable", "profiles", "instances", "handle"}
+    assert set(fields(MigGpu)) == set(MIG_GPU_NAMES) | own
+    assert set(MIG_GPU_NAMES.values()) <= set(fields(Gpu))
+    assert not own & set(fields(Gpu))

@@ -74,6 +74,20 @@ class Fabric:
 
 
 @record
+class XidError:
+    """One Xid error of the GPU: from the kernel log (gpunode.nvidia.xid) or delivered by
+    NVML (gpunode.nvidia.xidevents), with NVIDIA's class and verdict of its code."""
+
+    xid: int
+    kind: str  # gpunode.nvidia.xid's class of the code ("bus", "application", ...)
+    verdict: str  # "fail" or "warn"
+    pid: str
+    process: str
+    message: str
+    source: str  # "kernel log" or "nvml"
+
+
+@record
 class Gpu:
     index: int | None
     minor: int | None
@@ -99,7 +113,7 @@ class Gpu:
     temperature_c: int | None = None
     # Xid errors the kernel log holds for this GPU since boot (gpunode.nvidia.xid), oldest
     # first; None: the log could not be read (Inventory.kernel_log says why)
-    xid_errors: list[dict[str, Any]] | None = None
+    xid_errors: list[XidError] | None = None
     xid_sources: list[str] = factory(list)  # where they were looked for
     pcie_link: PcieLink = factory(PcieLink)
     pcie_replays: int | None = None

@@ -23,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .gpu import Gpu
+    from .gpu import Gpu, XidError
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
@@ -176,7 +176,7 @@ def _persistence(gpu: Gpu) -> tuple[str, str]:
     return WARN, "disabled: enable nvidia-persistenced"
 
 
-def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str, str]:
+def _judge_xid(errors: list[XidError] | None, sources: list[str] = ()) -> tuple[str, str]:
     """Xid errors (gpunode.nvidia.xid's classes): any but an application error fails; the
     detail counts each code and says what the worst one asks for."""
     if errors is None:
@@ -185,12 +185,12 @@ def _judge_xid(errors: list[dict] | None, sources: list[str] = ()) -> tuple[str,
         return PASS, f"no Xid error in {' or '.join(sources) or 'the kernel log'}"
     counts: dict[int, int] = {}
     for e in errors:
-        counts[e["xid"]] = counts.get(e["xid"], 0) + 1
-    worst = next((e for e in errors if e["verdict"] == FAIL), errors[-1])
+        counts[e.xid] = counts.get(e.xid, 0) + 1
+    worst = next((e for e in errors if e.verdict == FAIL), errors[-1])
     codes = ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in counts.items())
-    what = classify(worst["xid"])[2]
-    text = f"Xid {codes}; last {worst['xid']} ({worst['kind']}): {worst['message'] or '-'}"
-    return (FAIL if worst["verdict"] == FAIL else WARN), f"{text} — {what}"
+    what = classify(worst.xid)[2]
+    text = f"Xid {codes}; last {worst.xid} ({worst.kind}): {worst.message or '-'}"
+    return (FAIL if worst.verdict == FAIL else WARN), f"{text} — {what}"
 
 
 # Product names of SXM modules that do not say "SXM" (the HGX H100/H200/B200 boards' GPUs);

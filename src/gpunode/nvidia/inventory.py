@@ -18,7 +18,7 @@ from ..util.record import replace
 from . import health, nvml, procfs, xid
 from .devices import is_gpu_node
 from .facts import nvml_text
-from .gpu import EccErrors, Fabric, Gpu, RemappedRows, RetiredPages
+from .gpu import EccErrors, Fabric, Gpu, RemappedRows, RetiredPages, XidError
 
 SCHEMA = "gpunode.inventory/v1"
 
@@ -256,9 +256,8 @@ def attach_xid_errors(inv: Inventory, kernel_log: str = xid.KMSG) -> None:
         gpu.xid_errors = []
         gpu.xid_sources.append("the kernel log since boot")
     for event in events:
-        entry = {"xid": event.xid, "kind": event.kind, "verdict": event.verdict,
-                 "pid": event.pid, "process": event.process, "message": event.message,
-                 "source": "kernel log"}  # fmt: skip
+        entry = XidError(event.xid, event.kind, event.verdict, event.pid, event.process,
+                         event.message, "kernel log")  # fmt: skip
         owner = next((g for g in gpus if g.pci_bus_id and event.matches(g.pci_bus_id)), None)
         if owner is not None and owner.xid_errors is not None:
             owner.xid_errors.append(entry)
@@ -287,8 +286,7 @@ def attach_xid_events(inv: Inventory, events: list[tuple[str, int, int | None, i
         owner = next((g for g in inv.gpus if g.pci_bus_id == bus and not g.lost), None)
         kind, verdict, _ = xid.classify(code)
         where = f" (MIG GPU instance {gi}, compute instance {ci})" if gi is not None else ""
-        entry = {"xid": code, "kind": kind, "verdict": verdict, "pid": "", "process": "",
-                 "message": f"delivered by NVML{where}", "source": "nvml"}  # fmt: skip
+        entry = XidError(code, kind, verdict, "", "", f"delivered by NVML{where}", "nvml")
         if owner is not None:
             owner.xid_errors.append(entry)
         else:

@@ -6,15 +6,13 @@ from __future__ import annotations
 import pytest
 
 from gpunode.nvidia import health
-from gpunode.nvidia.gpu import Gpu
+from gpunode.nvidia.gpu import Gpu, XidError
 from gpunode.nvidia.inventory import Inventory
 
 from ..validate.fakes import healthy_gpu
 
-XID79 = {"xid": 79, "kind": "bus", "verdict": "fail", "pid": "1", "process": "python3",
-         "message": "GPU has fallen off the bus."}  # fmt: skip
-XID13 = {"xid": 13, "kind": "application", "verdict": "warn", "pid": "2", "process": "app",
-         "message": "Graphics Exception"}  # fmt: skip
+XID79 = XidError(79, "bus", "fail", "1", "python3", "GPU has fallen off the bus.", "kernel log")
+XID13 = XidError(13, "application", "warn", "2", "app", "Graphics Exception", "kernel log")
 
 FAULTS = [
     ({"lost": True}, "gpu.lost", "fail", ["fallen_off_bus"]),

@@ -93,8 +93,8 @@ def test_the_inventory_gives_each_gpu_its_xids_and_names_the_rest(tmp_path):
     log = tmp_path / "kmsg"
     log.write_text(KMSG)
     attach_xid_errors(inv, str(log))
-    assert [e["xid"] for e in gpus[0].xid_errors] == [79]
-    assert [(e["xid"], e["verdict"]) for e in gpus[1].xid_errors] == [(13, "warn")]
+    assert [e.xid for e in gpus[0].xid_errors] == [79]
+    assert [(e.xid, e.verdict) for e in gpus[1].xid_errors] == [(13, "warn")]
     (problem,) = inv.problems  # Xid 48 names bus 07, which no GPU here has
     assert problem["issue"] == "xid_unmatched" and problem["pci_bus_id"] == "00000000:07:00.0"
     assert inv.kernel_log is None and not inv.healthy

@@ -103,7 +103,10 @@ def test_events_join_the_gpus_xid_errors():
     inv = Inventory("nvml", "535.261.03", "12.2", "12.535.261.03", gpus)
     attach_xid_events(inv, [("00000000:07:00.0", 79, None, None), ("00000000:99:00.0", 48, None, None)],
                       "NVML events while validating")  # fmt: skip
-    assert [(e["xid"], e["source"], e["verdict"]) for e in gpus[0].xid_errors] == [(79, "nvml", "fail")]
+    assert [(e.xid, e.source, e.verdict) for e in gpus[0].xid_errors] == [(79, "nvml", "fail")]
     assert gpus[1].xid_errors == [] and gpus[1].xid_sources[-1] == "NVML events while validating"
+    shown = gpus[0].to_dict()["xid_errors"]  # gpunode.inventory/v1: each Xid an object
+    assert list(shown[0]) == ["xid", "kind", "verdict", "pid", "process", "message", "source"]
+    assert (shown[0]["xid"], shown[0]["pid"], shown[0]["source"]) == (79, "", "nvml")
     assert inv.problems[0]["issue"] == "xid_unmatched"
     assert health.flags(gpus[0]) == ["xid_error"]

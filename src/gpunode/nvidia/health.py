@@ -1,4 +1,5 @@
-"""GPU health, decided once: every per-GPU check's verdict on one GPU's inventory record.
+"""GPU health, decided once: every per-GPU check's verdict on one GPU's record
+(gpunode.nvidia.gpu.Gpu).
 
 `gpunode inventory` shows a GPU's health flags and `gpunode validate` its ``gpu.*`` checks;
 both come from ``verdicts`` here, so a counter means the same thing wherever it is shown:

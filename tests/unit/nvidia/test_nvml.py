@@ -82,6 +82,11 @@ def test_walk():
     )
     g2 = nvml.gpu_facts(nv, 2, "h2")
     assert (g2.brand, g2.compute_capability) == ("unknown", "")
+    # the runtime's facts are the walk's record, cut down: the record says None for what NVML
+    # cannot tell, the cache ""
+    record = nvml.read_gpu(nv, 2, "h2")
+    assert (record.brand, record.compute_capability, record.mig_mode) == ("unknown", None, None)
+    assert record.facts() == g2 and record.mig_devices == []
 
 
 def test_session_opens_and_shuts_down(monkeypatch):

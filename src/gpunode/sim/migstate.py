@@ -1,7 +1,7 @@
 """The simulated driver's MIG state on a node, as ``gpunode sim apply`` sets it up.
 
 MIG mode and the GPU and compute instances are driver state: the mock NVML
-(``mocknvml.c``, section "MIG state") keeps them in a simulator-private file on the node's
+(``mocknvml/migstate.c``) keeps them in a simulator-private file on the node's
 simulated ``/proc/driver`` tmpfs, :data:`STATE_NAME` under the dot-directory :data:`SIM_DIR`,
 which no product code reads (product code asks NVML and reads the driver's capability
 files). Every process and container of the node sees that one file; it is gone when the

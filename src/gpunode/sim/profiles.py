@@ -755,7 +755,7 @@ def load_profile(ref: str | Path) -> Profile:
 
 
 def mock_payload(profile: Profile) -> str:
-    """The text the mock NVML reads from its embedded blob (see sim/mocknvml.c)."""
+    """The text the mock NVML reads from its embedded blob (see sim/mocknvml/profile.c)."""
     if profile.driver is None:
         return ""
     d = profile.driver

@@ -1,4 +1,4 @@
-"""MIG as driver state in the mock NVML (mocknvml.c, "MIG state"; the MIG contract,
+"""MIG as driver state in the mock NVML (mocknvml/migstate.c; the MIG contract,
 sections 1-3): pynvml changes it as on hardware, every process of the node sees it, the
 driver's footprint follows it, and a MIG device is visible only with its cap nodes.
 

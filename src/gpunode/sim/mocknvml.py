@@ -2,9 +2,12 @@
 
 The library's sources are the ``*.c`` files of the package directory ``mocknvml/`` (one a
 NVML object or concern, sharing ``common.h``; :func:`sources`), compiled together with the
-generated stubs into one shared library. The C source exports a fixed-size ``gpunode_profile_blob`` whose initial bytes
-are :data:`MAGIC`.  :func:`embed_profile` patches a built library in place of
-that blob (no recompilation), so one build can serve many simulated nodes.
+generated stubs into one shared library; ``migstate.h``, the MIG state's files, formats and
+cap minors, is generated from :mod:`gpunode.sim.migstate` at build time.
+
+The library exports a fixed-size ``gpunode_profile_blob`` whose initial bytes are
+:data:`MAGIC`. :func:`embed_profile` patches a built library in place of that blob (no
+recompilation), so one build can serve many simulated nodes.
 
 Payload format (UTF-8 text after the magic line, NUL-terminated, one record per
 line, fields separated by a single TAB)::
@@ -37,6 +40,7 @@ from pathlib import Path
 
 from ..util.command import OperationError
 from ..util.files import write_atomic
+from . import migstate
 
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
 BLOB_SIZE = 262144
@@ -195,13 +199,15 @@ def stubs_source(names: list[str]) -> str:
 
 
 def build_digest() -> str:
-    """Identifies what build_library would produce: the C sources and the name list (so a
-    changed nvml-functions.txt or nvidia-ml-py rebuilds the library)."""
+    """Identifies what build_library would produce: the C sources, the name list and the
+    generated migstate.h (so a changed nvml-functions.txt, nvidia-ml-py or MIG state
+    definition rebuilds the library)."""
     h = hashlib.sha256()
     for path in sorted(source_dir().glob("*.[ch]")):
         h.update(f"{path.name}\0{len(path.read_bytes())}\0".encode())
         h.update(path.read_bytes())
     h.update(stubs_source(nvml_names()).encode())
+    h.update(migstate.c_header().encode())
     return h.hexdigest()
 
 
@@ -249,15 +255,13 @@ def build_library(dest: Path, cc: str = "cc") -> Path:
     *dest* (atomic replace)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    stubs_c = _tmp_in(dest.parent, "nvml-stubs")
-    try:
-        stubs_c = stubs_c.rename(stubs_c.with_suffix(".c"))
+    with tempfile.TemporaryDirectory(prefix=".mocknvml-build.", dir=dest.parent) as tmp:
+        generated = Path(tmp)
+        stubs_c = generated / "nvml-stubs.c"
         stubs_c.write_text(stubs_source(nvml_names()), encoding="utf-8")
-        flags = ["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-lpthread"]
+        (generated / "migstate.h").write_text(migstate.c_header(), encoding="utf-8")
+        flags = ["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-lpthread", f"-I{tmp}"]
         return compile_c([*sources(), stubs_c], dest, flags, cc)
-    finally:
-        if stubs_c.exists():
-            stubs_c.unlink()
 
 
 def embed_profile(lib: Path, payload: str, dest: Path) -> bool:

@@ -12,10 +12,14 @@
  *   gpu<TAB>minor=0<TAB>uuid=GPU-...<TAB>bus_id=00000000:07:00.0<TAB>...
  *   gip<TAB>parent=GPU-...<TAB>index=2<TAB>id=9<TAB>name=3g.40gb<TAB>...
  *   mig<TAB>parent=GPU-...<TAB>uuid=MIG-...<TAB>gi=1<TAB>profile_index=2<TAB>...
+ *   migspace<TAB>compute_slices=7<TAB>memory_slots=8
+ *   cip<TAB>index=0<TAB>slices=1<TAB>step=1
  *
  * "gip" lines are the GPU instance profiles of a MIG-capable GPU, "mig" lines
  * the MIG devices (one GPU instance with one compute instance each) of a GPU
- * whose profile enables MIG.  gpunode.sim.profiles.mock_payload() writes them.
+ * whose profile enables MIG; "migspace" and "cip" the rest of the MIG geometry
+ * (a GPU's slices and memory slots, the compute instance profiles). All MIG
+ * geometry comes from gpunode.sim.miggeometry's one table (mig-geometry.json).  gpunode.sim.profiles.mock_payload() writes them.
  * They are the initial MIG state; the live state is the node's (see "MIG
  * state" below), changed through NVML as on hardware.
  *
@@ -125,7 +129,7 @@ enum {
 #define MAX_GIS 256  /* GPU instance handle slots over all GPUs */
 #define MAX_GIPS 256 /* GPU instance profiles over all GPUs */
 #define MAX_EVENT_SETS 64
-#define MIG_SLICES 7  /* compute slices of a MIG-capable GPU */
+#define MAX_CIPS 16   /* compute instance profiles */
 #define STR_LEN 128
 #define NVIDIA_MAJOR 195
 #define NVIDIACTL_MINOR 255
@@ -417,6 +421,13 @@ extern struct nvmlComputeInstance_st g_cis[MAX_MIGS];
 extern struct nvmlGpuInstance_st g_gis[MAX_GIS];
 extern gip_t g_gips[MAX_GIPS];
 extern unsigned int g_ngips;
+/* The rest of the MIG geometry (gpunode.sim.miggeometry, the payload's "migspace"
+ * and "cip" lines): the compute slices and memory slots of a MIG-capable GPU, and
+ * the compute instance profiles: the profile id is its index; a profile fits a
+ * GPU instance of at least g_cip_slices[id] slices, at starts that are multiples
+ * of g_cip_step[id]. */
+extern unsigned int g_mig_slices, g_memory_slots;
+extern unsigned int g_cip_slices[MAX_CIPS], g_cip_step[MAX_CIPS], g_ncips;
 
 /* ---- shared by the files of the library ---- */
 
@@ -486,22 +497,10 @@ extern unsigned int g_ngips;
         *out = (expr);                                         \
         return NVML_SUCCESS;                                   \
     }
-/* MIG state (migstate.c) */
-#define SIM_DIR "/proc/driver/.gpunode-sim" /* simulator-private */
-#define STATE_FILE SIM_DIR "/mig-state"
-#define LOCK_FILE SIM_DIR "/mig.lock"
-#define STATE_MAGIC "gpunode-sim-mig-state v1"
-#define MODE_DIR "/var/lib/gpunode-sim"
-#define MODE_FILE MODE_DIR "/mig-mode"
-#define CAPS_PROC "/proc/driver/nvidia/capabilities"
-#define CAPS_DEV "/dev/nvidia-caps"
-#define CAPS_MAJOR 511 /* gpunode.sim.procfs.CAPS_MAJOR */
-#define CAP_CONFIG_MINOR 1
-#define CAP_MONITOR_MINOR 2
-#define CAPS_PER_GPU 135
-#define CAPS_PER_GI 9
-#define MAX_CIS_PER_GI 8
-#define MEMORY_SLOTS 8
+/* MIG state (migstate.c). Its files, record formats and cap minors (SIM_DIR,
+ * STATE_FILE, STATE_*_FORMAT, GI_MINOR, ...) are gpunode.sim.migstate's: the
+ * build generates migstate.h from them (migstate.c_header). */
+#include "migstate.h"
 #define STATE_BUF (256 * 1024)
 
 typedef struct {
@@ -530,12 +529,6 @@ typedef struct {
     unsigned int ncis;
 } state_t;
 
-/* Compute instance profiles: the profile id is its index (0: 1 slice, 1: 2,
- * 2: 3, 3: 4, 4: 7); a profile fits a GPU instance of at least that many
- * slices, at starts that are multiples of CI_STEP. */
-#define CI_PROFILES 5
-extern const unsigned int CI_SLICES[CI_PROFILES];
-extern const unsigned int CI_STEP[CI_PROFILES];
 extern state_t g_st;
 extern pthread_mutex_t g_mig_lock;
 

@@ -55,7 +55,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned
     GET_GPU(device, g);
     REQUIRE(count);
     mig_refresh();
-    *count = g->mig_capable && g->mig ? MIG_SLICES : 0;
+    *count = g->mig_capable && g->mig ? g_mig_slices : 0;
     return NVML_SUCCESS;
 }
 
@@ -77,7 +77,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, uns
     mig_refresh();
     if (!g->mig_capable || !g->mig)
         return NVML_ERROR_NOT_FOUND;
-    REQUIRE(index < MIG_SLICES);
+    REQUIRE(index < g_mig_slices);
     struct nvmlDevice_st *d = mig_at(g, index);
     if (!d)
         return NVML_ERROR_NOT_FOUND;
@@ -111,7 +111,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
     if (!m)
         return NVML_ERROR_NOT_SUPPORTED;
     const gip_t *p = m->gip;
-    unsigned int k = CI_SLICES[m->ci_profile];
+    unsigned int k = g_cip_slices[m->ci_profile];
     attributes->multiprocessorCount = p->sm * k / p->slices;
     attributes->sharedCopyEngineCount = p->ce;
     attributes->sharedDecoderCount = p->dec;
@@ -317,7 +317,7 @@ EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device
     if (rc != NVML_SUCCESS)
         return rc;
     const gip_t *p = g->mig_capable ? gip_by(g, 1, profileId) : NULL;
-    if (p && (placement->size != p->placement_size || placement->start > MEMORY_SLOTS))
+    if (p && (placement->size != p->placement_size || placement->start > g_memory_slots))
         return NVML_ERROR_INVALID_ARGUMENT;
     return create_gi(device, profileId, (int)placement->start, gpuInstance);
 }
@@ -445,9 +445,9 @@ EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
 static nvmlReturn_t ci_profile(const gip_t *p, unsigned int profile,
                                nvmlComputeInstanceProfileInfo_t *info)
 {
-    if (profile >= CI_PROFILES || CI_SLICES[profile] > p->slices)
+    if (profile >= g_ncips || g_cip_slices[profile] > p->slices)
         return NVML_ERROR_NOT_SUPPORTED;
-    unsigned int k = CI_SLICES[profile], n = p->slices;
+    unsigned int k = g_cip_slices[profile], n = p->slices;
     info->id = profile;
     info->sliceCount = k;
     info->instanceCount = n / k;
@@ -508,7 +508,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(
             continue;
         if (placements) {
             placements[n].start = s;
-            placements[n].size = CI_SLICES[profileId];
+            placements[n].size = g_cip_slices[profileId];
         }
         n++;
     }
@@ -529,7 +529,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
     ci_usage(h->parent->gpu.uuid, h->id, profileId, &taken, &same);
     for (unsigned int s = 0; s < h->gip->slices; s++) {
         if (ci_fits(h->gip, profileId, s, taken, same)) {
-            taken |= ((1u << CI_SLICES[profileId]) - 1) << s;
+            taken |= ((1u << g_cip_slices[profileId]) - 1) << s;
             same++;
             n++;
         }
@@ -617,9 +617,9 @@ EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(
 {
     CHECK_INIT();
     REQUIRE(placement);
-    if (profileId < CI_PROFILES && placement->size != CI_SLICES[profileId])
+    if (profileId < g_ncips && placement->size != g_cip_slices[profileId])
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (placement->start > MEMORY_SLOTS)
+    if (placement->start > g_memory_slots)
         return NVML_ERROR_INVALID_ARGUMENT;
     return create_ci(gpuInstance, profileId, (int)placement->start, computeInstance);
 }
@@ -672,7 +672,7 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeI
     info->id = m->ci_id;
     info->profileId = m->ci_profile;
     info->placement.start = m->ci_start;
-    info->placement.size = CI_SLICES[m->ci_profile];
+    info->placement.size = g_cip_slices[m->ci_profile];
     return NVML_SUCCESS;
 }
 

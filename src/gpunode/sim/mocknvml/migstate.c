@@ -18,7 +18,8 @@
  * written to MODE_FILE on the node's disk (best effort), which
  * gpunode.sim.apply reads when it sets up a fresh state for the same profile.
  *
- * Format (TAB-separated; "key" names the profile the state was set up for):
+ * Format (gpunode.sim.migstate.RECORDS, as STATE_*_FORMAT in the generated
+ * migstate.h; "key" names the profile the state was set up for):
  *   gpunode-sim-mig-state v1
  *   key<TAB><profile digest>
  *   gpu<TAB>uuid=GPU-...<TAB>mode=1<TAB>counter=3
@@ -36,8 +37,8 @@
  * the /dev/nvidia-caps/nvidia-cap<minor> nodes of existing instances (made as
  * nvidia-modprobe would; skipped where mknod is not allowed). Cap minors are
  * the simulator's choice, fitting NVIDIA's sample mig-minors lines:
- * GI = 3 + 135 * gpu minor + 9 * gi, CI = GI + 1 + ci (product code reads
- * them from the access files, never computes them).
+ * GI_MINOR and CI_MINOR of migstate.h (gpunode.sim.migstate.gi_minor; product
+ * code reads them from the access files, never computes them).
  */
 
 state_t g_st;
@@ -51,23 +52,20 @@ static struct {
 pthread_mutex_t g_mig_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int g_gi_cursor, g_mig_cursor;
 static char g_buf[STATE_BUF];
-const unsigned int CI_SLICES[CI_PROFILES] = {1, 2, 3, 4, 7};
-const unsigned int CI_STEP[CI_PROFILES] = {1, 2, 4, 4, 8};
-
 
 unsigned int mig_ci_slices(const mig_t *m)
 {
-    return CI_SLICES[m->ci_profile];
+    return g_cip_slices[m->ci_profile];
 }
 
 static unsigned int gi_minor(unsigned int gpu_minor, unsigned int gi)
 {
-    return 3 + CAPS_PER_GPU * gpu_minor + CAPS_PER_GI * gi;
+    return GI_MINOR(gpu_minor, gi);
 }
 
 static unsigned int ci_minor(unsigned int gpu_minor, unsigned int gi, unsigned int ci)
 {
-    return gi_minor(gpu_minor, gi) + 1 + ci;
+    return CI_MINOR(gpu_minor, gi, ci);
 }
 
 static struct nvmlDevice_st *gpu_dev(const char *uuid)
@@ -98,8 +96,8 @@ int gip_start_pos(const gip_t *p, unsigned int start)
 
 static unsigned int ci_full_profile(const gip_t *p)
 {
-    for (unsigned int i = 0; i < CI_PROFILES; i++)
-        if (CI_SLICES[i] == p->slices)
+    for (unsigned int i = 0; i < g_ncips; i++)
+        if (g_cip_slices[i] == p->slices)
             return i;
     return 0;
 }
@@ -305,15 +303,15 @@ static size_t append(size_t at, const char *fmt, ...)
 
 static int state_write(const state_t *st)
 {
-    size_t at = append(0, "%s\nkey\t%s\n", STATE_MAGIC, st->key);
+    size_t at = append(0, STATE_MAGIC "\n" STATE_KEY_FORMAT, st->key);
     for (unsigned int i = 0; i < st->ngpus; i++)
-        at = append(at, "gpu\tuuid=%s\tmode=%u\tcounter=%u\n", st->gpus[i].uuid,
+        at = append(at, STATE_GPU_FORMAT, st->gpus[i].uuid,
                     st->gpus[i].mode, st->gpus[i].counter);
     for (unsigned int i = 0; i < st->ngis; i++)
-        at = append(at, "gi\tparent=%s\tid=%u\tprofile=%u\tstart=%u\n", st->gis[i].parent,
+        at = append(at, STATE_GI_FORMAT, st->gis[i].parent,
                     st->gis[i].id, st->gis[i].profile, st->gis[i].start);
     for (unsigned int i = 0; i < st->ncis; i++)
-        at = append(at, "ci\tparent=%s\tgi=%u\tid=%u\tprofile=%u\tstart=%u\tuuid=%s\n",
+        at = append(at, STATE_CI_FORMAT,
                     st->cis[i].parent, st->cis[i].gi, st->cis[i].id, st->cis[i].profile,
                     st->cis[i].start, st->cis[i].uuid);
     if (at >= sizeof(g_buf) - 1)
@@ -327,9 +325,9 @@ static void persist_modes(const state_t *st)
     struct stat sb;
     if (stat(MODE_DIR, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return;
-    size_t at = append(0, "key\t%s\n", st->key);
+    size_t at = append(0, STATE_KEY_FORMAT, st->key);
     for (unsigned int i = 0; i < st->ngpus; i++)
-        at = append(at, "%s\t%u\n", st->gpus[i].uuid, st->gpus[i].mode);
+        at = append(at, MODE_LINE_FORMAT, st->gpus[i].uuid, st->gpus[i].mode);
     if (at < sizeof(g_buf) - 1)
         (void)write_atomically(MODE_FILE, g_buf, 0644);
 }
@@ -359,8 +357,7 @@ static void write_access(const char *dir, unsigned int minor)
 {
     char path[256], text[128], have[128];
     snprintf(path, sizeof(path), "%s/access", dir);
-    snprintf(text, sizeof(text), "DeviceFileMinor: %u\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
-             minor);
+    snprintf(text, sizeof(text), ACCESS_FORMAT, minor, 292u);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         ssize_t n = read(fd, have, sizeof(have) - 1);
@@ -590,7 +587,7 @@ static void reconcile(void)
         for (unsigned int t = 0; t < MAX_GIS; t++)
             if (g_gis[t].live && g_gis[t].parent == m->parent && g_gis[t].id == m->gi_id)
                 m->gi = &g_gis[t];
-        if (!m->gi || m->ci_profile >= CI_PROFILES) {
+        if (!m->gi || m->ci_profile >= g_ncips) {
             m->live = 0;
             continue;
         }
@@ -726,8 +723,8 @@ int gi_fits(const gip_t *p, unsigned int start, unsigned int slots, unsigned int
                    unsigned int same)
 {
     unsigned int want = ((1u << p->placement_size) - 1) << start;
-    return !(slots & want) && slices + p->slices <= MIG_SLICES && same < p->instances &&
-           start + p->placement_size <= MEMORY_SLOTS;
+    return !(slots & want) && slices + p->slices <= g_mig_slices && same < p->instances &&
+           start + p->placement_size <= g_memory_slots;
 }
 
 /* The CI slices of a GPU instance taken by its compute instances. */
@@ -738,25 +735,25 @@ void ci_usage(const char *parent, unsigned int gi, unsigned int profile,
     *same = 0;
     for (unsigned int i = 0; i < g_st.ncis; i++) {
         const st_ci_t *c = &g_st.cis[i];
-        if (c->gi != gi || strcmp(c->parent, parent) != 0 || c->profile >= CI_PROFILES)
+        if (c->gi != gi || strcmp(c->parent, parent) != 0 || c->profile >= g_ncips)
             continue;
-        *slices |= ((1u << CI_SLICES[c->profile]) - 1) << c->start;
+        *slices |= ((1u << g_cip_slices[c->profile]) - 1) << c->start;
         *same += c->profile == profile;
     }
 }
 
 int ci_placement_valid(const gip_t *p, unsigned int profile, unsigned int start)
 {
-    return profile < CI_PROFILES && CI_SLICES[profile] <= p->slices &&
-           start % CI_STEP[profile] == 0 && start + CI_SLICES[profile] <= p->slices;
+    return profile < g_ncips && g_cip_slices[profile] <= p->slices &&
+           start % g_cip_step[profile] == 0 && start + g_cip_slices[profile] <= p->slices;
 }
 
 int ci_fits(const gip_t *p, unsigned int profile, unsigned int start, unsigned int taken,
                    unsigned int same)
 {
-    unsigned int want = ((1u << CI_SLICES[profile]) - 1) << start;
+    unsigned int want = ((1u << g_cip_slices[profile]) - 1) << start;
     return ci_placement_valid(p, profile, start) && !(taken & want) &&
-           same < p->slices / CI_SLICES[profile];
+           same < p->slices / g_cip_slices[profile];
 }
 
 /* 64-bit FNV-1a over text, from seed. */

@@ -20,6 +20,8 @@ struct nvmlComputeInstance_st g_cis[MAX_MIGS];
 struct nvmlGpuInstance_st g_gis[MAX_GIS];
 gip_t g_gips[MAX_GIPS];
 unsigned int g_ngips;
+unsigned int g_mig_slices, g_memory_slots;
+unsigned int g_cip_slices[MAX_CIPS], g_cip_step[MAX_CIPS], g_ncips;
 
 /* ------------------------------------------------------------------ */
 /* profile parsing                                                      */
@@ -213,6 +215,30 @@ void for_each_field(char *rest, void (*set)(void *, const char *, const char *),
     }
 }
 
+typedef struct {
+    unsigned int index, slices, step;
+} cip_t;
+
+static void cip_setter(void *o, const char *k, const char *v)
+{
+    cip_t *c = o;
+    if (strcmp(k, "index") == 0)
+        c->index = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "slices") == 0)
+        c->slices = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "step") == 0)
+        c->step = (unsigned int)parse_ull(v);
+}
+
+static void migspace_setter(void *o, const char *k, const char *v)
+{
+    (void)o;
+    if (strcmp(k, "compute_slices") == 0)
+        g_mig_slices = (unsigned int)parse_ull(v);
+    else if (strcmp(k, "memory_slots") == 0)
+        g_memory_slots = (unsigned int)parse_ull(v);
+}
+
 static void gpu_setter(void *o, const char *k, const char *v) { set_gpu_field(o, k, v); }
 static void gip_setter(void *o, const char *k, const char *v) { set_gip_field(o, k, v); }
 static void mig_setter(void *o, const char *k, const char *v) { set_mig_field(o, k, v); }
@@ -263,6 +289,15 @@ static void parse_line(char *line)
         if (m->parent_uuid[0] == '\0' || m->uuid[0] == '\0')
             return;
         g_ninit_migs++;
+    } else if (strcmp(line, "migspace") == 0) {
+        for_each_field(rest, migspace_setter, NULL);
+    } else if (strcmp(line, "cip") == 0) {
+        cip_t c = {MAX_CIPS, 0, 0};
+        for_each_field(rest, cip_setter, &c);
+        if (c.index != g_ncips || c.index >= MAX_CIPS || c.slices == 0 || c.step == 0)
+            return; /* profile ids are 0, 1, ... in order (gpunode.sim.miggeometry) */
+        g_cip_slices[g_ncips] = c.slices;
+        g_cip_step[g_ncips++] = c.step;
     }
 }
 
@@ -279,6 +314,9 @@ void parse_profile(void)
     g_ngpus = 0;
     g_ngips = 0;
     g_ninit_migs = 0;
+    g_mig_slices = 0;
+    g_memory_slots = 0;
+    g_ncips = 0;
 
     /* Skip the magic header line (without keeping a second copy of it). */
     const char *nl = memchr(gpunode_profile_blob, '\n', 64);

@@ -39,7 +39,8 @@
  *   system.c     system queries; no S-class units, excluded GPUs or HIC
  *   device.c     device enumeration and identity
  *   memory.c     memory
- *   migstate.c   MIG as driver state: the node's state file and footprint
+ *   migstate.c   MIG as driver state: the node's state file, this process's view
+ *   footprint.c  the driver's footprint of the MIG state (capability files, cap nodes)
  *   mig.c        the MIG API: mode, GPU and compute instances, MIG devices
  *   modes.c      ECC mode, display, compute capability
  *   processes.c  processes (none run on a simulated GPU)
@@ -570,7 +571,11 @@ void ci_usage(const char *parent, unsigned int gi, unsigned int profile,
 int ci_placement_valid(const gip_t *p, unsigned int profile, unsigned int start);
 int ci_fits(const gip_t *p, unsigned int profile, unsigned int start, unsigned int taken,
                    unsigned int same);
+int write_atomically(const char *path, const char *text, mode_t mode);
 void mig_uuid(char *out, size_t cap, const char *parent, unsigned int gi, unsigned int ci,
                      unsigned int counter);
+
+/* footprint.c */
+void footprint_sync(void);
 
 #pragma GCC visibility pop

@@ -51,7 +51,7 @@ from .profiles import Profile, mock_payload
 
 MULTIARCH_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 MOCK_BASE = Path("/usr/lib/gpunode-sim/libnvidia-ml.mock.so")
-STATE_FILE = Path("/var/lib/gpunode-sim/profile.json")
+STATE_FILE = Path(migstate.NODE_DISK) / "profile.json"
 # The node's /proc/devices as a loaded driver would make it; on /run, like kernel state it
 # is gone when the node restarts (and so is the bind mount that shows it).
 DEVICES_FILE = Path("/run/gpunode-sim/devices")
@@ -64,8 +64,8 @@ PCI_SNAPSHOT = Path("/run/gpunode-sim/pci-devices.json")
 
 @dataclass
 class Paths:
-    dev: Path = Path("/dev")
-    proc_driver: Path = Path("/proc/driver")
+    dev: Path = Path(migstate.DEV)
+    proc_driver: Path = Path(migstate.PROC_DRIVER)
     proc_devices: Path = Path("/proc/devices")  # the kernel's; ours is mounted over it
     devices_file: Path | None = None  # None: DEVICES_FILE on a real system, none elsewhere
     libdir: Path = MULTIARCH_LIBDIR

@@ -1,7 +1,7 @@
 """The simulated driver's MIG state on a node, as ``gpunode sim apply`` sets it up.
 
 MIG mode and the GPU and compute instances are driver state: the mock NVML
-(``mocknvml.c``, section "MIG state") keeps them in a simulator-private file on the node's
+(``mocknvml/migstate.c``) keeps them in a simulator-private file on the node's
 simulated ``/proc/driver`` tmpfs, :data:`STATE_NAME` under the dot-directory :data:`SIM_DIR`,
 which no product code reads (product code asks NVML and reads the driver's capability
 files). Every process and container of the node sees that one file; it is gone when the
@@ -22,12 +22,20 @@ section 1): ``/proc/driver/nvidia/capabilities/mig/{config,monitor}``, the stati
 ``/proc/driver/nvidia-caps/mig-minors``, ``capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access``
 of the instances, and ``/dev/nvidia-caps/nvidia-cap<minor>`` nodes for config, monitor and
 each instance. The mock rewrites the per-instance part on every change.
+
+One home: this module owns the state's definition, for both sides that write it (``sim
+apply`` here, at setup; the mock NVML in C, in whichever process or container changes MIG
+through NVML): the file names, the magic, the record formats (:data:`RECORDS`), the
+capability files' format and the cap-minor layout. The mock does not spell them out: it
+includes ``migstate.h``, which :func:`c_header` writes from these values at build time
+(``gpunode.sim.mocknvml.build_library``; docs/architecture.md says why).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +43,7 @@ from typing import Protocol
 
 from ..util.files import write_atomic
 from .devnodes import ensure_chr
+from .miggeometry import ci_spanning
 from .procfs import CAPS_MAJOR
 
 TYPE_CHECKING = False
@@ -56,36 +65,119 @@ class Notes(Protocol):
     def note(self, what: str) -> None: ...
 
 
+PROC_DRIVER = "/proc/driver"  # on a node; sim apply's Paths.proc_driver (a test: elsewhere)
+DEV = "/dev"
+NODE_DISK = "/var/lib/gpunode-sim"  # the simulator's records on the node's disk
 SIM_DIR = ".gpunode-sim"  # under /proc/driver; simulator-private, read by no product code
 STATE_NAME = "mig-state"
 LOCK_NAME = "mig.lock"
-MODE_NAME = "mig-mode"  # beside apply.STATE_FILE, on the node's disk
+MODE_NAME = "mig-mode"  # in NODE_DISK, beside apply.STATE_FILE
 MAGIC = "gpunode-sim-mig-state v1"
+CAPS_DIR = "nvidia/capabilities"  # under /proc/driver
+DEVCAPS_DIR = "nvidia-caps"  # under /dev
+# The state file's records after the magic and "key<TAB><profile key>" lines: kind, then
+# name=value fields in this order ("s": text, "u": a number; the mock's printf conversions).
+RECORDS = {
+    "gpu": (("uuid", "s"), ("mode", "u"), ("counter", "u")),
+    "gi": (("parent", "s"), ("id", "u"), ("profile", "u"), ("start", "u")),
+    "ci": (
+        ("parent", "s"),
+        ("gi", "u"),
+        ("id", "u"),
+        ("profile", "u"),
+        ("start", "u"),
+        ("uuid", "s"),
+    ),
+}
+# A capability file as the driver shows it (mode 256 for config, 292 otherwise).
+ACCESS = "DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
 
 CAP_CONFIG_MINOR = 1
 CAP_MONITOR_MINOR = 2
+FIRST_GI_MINOR = 3  # gpu0/gi0
 CAPS_PER_GPU = 135  # 15 GPU instance ids x (the GI + 8 compute instances)
 CAPS_PER_GI = 9
 MAX_GI = 15
 MAX_CI = 8
 MIG_MINORS_GPUS = 32  # the driver lists every possible cap of gpu0..gpu31
-# The CI profile id spanning a GPU instance of this many slices (NVML_COMPUTE_INSTANCE_PROFILE_*).
-FULL_CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 
 
 def gi_minor(gpu_minor: int, gi: int) -> int:
     """The simulator's cap minor of a GPU instance (fits NVIDIA's sample mig-minors lines;
-    product code reads it from the access file)."""
-    return 3 + CAPS_PER_GPU * gpu_minor + CAPS_PER_GI * gi
+    product code reads it from the access file). The mock's GI_MINOR: see c_header."""
+    return FIRST_GI_MINOR + CAPS_PER_GPU * gpu_minor + CAPS_PER_GI * gi
 
 
 def ci_minor(gpu_minor: int, gi: int, ci: int) -> int:
     return gi_minor(gpu_minor, gi) + 1 + ci
 
 
+# The same two formulas for the mock (c_header), beside the Python ones.
+_C_MINORS = (
+    "#define GI_MINOR(gpu, gi) (FIRST_GI_MINOR + CAPS_PER_GPU * (gpu) + CAPS_PER_GI * (gi))",
+    "#define CI_MINOR(gpu, gi, ci) (GI_MINOR(gpu, gi) + 1 + (ci))",
+)
+
+
 def render_access(minor: int, mode: int = 292) -> str:
     """A capability file as the driver shows it (mode 256 for config, 292 otherwise)."""
-    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+    return ACCESS.format(minor=minor, mode=mode)
+
+
+def record(kind: str, **values: object) -> str:
+    """One line of the state file (no newline): *kind*'s fields, in RECORDS' order."""
+    return "\t".join([kind, *(f"{name}={values[name]}" for name, _ in RECORDS[kind])])
+
+
+def records(text: str) -> list[tuple[str, dict[str, str]]]:
+    """(kind, fields) of each record of a state file's text, in order."""
+    out = []
+    for line in text.splitlines()[2:]:
+        kind, _, rest = line.partition("\t")
+        if kind in RECORDS:
+            out.append((kind, dict(f.split("=", 1) for f in rest.split("\t") if "=" in f)))
+    return out
+
+
+def _c_string(text: str) -> str:
+    return json.dumps(text)  # ASCII with \t, \n and \" escapes: a C string literal too
+
+
+def c_header() -> str:
+    """``migstate.h`` for the mock NVML: this module's definition of the state, its files
+    and the cap minors as C macros (generated at build time; nothing else defines them)."""
+    defines = {
+        "SIM_DIR": _c_string(f"{PROC_DRIVER}/{SIM_DIR}"),
+        "STATE_FILE": f'SIM_DIR "/{STATE_NAME}"',
+        "LOCK_FILE": f'SIM_DIR "/{LOCK_NAME}"',
+        "STATE_MAGIC": _c_string(MAGIC),
+        "MODE_DIR": _c_string(NODE_DISK),
+        "MODE_FILE": f'MODE_DIR "/{MODE_NAME}"',
+        "CAPS_PROC": _c_string(f"{PROC_DRIVER}/{CAPS_DIR}"),
+        "CAPS_DEV": _c_string(f"{DEV}/{DEVCAPS_DIR}"),
+        "CAPS_MAJOR": str(CAPS_MAJOR),
+        "CAP_CONFIG_MINOR": str(CAP_CONFIG_MINOR),
+        "CAP_MONITOR_MINOR": str(CAP_MONITOR_MINOR),
+        "FIRST_GI_MINOR": str(FIRST_GI_MINOR),
+        "CAPS_PER_GPU": str(CAPS_PER_GPU),
+        "CAPS_PER_GI": str(CAPS_PER_GI),
+        "MAX_CIS_PER_GI": str(MAX_CI),
+        "STATE_KEY_FORMAT": _c_string("key\t%s\n"),
+        "MODE_LINE_FORMAT": _c_string("%s\t%u\n"),
+        "ACCESS_FORMAT": _c_string(ACCESS.format(minor="%u", mode="%u")),
+    }
+    for kind, fields in RECORDS.items():
+        fmt = "\t".join([kind, *(f"{name}=%{conv}" for name, conv in fields)]) + "\n"
+        defines[f"STATE_{kind.upper()}_FORMAT"] = _c_string(fmt)
+    lines = [
+        "/* Generated by gpunode.sim.migstate.c_header at build time: do not edit. */",
+        "#ifndef GPUNODE_MIGSTATE_H",
+        "#define GPUNODE_MIGSTATE_H",
+        *(f"#define {name} {value}" for name, value in defines.items()),
+        *_C_MINORS,
+        "#endif",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def render_mig_minors() -> str:
@@ -103,6 +195,11 @@ def render_mig_minors() -> str:
 def profile_key(payload: str) -> str:
     """Names the profile a state was set up for (the mock NVML's payload digest)."""
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def render_state(key: str, recs: list[str]) -> str:
+    """A state file's text: the magic, the profile key and the records (from record())."""
+    return "\n".join([MAGIC, f"key\t{key}", *recs]) + "\n"
 
 
 def state_key(text: str) -> str | None:
@@ -126,36 +223,43 @@ def saved_modes(text: str, key: str) -> dict[str, bool]:
     return modes
 
 
+def modes_of(profile: Profile, saved: dict[str, bool] | None = None) -> dict[str, bool]:
+    """The MIG mode of each MIG-capable GPU: the *saved* one (a restart) or the profile's."""
+    saved = saved or {}
+    return {g.uuid: saved.get(g.uuid, g.mig) for g in profile.gpus if g.mig_capable}
+
+
+def render_modes(key: str, modes: dict[str, bool]) -> str:
+    """The mode file's text (what the mock writes on each mode change)."""
+    return "".join([f"key\t{key}\n", *(f"{uuid}\t{int(on)}\n" for uuid, on in modes.items())])
+
+
 def initial_state(profile: Profile, key: str, modes: dict[str, bool] | None = None) -> str:
     """The state file's text for *profile*: its MIG modes (or the saved *modes*) and its
     instances (one GPU instance with one compute instance spanning it, CI id 0)."""
-    modes = modes or {}
+    modes = modes_of(profile, modes)
     gpus, gis, cis = [], [], []
     for g in profile.gpus:
-        if not g.mig_capable:
+        if g.uuid not in modes:
             continue
-        mode = modes.get(g.uuid, g.mig)
-        gpus.append(f"gpu\tuuid={g.uuid}\tmode={int(mode)}\tcounter=0")
+        mode = modes[g.uuid]
+        gpus.append(record("gpu", uuid=g.uuid, mode=int(mode), counter=0))
         if not (mode and g.mig):
             continue  # a mode changed since the profile set it: the GPU came up empty
         for inst in g.mig_instances:
             gi = inst.gi_id
-            gis.append(
-                f"gi\tparent={g.uuid}\tid={gi}\tprofile={inst.shape.id}\tstart={inst.placement}"
-            )
-            profile_id = FULL_CI_PROFILE[inst.shape.slices]
-            cis.append(
-                f"ci\tparent={g.uuid}\tgi={gi}\tid=0\tprofile={profile_id}\tstart=0\tuuid={inst.uuid}"
-            )
-    return "\n".join([MAGIC, f"key\t{key}", *gpus, *gis, *cis]) + "\n"
+            gis.append(record("gi", parent=g.uuid, id=gi, profile=inst.shape.id,
+                              start=inst.placement))  # fmt: skip
+            profile_id = ci_spanning(inst.shape.slices).index
+            cis.append(record("ci", parent=g.uuid, gi=gi, id=0, profile=profile_id, start=0,
+                              uuid=inst.uuid))  # fmt: skip
+    return render_state(key, gpus + gis + cis)
 
 
 def instances_of(text: str) -> list[tuple[str, int, int | None]]:
     """(parent uuid, gi, ci or None) of every instance in a state file's text."""
     out: list[tuple[str, int, int | None]] = []
-    for line in text.splitlines()[2:]:
-        kind, _, rest = line.partition("\t")
-        fields = dict(f.split("=", 1) for f in rest.split("\t") if "=" in f)
+    for kind, fields in records(text):
         if kind == "gi":
             out.append((fields["parent"], int(fields["id"]), None))
         elif kind == "ci":
@@ -176,8 +280,8 @@ def _write(path: Path, text: str, res: Notes) -> None:
 
 def sync_footprint(profile: Profile, state: str, paths: Where, res: Notes) -> None:
     """Make the capability files and cap nodes show exactly the instances in *state*."""
-    caps = paths.proc_driver / "nvidia" / "capabilities"
-    devcaps = paths.dev / "nvidia-caps"
+    caps = paths.proc_driver / CAPS_DIR
+    devcaps = paths.dev / DEVCAPS_DIR
     devcaps.mkdir(mode=0o755, exist_ok=True)
     _write(caps / "mig" / "config", render_access(CAP_CONFIG_MINOR, 256), res)
     _write(caps / "mig" / "monitor", render_access(CAP_MONITOR_MINOR, 292), res)
@@ -223,7 +327,7 @@ def apply_mig(profile: Profile, payload: str, paths: Where, res: Notes) -> None:
     """Set up the node's MIG state and footprint for *profile* (idempotent)."""
     sim_dir = paths.proc_driver / SIM_DIR
     if profile.driver is None:
-        for path in (sim_dir, paths.proc_driver / "nvidia-caps", paths.dev / "nvidia-caps"):
+        for path in (sim_dir, paths.proc_driver / "nvidia-caps", paths.dev / DEVCAPS_DIR):
             if path.exists():
                 shutil.rmtree(path)
                 res.note(f"removed {path}")
@@ -243,20 +347,16 @@ def apply_mig(profile: Profile, payload: str, paths: Where, res: Notes) -> None:
             # the same profile: keep what processes made since
             sync_footprint(profile, state, paths, res)
             return
-        modes: dict[str, bool] = {}
+        saved: dict[str, bool] = {}
         if state is None and mode_path.is_file():
             # the node restarted: MIG mode is kept across reboots
-            modes = saved_modes(mode_path.read_text(encoding="utf-8"), key)
+            saved = saved_modes(mode_path.read_text(encoding="utf-8"), key)
+        modes = modes_of(profile, saved)
         state = initial_state(profile, key, modes)
         if write_atomic(state_path, state.encode(), 0o644):
             res.note(f"wrote {state_path}")
         if mode_path.parent.is_dir():
-            lines = [f"key\t{key}"] + [
-                line.split("\t")[1][5:] + "\t" + line.split("\t")[2][5:]
-                for line in state.splitlines()
-                if line.startswith("gpu\t")
-            ]
-            write_atomic(mode_path, ("\n".join(lines) + "\n").encode(), 0o644)
+            write_atomic(mode_path, render_modes(key, modes).encode(), 0o644)
         sync_footprint(profile, state, paths, res)
     finally:
         os.close(fd)

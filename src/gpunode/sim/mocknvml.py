@@ -1,8 +1,13 @@
-"""Build the mock NVML library (``mocknvml.c``) and embed a node profile in it.
+"""Build the mock NVML library (the C files of ``mocknvml/``) and embed a node profile in it.
 
-The C source exports a fixed-size ``gpunode_profile_blob`` whose initial bytes
-are :data:`MAGIC`.  :func:`embed_profile` patches a built library in place of
-that blob (no recompilation), so one build can serve many simulated nodes.
+The library's sources are the ``*.c`` files of the package directory ``mocknvml/`` (one a
+NVML object or concern, sharing ``common.h``; :func:`sources`), compiled together with the
+generated stubs into one shared library; ``migstate.h``, the MIG state's files, formats and
+cap minors, is generated from :mod:`gpunode.sim.migstate` at build time.
+
+The library exports a fixed-size ``gpunode_profile_blob`` whose initial bytes are
+:data:`MAGIC`. :func:`embed_profile` patches a built library in place of that blob (no
+recompilation), so one build can serve many simulated nodes.
 
 Payload format (UTF-8 text after the magic line, NUL-terminated, one record per
 line, fields separated by a single TAB)::
@@ -18,7 +23,7 @@ C programs) never meet a missing symbol. The header's list is the package file
 ``nvml-functions.txt`` (:data:`DECLARED`; where it came from and how to regenerate it from
 an ``nvml.h`` is in its header, written by ``python -m gpunode.sim.mocknvml``); pynvml's is
 read from its source at build time. :func:`nvml_names` is their union; the functions
-``mocknvml.c`` does not implement get a generated stub (:func:`stubs_source`).
+``mocknvml/`` does not implement get a generated stub (:func:`stubs_source`).
 
 Standard library only.
 """
@@ -35,6 +40,7 @@ from pathlib import Path
 
 from ..util.command import OperationError
 from ..util.files import write_atomic
+from . import migstate
 
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
 BLOB_SIZE = 262144
@@ -53,7 +59,8 @@ __all__ = [
     "nvml_names",
     "pynvml_names",
     "render_declared",
-    "source_path",
+    "source_dir",
+    "sources",
     "stubs_source",
 ]
 
@@ -77,9 +84,17 @@ class MockBuildError(OperationError, RuntimeError):
     """The mock NVML library could not be built or patched."""
 
 
-def source_path() -> Path:
-    """Path of the C source shipped next to this module (package data)."""
-    return Path(__file__).resolve().with_name("mocknvml.c")
+def source_dir() -> Path:
+    """The directory of the library's C sources, next to this module (package data)."""
+    return Path(__file__).resolve().with_name("mocknvml")
+
+
+def sources() -> list[Path]:
+    """The library's C files (compiled together; they include ``common.h``), sorted."""
+    found = sorted(source_dir().glob("*.c"))
+    if not found:
+        raise MockBuildError(f"{source_dir()}: no C sources of the mock NVML")
+    return found
 
 
 def header_names(text: str) -> list[str]:
@@ -124,7 +139,7 @@ def render_declared(header: Path, source: str) -> str:
         )
     head = [
         "# The functions NVIDIA's nvml.h declares, one a line: the mock NVML exports each",
-        "# (gpunode.sim.mocknvml); those mocknvml.c does not implement answer Not Supported.",
+        "# (gpunode.sim.mocknvml); those mocknvml/*.c do not implement answer Not Supported.",
         f"# Source: {source}",
         f"# nvml.h sha256 {hashlib.sha256(data).hexdigest()}, {len(names)} functions.",
         "# Regenerate from an nvml.h (writes this file, header included); NVIDIA ships nvml.h",
@@ -164,10 +179,10 @@ def nvml_names() -> list[str]:
 
 
 def stubs_source(names: list[str]) -> str:
-    """C source of a weak stub for each name; mocknvml.c's definitions override them.
+    """C source of a weak stub for each name; the definitions in mocknvml/ override them.
 
     Every NVML entry point returns nvmlReturn_t (an int) except nvmlErrorString, which
-    mocknvml.c implements. A stub is declared ``int f(void)`` whatever the real
+    mocknvml/init.c implements. A stub is declared ``int f(void)`` whatever the real
     parameters: on x86_64 (System V ABI) arguments travel in registers and on the
     caller's stack, which the caller also cleans up, so a callee that ignores them leaves
     nothing unbalanced, and the int comes back in %eax as the caller expects.
@@ -184,10 +199,15 @@ def stubs_source(names: list[str]) -> str:
 
 
 def build_digest() -> str:
-    """Identifies what build_library would produce: the C source and the name list (so a
-    changed nvml-functions.txt or nvidia-ml-py rebuilds the library)."""
-    h = hashlib.sha256(source_path().read_bytes())
+    """Identifies what build_library would produce: the C sources, the name list and the
+    generated migstate.h (so a changed nvml-functions.txt, nvidia-ml-py or MIG state
+    definition rebuilds the library)."""
+    h = hashlib.sha256()
+    for path in sorted(source_dir().glob("*.[ch]")):
+        h.update(f"{path.name}\0{len(path.read_bytes())}\0".encode())
+        h.update(path.read_bytes())
     h.update(stubs_source(nvml_names()).encode())
+    h.update(migstate.c_header().encode())
     return h.hexdigest()
 
 
@@ -218,9 +238,9 @@ def compile_c(sources: list[Path], dest: Path, flags: list[str], cc: str = "cc")
             raise MockBuildError(f"cannot run compiler {cc!r}: {exc}") from exc
         if proc.returncode != 0:
             first = _first_error_line(proc.stderr + "\n" + proc.stdout)
+            what = Path(sources[0]).name if len(sources) == 1 else f"{Path(sources[0]).parent}"
             raise MockBuildError(
-                f"compiling {Path(sources[0]).name} with {cc} failed "
-                f"(exit {proc.returncode}): {first}"
+                f"compiling {what} with {cc} failed (exit {proc.returncode}): {first}"
             )
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest)
@@ -231,19 +251,17 @@ def compile_c(sources: list[Path], dest: Path, flags: list[str], cc: str = "cc")
 
 
 def build_library(dest: Path, cc: str = "cc") -> Path:
-    """Compile mocknvml.c and the generated stubs into a shared library at *dest*
-    (atomic replace)."""
+    """Compile the C files of mocknvml/ and the generated stubs into one shared library at
+    *dest* (atomic replace)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    stubs_c = _tmp_in(dest.parent, "nvml-stubs")
-    try:
-        stubs_c = stubs_c.rename(stubs_c.with_suffix(".c"))
+    with tempfile.TemporaryDirectory(prefix=".mocknvml-build.", dir=dest.parent) as tmp:
+        generated = Path(tmp)
+        stubs_c = generated / "nvml-stubs.c"
         stubs_c.write_text(stubs_source(nvml_names()), encoding="utf-8")
-        flags = ["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-lpthread"]
-        return compile_c([source_path(), stubs_c], dest, flags, cc)
-    finally:
-        if stubs_c.exists():
-            stubs_c.unlink()
+        (generated / "migstate.h").write_text(migstate.c_header(), encoding="utf-8")
+        flags = ["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-lpthread", f"-I{tmp}"]
+        return compile_c([*sources(), stubs_c], dest, flags, cc)
 
 
 def embed_profile(lib: Path, payload: str, dest: Path) -> bool:

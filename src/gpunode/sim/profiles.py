@@ -26,7 +26,7 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
         nvlinks: 18                   #   (LINK_DEFAULTS); NVSwitch fabric: 9.0+ with NVLinks
         mig:                          # false (default), true (enabled, no instances) or
           - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
-            placement: 0              #   its start slot (see MIG_SHAPES)
+            placement: 0              #   its start slot (see sim/mig-geometry.json)
             uuid: MIG-...             #   and the MIG device's UUID
         numa_node: 0                  # where the GPU sits in the node's PCI tree (see
         pci_host_bridge: 0            #   "PCI and NVLink layout" below); defaults: NUMA
@@ -74,6 +74,7 @@ import yaml
 from ..nvidia.busid import BusId
 from ..nvidia.nvml import BRANDS
 from ..util.command import InputError
+from .miggeometry import CI_SHAPES, MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MIG_SHAPES, MigShape
 
 PCIE_REPLAYS = 120  # the pcie_replays fault's counter (gpunode warns above 8)
 
@@ -178,54 +179,6 @@ MIG_INSTANCE_KEYS = {"profile", "placement", "uuid"}
 
 # Compute capabilities of the MIG-capable GPUs (A100/A30, H100/H200, B200).
 MIG_CAPABLE_CC = {(8, 0), (9, 0), (10, 0)}
-MIG_MEMORY_SLICES = 8
-
-
-@dataclass(frozen=True)
-class MigShape:
-    """A GPU instance profile of a 7-slice MIG GPU, as NVML describes it on an A100/H100.
-
-    ``index`` is the NVML_GPU_INSTANCE_PROFILE_* constant, ``id`` the profile id that
-    ``nvidia-smi mig -lgip`` shows; ``starts`` are the valid placements (memory slots of
-    ``size``). Engine counts are the A100's.
-    """
-
-    slices: int
-    memory_slices: int
-    suffix: str
-    index: int
-    id: int
-    starts: tuple[int, ...]
-    size: int
-    instances: int
-    sm: int
-    ce: int
-    dec: int
-    enc: int
-    jpeg: int
-    ofa: int
-    first_gi: int  # the GPU instance id at placement 0; ids step by one per placement
-
-    def name(self, memory_mib: int) -> str:
-        gib = memory_mib / 1024 * self.memory_slices / MIG_MEMORY_SLICES
-        return f"{self.slices}g.{int(gib + 0.5)}gb{self.suffix}"
-
-    def memory_mib(self, memory_mib: int) -> int:
-        return memory_mib * self.memory_slices // MIG_MEMORY_SLICES
-
-    def gi_id(self, start: int) -> int:
-        return self.first_gi + self.starts.index(start)
-
-
-MIG_SHAPES = (
-    MigShape(1, 1, "", 0, 19, (0, 1, 2, 3, 4, 5, 6), 1, 7, 14, 1, 0, 0, 0, 0, 7),
-    MigShape(1, 1, "+me", 7, 20, (0, 1, 2, 3, 4, 5, 6), 1, 1, 14, 1, 1, 0, 1, 1, 7),
-    MigShape(1, 2, "", 9, 15, (0, 2, 4, 6), 2, 4, 14, 1, 1, 0, 0, 0, 3),
-    MigShape(2, 2, "", 1, 14, (0, 2, 4), 2, 3, 28, 2, 1, 0, 0, 0, 3),
-    MigShape(3, 4, "", 2, 9, (0, 4), 4, 2, 42, 3, 2, 0, 0, 0, 1),
-    MigShape(4, 4, "", 3, 5, (0,), 4, 1, 56, 4, 2, 0, 0, 0, 1),
-    MigShape(7, 8, "", 4, 0, (0,), 8, 1, 98, 7, 5, 0, 1, 1, 0),
-)
 TOP_KEYS = {"name", "description", "driver", "defaults", "gpus"}
 DRIVER_KEYS = {"version", "cuda_version", "kernel_module"}
 
@@ -755,7 +708,7 @@ def load_profile(ref: str | Path) -> Profile:
 
 
 def mock_payload(profile: Profile) -> str:
-    """The text the mock NVML reads from its embedded blob (see sim/mocknvml.c)."""
+    """The text the mock NVML reads from its embedded blob (see sim/mocknvml/profile.c)."""
     if profile.driver is None:
         return ""
     d = profile.driver
@@ -821,6 +774,10 @@ def mock_payload(profile: Profile) -> str:
                 "placement_start": inst.placement,
             }
             lines.append(_record("mig", mig))
+    if any(g.mig_capable for g in profile.gpus):  # the rest of the MIG geometry
+        space = {"compute_slices": MIG_COMPUTE_SLICES, "memory_slots": MIG_MEMORY_SLICES}
+        lines.append(_record("migspace", space))
+        lines += [_record("cip", vars(c)) for c in CI_SHAPES]
     return "\n".join(lines) + "\n"
 
 

@@ -2,9 +2,10 @@
 gpunode.nvidia.nvml and gpunode.mig make, with NVML's errors (pynvml's own classes) for
 bad placements, no room, GIs still holding CIs and callers that are not root.
 
-Shapes are the A100 80GB's (profile index, id, slices, memory slots, starts, instances),
-GI ids as the A100 gives them (a fixed id per placement). Handles of GPU and compute
-instances are Python objects in ``ctypes.py_object`` arrays.
+The MIG geometry is the simulator's one table (gpunode.sim.miggeometry: GPU instance
+profiles with their placements and GI ids, compute instance profiles), on an A100 80GB by
+default. Handles of GPU and compute instances are Python objects in ``ctypes.py_object``
+arrays.
 """
 
 from __future__ import annotations
@@ -14,19 +15,10 @@ import types
 
 import pynvml
 
-GIB = 1024**3
+from gpunode.sim.miggeometry import CI_SHAPES, MIG_SHAPES, ci_spanning
 
-# (index, id, name, slices, memory slots, starts, instances, memory MB, first GI id)
-A100_80GB = (
-    (0, 19, "1g.10gb", 1, 1, (0, 1, 2, 3, 4, 5, 6), 7, 9728, 7),
-    (7, 20, "1g.10gb+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, 9728, 7),
-    (9, 15, "1g.20gb", 1, 2, (0, 2, 4, 6), 4, 19968, 3),
-    (1, 14, "2g.20gb", 2, 2, (0, 2, 4), 3, 19968, 3),
-    (2, 9, "3g.40gb", 3, 4, (0, 4), 2, 40192, 1),
-    (3, 5, "4g.40gb", 4, 4, (0,), 1, 40192, 1),
-    (4, 0, "7g.80gb", 7, 8, (0,), 1, 80896, 0),
-)
-CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}  # CI slices -> NVML_COMPUTE_INSTANCE_PROFILE_*
+GIB = 1024**3
+MIB = 1024**2
 
 
 def err(code):
@@ -35,7 +27,7 @@ def err(code):
 
 class Gpu:
     def __init__(self, index, name="NVIDIA A100-SXM4-80GB", *, mig_capable=True, mig=False,
-                 pci_device_id=0x20B210DE, shapes=A100_80GB, memory=80 * GIB):
+                 pci_device_id=0x20B210DE, shapes=MIG_SHAPES, memory=80 * GIB):
         self.index = index
         self.name = name
         self.uuid = f"GPU-00000000-0000-4000-8000-00000000000{index}"
@@ -46,11 +38,14 @@ class Gpu:
         self.memory = memory
         self.gis: dict[int, Gi] = {}
 
+    def profile_name(self, shape):
+        return shape.name(self.memory // MIB)
+
 
 class Gi:
     def __init__(self, gpu, shape, start):
         self.gpu, self.shape, self.start = gpu, shape, start
-        self.id = shape[8] + shape[5].index(start)
+        self.id = shape.gi_id(start)
         self.cis: dict[int, Ci] = {}
         self.alive = True
 
@@ -123,7 +118,7 @@ class FakeNvml(types.SimpleNamespace):
     # ---------------------------------------------------------------- GPU instances
     def _shape(self, h, profile_id):
         for shape in h.shapes:
-            if shape[1] == profile_id:
+            if shape.id == profile_id:
                 return shape
         raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
@@ -131,29 +126,30 @@ class FakeNvml(types.SimpleNamespace):
         if not h.mig_capable or (self.profiles_need_mig and not h.current):
             raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         for shape in h.shapes:
-            if shape[0] == index:
+            if shape.index == index:
                 return types.SimpleNamespace(
-                    id=shape[1], sliceCount=shape[3], instanceCount=shape[6],
-                    memorySizeMB=shape[7], name=f"MIG {shape[2]}".encode(),
+                    id=shape.id, sliceCount=shape.slices, instanceCount=shape.instances,
+                    memorySizeMB=shape.memory_mib(h.memory // MIB),
+                    name=f"MIG {h.profile_name(shape)}".encode(),
                 )
         raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(self, h, profile_id, array, count_ref):
         shape = self._shape(h, profile_id)
-        for i, start in enumerate(shape[5]):
-            array[i].start, array[i].size = start, shape[4]
-        count_ref._obj.value = len(shape[5])
+        for i, start in enumerate(shape.starts):
+            array[i].start, array[i].size = start, shape.size
+        count_ref._obj.value = len(shape.starts)
 
     def nvmlDeviceGetGpuInstances(self, h, profile_id, array, count_ref):
         gis = [gi for gi in sorted(h.gis.values(), key=lambda g: g.id)
-               if gi.shape[1] == profile_id]
+               if gi.shape.id == profile_id]
         for i, gi in enumerate(gis):
             array[i] = gi
         count_ref._obj.value = len(gis)
 
     def nvmlGpuInstanceGetInfo(self, gi):
-        placement = types.SimpleNamespace(start=gi.start, size=gi.shape[4])
-        return types.SimpleNamespace(id=gi.id, profileId=gi.shape[1], placement=placement)
+        placement = types.SimpleNamespace(start=gi.start, size=gi.shape.size)
+        return types.SimpleNamespace(id=gi.id, profileId=gi.shape.id, placement=placement)
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(self, h, profile_id, placement_ref):
         if not self.root:
@@ -162,15 +158,15 @@ class FakeNvml(types.SimpleNamespace):
             raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         shape = self._shape(h, profile_id)
         placement = placement_ref._obj
-        if placement.start not in shape[5] or placement.size != shape[4]:
+        if placement.start not in shape.starts or placement.size != shape.size:
             raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        want = set(range(placement.start, placement.start + shape[4]))
+        want = set(range(placement.start, placement.start + shape.size))
         for gi in h.gis.values():
-            if want & set(range(gi.start, gi.start + gi.shape[4])):
+            if want & set(range(gi.start, gi.start + gi.shape.size)):
                 raise err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
         gi = Gi(h, shape, placement.start)
         h.gis[gi.id] = gi
-        self.writes.append(("create", h.index, shape[2], placement.start))
+        self.writes.append(("create", h.index, h.profile_name(shape), placement.start))
         return gi
 
     def nvmlGpuInstanceDestroy(self, gi):
@@ -184,15 +180,15 @@ class FakeNvml(types.SimpleNamespace):
 
     # ---------------------------------------------------------------- compute instances
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi, index, eng, version=2):
-        for slices, idx in CI_INDEX.items():
-            if idx == index and slices <= gi.shape[3]:
-                return types.SimpleNamespace(id=idx, sliceCount=slices,
-                                             instanceCount=gi.shape[3] // slices)
+        for ci in CI_SHAPES:
+            if ci.index == index and ci.slices <= gi.shape.slices:
+                return types.SimpleNamespace(id=ci.index, sliceCount=ci.slices,
+                                             instanceCount=gi.shape.slices // ci.slices)
         raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def nvmlGpuInstanceGetComputeInstances(self, gi, profile_id, array, count_ref):
         cis = [ci for ci in sorted(gi.cis.values(), key=lambda c: c.id)
-               if CI_INDEX[ci.slices] == profile_id]
+               if ci_spanning(ci.slices).index == profile_id]
         for i, ci in enumerate(cis):
             array[i] = ci
         count_ref._obj.value = len(cis)
@@ -203,9 +199,9 @@ class FakeNvml(types.SimpleNamespace):
     def nvmlGpuInstanceCreateComputeInstance(self, gi, profile_id):
         if not self.root:
             raise err(pynvml.NVML_ERROR_NO_PERMISSION)
-        slices = next(s for s, i in CI_INDEX.items() if i == profile_id)
+        slices = CI_SHAPES[profile_id].slices
         used = sum(ci.slices for ci in gi.cis.values())
-        if used + slices > gi.shape[3]:
+        if used + slices > gi.shape.slices:
             raise err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
         ci = Ci(gi, next(i for i in range(8) if i not in gi.cis), slices)
         gi.cis[ci.id] = ci
@@ -221,10 +217,10 @@ class FakeNvml(types.SimpleNamespace):
     def make(self, gpu_index, profile, start, ci_slices=None):
         """Set up an instance directly (as the node had it before the test)."""
         h = self.gpus[gpu_index]
-        shape = next(s for s in h.shapes if s[2] == profile)
+        shape = next(s for s in h.shapes if h.profile_name(s) == profile)
         gi = Gi(h, shape, start)
         h.gis[gi.id] = gi
-        for slices in ci_slices if ci_slices is not None else [shape[3]]:
+        for slices in ci_slices if ci_slices is not None else [shape.slices]:
             ci = Ci(gi, len(gi.cis), slices)
             gi.cis[ci.id] = ci
         return gi
@@ -234,5 +230,6 @@ def layout_of(gpu):
     """{profile: count} of the fake GPU's instances, each with its CIs' slices."""
     out: dict[str, int] = {}
     for gi in gpu.gis.values():
-        out[gi.shape[2]] = out.get(gi.shape[2], 0) + 1
+        name = gpu.profile_name(gi.shape)
+        out[name] = out.get(name, 0) + 1
     return dict(sorted(out.items()))

@@ -1,4 +1,4 @@
-"""`gpunode mig` against the simulator's real mock NVML (sim/mocknvml.c) loaded by an
+"""`gpunode mig` against the simulator's real mock NVML (sim/mocknvml/) loaded by an
 unmodified pynvml: MIG state that NVML changes and every process sees (the mock keeps it
 under /proc/driver/.gpunode-sim, as the driver keeps it). Each case runs in a private mount
 namespace whose /dev, /proc/driver and /var/lib are tmpfs, so nothing of the host changes."""

@@ -3,13 +3,16 @@ every layout a GPU cannot hold refused in one line before anything changes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpunode.mig import MigConfigError, layout
 from gpunode.mig.config import Entry
 from gpunode.nvidia import nvml
+from gpunode.sim.miggeometry import MIG_SHAPES
 
-from .fakenvml import A100_80GB, FakeNvml, Gpu
+from .fakenvml import FakeNvml, Gpu
 
 
 def mig_entry(devices=None, enabled=True, device_filter=None, **counts):
@@ -106,7 +109,7 @@ def test_overfull_refused_in_one_line():
 def test_slices_and_memory_fit_but_placements_do_not():
     # a GPU whose 3g profile starts only at 0: 3g + 2g + 2g has 7 slices and 8 memory
     # slots, but with 3g on 0-3 only one 2g (at 4) is left a place
-    shapes = tuple(s if s[2] != "3g.40gb" else (*s[:5], (0,), *s[6:]) for s in A100_80GB)
+    shapes = tuple(replace(s, starts=(0,)) if s.slices == 3 else s for s in MIG_SHAPES)
     _, (gpu,) = node(Gpu(0, "NVIDIA Test-GPU", mig=True, shapes=shapes))
     with pytest.raises(MigConfigError) as exc:
         layout.plan_gpu(gpu, mig_entry(**{"3g.40gb": 1, "2g.20gb": 2}))

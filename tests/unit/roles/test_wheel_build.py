@@ -177,7 +177,7 @@ def test_the_node_wheel_leaves_the_simulator_out(tmp_path):
     listed = sorted(
         str(p.relative_to(project)) for p in (project / "src").rglob("*") if p.is_file()
     )
-    assert "src/gpunode/sim/mocknvml.c" in listed
+    assert "src/gpunode/sim/mocknvml/mig.c" in listed
     (egg / "SOURCES.txt").write_text("\n".join(listed) + "\n")
     wheel = build_node_wheel(project, tmp_path / "wheels")
     names = zipfile.ZipFile(wheel).namelist()

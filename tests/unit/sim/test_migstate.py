@@ -1,4 +1,4 @@
-"""MIG as driver state in the mock NVML (mocknvml.c, "MIG state"; the MIG contract,
+"""MIG as driver state in the mock NVML (mocknvml/migstate.c; the MIG contract,
 sections 1-3): pynvml changes it as on hardware, every process of the node sees it, the
 driver's footprint follows it, and a MIG device is visible only with its cap nodes.
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -362,3 +363,60 @@ def test_changes_from_many_processes_are_serialized(built_lib, tmp_path, pynvml_
     # every creation counted once (a lost update would count fewer), all destroyed again
     assert r["made"] > 0 and r["counter"] == r["made"]
     assert r["cis"] == 3  # the profile's GPU 0 instances only
+
+
+def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
+    """The mock's files, record formats and cap minors come from gpunode.sim.migstate
+    (c_header, generated at build time): a C program using the header writes what the
+    Python side writes and reads."""
+    from gpunode.sim import migstate
+    from gpunode.sim.mocknvml import compile_c
+
+    (tmp_path / "migstate.h").write_text(migstate.c_header())
+    prog = tmp_path / "probe.c"
+    prog.write_text(
+        textwrap.dedent(
+            r"""
+            #include <stdio.h>
+            #include "migstate.h"
+            int main(void)
+            {
+                printf("%u %u %u\n", GI_MINOR(0, 0), GI_MINOR(3, 3), CI_MINOR(6, 11, 7));
+                printf(STATE_MAGIC "\n" STATE_KEY_FORMAT, "k1");
+                printf(STATE_GPU_FORMAT, "GPU-a", 1u, 3u);
+                printf(STATE_GI_FORMAT, "GPU-a", 2u, 9u, 4u);
+                printf(STATE_CI_FORMAT, "GPU-a", 2u, 0u, 2u, 0u, "MIG-b");
+                printf(ACCESS_FORMAT, 21u, 292u);
+                printf("%s %s %s %s %u\n", STATE_FILE, LOCK_FILE, MODE_FILE, CAPS_PROC, CAPS_MAJOR);
+                return 0;
+            }
+            """
+        )
+    )
+    exe = compile_c([prog], tmp_path / "probe", [f"-I{tmp_path}"])
+    out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    minors, state_and_access = out.split("\n", 1)
+    assert minors == f"{migstate.gi_minor(0, 0)} {migstate.gi_minor(3, 3)} " + str(
+        migstate.ci_minor(6, 11, 7)
+    )
+    assert minors == "3 435 920"  # NVIDIA's sample mig-minors lines (gpu6/gi11/ci7 920)
+    state = migstate.render_state(
+        "k1",
+        [
+            migstate.record("gpu", uuid="GPU-a", mode=1, counter=3),
+            migstate.record("gi", parent="GPU-a", id=2, profile=9, start=4),
+            migstate.record("ci", parent="GPU-a", gi=2, id=0, profile=2, start=0, uuid="MIG-b"),
+        ],
+    )
+    paths = " ".join(
+        [
+            f"/proc/driver/{migstate.SIM_DIR}/{migstate.STATE_NAME}",
+            f"/proc/driver/{migstate.SIM_DIR}/{migstate.LOCK_NAME}",
+            f"{migstate.NODE_DISK}/{migstate.MODE_NAME}",
+            "/proc/driver/nvidia/capabilities",
+            "511",
+        ]
+    )
+    assert state_and_access == state + migstate.render_access(21) + paths + "\n"
+    assert migstate.state_key(state) == "k1"
+    assert migstate.instances_of(state) == [("GPU-a", 2, None), ("GPU-a", 2, 0)]

@@ -1,0 +1,119 @@
+#include "common.h"
+
+/* ------------------------------------------------------------------ */
+/* PCIe link, clock event reasons, NVLink, fabric, InfoROM              */
+/* (gpunode.nvidia.health's checks; a profile without these fields: a  */
+/* GPU with no PCIe data, no NVLink, no fabric, a valid InfoROM)        */
+
+#define FABRIC_INFO_V2_VERSION 0x02000024u
+#define FABRIC_INFO_V3_VERSION 0x03000028u
+#define FABRIC_HEALTH_SUMMARY_HEALTHY 1
+
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned int state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned int state;
+    unsigned int healthMask;
+    unsigned char healthSummary; /* v3 */
+} nvmlGpuFabricInfoV_t;
+
+_Static_assert(sizeof(nvmlGpuFabricInfo_t) == 28, "nvmlGpuFabricInfo_t layout");
+_Static_assert(offsetof(nvmlGpuFabricInfoV_t, healthSummary) ==
+                   (FABRIC_INFO_V2_VERSION & 0xffffff),
+               "nvmlGpuFabricInfo_v2_t layout");
+_Static_assert(sizeof(nvmlGpuFabricInfoV_t) == (FABRIC_INFO_V3_VERSION & 0xffffff),
+               "nvmlGpuFabricInfo_v3_t layout");
+
+/* A PCIe value the profile does not give: NOT_SUPPORTED, as on a GPU NVML cannot read. */
+#define PCIE_GETTER(fn, f)                                      \
+    EXPORT nvmlReturn_t fn(nvmlDevice_t device, unsigned int *out) \
+    {                                                           \
+        GET_GPU(device, g);                                     \
+        REQUIRE(out);                                           \
+        if (!g->f)                                              \
+            return NVML_ERROR_NOT_SUPPORTED;                    \
+        *out = g->f;                                            \
+        return NVML_SUCCESS;                                    \
+    }
+
+PCIE_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, pcie_gen)
+PCIE_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, pcie_gen_max)
+PCIE_GETTER(nvmlDeviceGetGpuMaxPcieLinkGeneration, pcie_gen_max)
+PCIE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, pcie_width)
+PCIE_GETTER(nvmlDeviceGetMaxPcieLinkWidth, pcie_width_max)
+
+GPU_GETTER(nvmlDeviceGetPcieReplayCounter, unsigned int, g->pcie_replays)
+
+GPU_GETTER(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, g->clocks_reasons)
+GPU_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, g->clocks_reasons)
+GPU_GETTER(nvmlDeviceGetSupportedClocksEventReasons, unsigned long long, 0x1ffULL)
+GPU_GETTER(nvmlDeviceGetSupportedClocksThrottleReasons, unsigned long long, 0x1ffULL)
+
+/* A GPU without NVLink: NOT_SUPPORTED; a link it does not have: INVALID_ARGUMENT. */
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                             unsigned int *isActive)
+{
+    GET_GPU(device, g);
+    REQUIRE(isActive);
+    if (!g->nvlinks)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= g->nvlinks || link >= NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = (g->nvlink_down >> link) & 1ULL ? 0 : 1; /* NVML_FEATURE_DISABLED/ENABLED */
+    return NVML_SUCCESS;
+}
+
+/* The fabric probe of a GPU on an NVSwitch baseboard (fabric_state != 0):
+ * state NVML_GPU_FABRIC_STATE_*, status the probe's nvmlReturn_t once completed. */
+static nvmlReturn_t fabric_of(nvmlDevice_t device, nvmlReturn_t *status, unsigned int *state,
+                              unsigned int *clique)
+{
+    GET_GPU(device, g);
+    if (!g->fabric_state)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *state = g->fabric_state;
+    *status = (nvmlReturn_t)g->fabric_status;
+    *clique = 1;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+    CHECK_INIT();
+    REQUIRE(info);
+    nvmlReturn_t rc = fabric_of(device, &info->status, &info->state, &info->cliqueId);
+    if (rc == NVML_SUCCESS)
+        memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *info)
+{
+    CHECK_INIT();
+    REQUIRE(info);
+    if (info->version != FABRIC_INFO_V2_VERSION && info->version != FABRIC_INFO_V3_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlReturn_t rc = fabric_of(device, &info->status, &info->state, &info->cliqueId);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memset(info->clusterUuid, 0x11, sizeof(info->clusterUuid));
+    info->healthMask = 0;
+    if (info->version == FABRIC_INFO_V3_VERSION)
+        info->healthSummary = FABRIC_HEALTH_SUMMARY_HEALTHY;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    GET_GPU(device, g);
+    return g->inforom_corrupt ? NVML_ERROR_CORRUPTED_INFOROM : NVML_SUCCESS;
+}

@@ -1,0 +1,52 @@
+#include "common.h"
+
+/* ------------------------------------------------------------------ */
+/* memory                                                               */
+
+static void memory_of(const gpu_t *g, const mig_t *m, unsigned long long *total,
+                      unsigned long long *reserved, unsigned long long *used)
+{
+    if (m) {
+        *total = m->gip->memory_mib * 1024ULL * 1024ULL;
+        *reserved = 0;
+        *used = 0;
+        return;
+    }
+    *total = g->memory_total;
+    *reserved = g->memory_reserved;
+    *used = g->memory_used;
+}
+
+static unsigned long long mem_free(unsigned long long total, unsigned long long reserved,
+                                   unsigned long long used)
+{
+    unsigned long long taken = used + reserved;
+    return taken >= total ? 0 : total - taken;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    unsigned long long total, reserved, used;
+    GET_ANY(device, g, m);
+    REQUIRE(memory);
+    memory_of(g, m, &total, &reserved, &used);
+    memory->total = total;
+    memory->used = used;
+    memory->free = mem_free(total, reserved, used);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    unsigned long long total, reserved, used;
+    GET_ANY(device, g, m);
+    REQUIRE(memory);
+    if (memory->version != MEMORY_V2_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory_of(g, m, &total, &reserved, &used);
+    memory->total = total;
+    memory->reserved = reserved;
+    memory->used = used;
+    memory->free = mem_free(total, reserved, used);
+    return NVML_SUCCESS;
+}

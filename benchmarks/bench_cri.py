@@ -16,8 +16,12 @@ for its exit, remove everything. Variants, interleaved:
                           injects gpunode's CDI spec; runc) — the cdi-cri strategy
 
 Printed: median and p90 of the sandbox start and of the container start (create + start),
-each with its ratio to runc's median. The client runs on the host and reaches the node's
-socket through /proc/<pid>/root.
+each with its ratio to runc's median. Then, per GPU variant, where its extra time goes
+(issue 28): the runtime shim and the hook write per-phase timings while
+/run/gpunode/timing.log exists (gpunode.hook.timing; the benchmark creates it), and the
+medians of each phase over the variant's containers are printed beside the extra time,
+with the interpreter's start-up and the hook's imports measured in the node for reference.
+The client runs on the host and reaches the node's socket through /proc/<pid>/root.
 
 usage: .venv/bin/python benchmarks/bench_cri.py [--runs N] [--keep]
 """
@@ -38,6 +42,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpunode.cri import pause  # noqa: E402
 from gpunode.cri.client import Client, CRIError  # noqa: E402
+from gpunode.hook import TIMING_LOG  # noqa: E402
 from gpunode.sim import cluster, images  # noqa: E402
 from gpunode.sim.docker import docker, exec_  # noqa: E402
 
@@ -71,7 +76,8 @@ def prepare(node: str) -> tuple[str, str]:
     """The node as test_cri sets it up; (root through /proc, workload image)."""
     sh(node, "systemctl stop docker docker.socket containerd && "
              "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
-             "systemctl start containerd docker && gpunode cdi generate --install >/dev/null")  # fmt: skip
+             "systemctl start containerd docker && gpunode cdi generate --install >/dev/null && "
+             f"mkdir -p -m 0755 {os.path.dirname(TIMING_LOG)} && : > {TIMING_LOG}")  # fmt: skip
     archive, sandbox = pause.build(ROOT / "build" / "cri")
     workload = images.build("workload", "bookworm", log=lambda *_: None)
     config = (
@@ -87,8 +93,10 @@ def prepare(node: str) -> tuple[str, str]:
     return f"/proc/{pid}/root", f"docker.io/{workload}"
 
 
-def one(c: Client, image: str, n: int, handler: str, env: dict, cdi: list) -> tuple[float, float]:
-    """(sandbox start, container create + start) in seconds for one pod."""
+def one(
+    c: Client, image: str, n: int, handler: str, env: dict, cdi: list
+) -> tuple[float, float, str]:
+    """(sandbox start, container create + start in seconds, container id) for one pod."""
     name = f"bench-{n}"
     t0 = time.perf_counter()
     with c.pod(name, handler) as (pod_id, pod_config):
@@ -102,7 +110,64 @@ def one(c: Client, image: str, n: int, handler: str, env: dict, cdi: list) -> tu
         c.call("RemoveContainer", container_id=cid)
         if status.exit_code != 0:
             raise SystemExit(f"bench: {name} exited {status.exit_code}: {status.message}")
-    return t1 - t0, t2 - t1
+    return t1 - t0, t2 - t1, cid
+
+
+# The node's python3 as the launchers start it, and gpunode-hook's imports (its --version
+# loads every module of `configure`): wall and CPU ms, medians of N runs.
+REFERENCE = r"""
+import os, resource, statistics, subprocess, sys, time
+n = int(sys.argv[1])
+hook = os.path.realpath("/usr/local/bin/gpunode-hook")
+for label, argv in (("python3 -IS -c pass", ["python3", "-IS", "-c", "pass"]),
+                    ("gpunode-hook --version (start-up + imports)", [hook, "--version"])):
+    wall, cpu = [], []
+    for _ in range(n):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        wall.append((time.perf_counter() - t) * 1000)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
+    print(f"{label}\t{statistics.median(wall):.2f}\t{statistics.median(cpu):.2f}")
+"""
+
+
+def parse_timing(text: str) -> dict[str, tuple[str, dict[str, float]]]:
+    """gpunode.hook.timing's lines -> {container id: (program, {phase: ms})}."""
+    out = {}
+    for line in text.splitlines():
+        prog, ident, *items = line.split()
+        out[ident] = (prog, {k: float(v) for k, _, v in (i.partition("=") for i in items)})
+    return out
+
+
+def print_breakdown(times: dict, ids: dict[str, list[str]], timing: dict, refs: str) -> None:
+    """Per GPU variant: its extra over runc and the medians of its phases (ms)."""
+    base = statistics.median(t[1] for t in times["runc"]) * 1e3
+    print("\nwhere the extra time goes (gpunode.hook.timing, medians over the variant's "
+          "containers, ms)")  # fmt: skip
+    print("cpu0: CPU time before gpunode's first mark (exec, sh first stage, interpreter "
+          "start-up, imports);\nthe other phases: wall time from the previous mark, "
+          "total: first mark to last")  # fmt: skip
+    for v, cids in ids.items():
+        lines = [timing[c] for c in cids if c in timing]
+        if not lines:
+            continue
+        extra = statistics.median(t[1] for t in times[v]) * 1e3 - base
+        prog = lines[0][0]
+        phases = list(dict.fromkeys(k for _, ph in lines for k in ph))
+        cells = "  ".join(
+            f"{k}={statistics.median(ph.get(k, 0.0) for _, ph in lines):.1f}" for k in phases
+        )
+        print(f"{v:<22} extra {extra:5.1f}  {prog} ({len(lines)} lines): {cells}")
+        if prog == "gpunode-container-runtime":
+            print(f"{'':<22} (runc's create runs during symlinks, ldcache, sources, wait; "
+                  "before it: cpu0's start-up, config, spec, spawn; after it: proc)")  # fmt: skip
+    print("in the node, for reference (wall ms, CPU ms):")
+    for row in refs.splitlines():
+        label, wall, cpu = row.split("\t")
+        print(f"  {label:<46} {float(wall):6.1f} {float(cpu):6.1f}")
 
 
 def p90(xs: list[float]) -> float:
@@ -124,7 +189,7 @@ def main() -> int:
     cluster.down_names([name], log=lambda *_: None)
     cluster.start_node(spec, images.build("node", "trixie", log=lambda *_: None),
                        log=lambda *_: None)  # fmt: skip
-    times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    times: dict[str, list[tuple[float, float, str]]] = {v: [] for v in VARIANTS}
     try:
         cluster.wait_booted(name)
         cluster.tune_node(name)
@@ -142,9 +207,12 @@ def main() -> int:
             n = 0
             for handler, env, cdi in VARIANTS.values():  # warm-up, not counted
                 one(c, image, n := n + 1, handler, env, cdi)
+            sh(name, f": > {TIMING_LOG}")  # the warm-up's lines are not counted
             for _ in range(args.runs):
                 for v, (handler, env, cdi) in VARIANTS.items():
                     times[v].append(one(c, image, n := n + 1, handler, env, cdi))
+        timing = parse_timing(sh(name, f"cat {TIMING_LOG}"))
+        refs = sh(name, f"python3 -c {shlex.quote(REFERENCE)} {max(args.runs, 10)}")
     finally:
         if not args.keep:
             cluster.down_names([name], log=lambda *_: None)
@@ -159,6 +227,7 @@ def main() -> int:
         print(f"{v:<22} {statistics.median(sb) * 1e3:11.1f} {p90(sb) * 1e3:7.1f} "
               f"{statistics.median(sb) / base_sb:6.2f}   {statistics.median(ct) * 1e3:13.1f} "
               f"{p90(ct) * 1e3:7.1f} {statistics.median(ct) / base_ct:6.2f}")  # fmt: skip
+    print_breakdown(times, {v: [t[2] for t in ts] for v, ts in times.items()}, timing, refs)
     return 0
 
 

@@ -29,13 +29,12 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 FORBIDDEN = {"dataclasses", "typing", "argparse", "pathlib", "yaml", "pynvml"}
 
 # What the hook's `configure` imports (the CDI path runs it as a hook; the runtime's GPU
-# path calls its functions in-process). No contextlib, collections or functools: ~1-2 ms.
+# path calls its functions in-process). No contextlib, collections or functools: ~1-2 ms;
+# no ctypes package (its __init__ is ~4 ms): _ctypes through gpunode.util.cabi.
 HOOK_CONFIGURE = {
     "__future__",
     "_ctypes",
     "_struct",
-    "ctypes",
-    "ctypes._endian",
     "errno",
     "struct",
     "types",
@@ -57,6 +56,7 @@ HOOK_CONFIGURE = {
     "gpunode.nvidia.devices",
     "gpunode.nvidia.procfs",
     "gpunode.util",
+    "gpunode.util.cabi",  # _ctypes' types and libc functions, without ctypes/__init__.py
     "gpunode.util.ldsocache",  # the ld.so.cache writer (struct only)
     "gpunode.util.record",
     "gpunode.util.safepath",

@@ -37,7 +37,6 @@ HOOK_CONFIGURE = {
     "_struct",
     "errno",
     "struct",
-    "types",
 } | {
     "gpunode",
     "gpunode.hook",

@@ -5,8 +5,10 @@ Starts (or reuses) a simulated node (Debian 12 by default) with the 4xA100 profi
 registers gpunode with its Docker engine, and prints (issue 11):
 
 1. `docker run --rm IMAGE true` for runc, gpunode without a GPU request, with one GPU and
-   with all GPUs: median, p90, ratio to runc, target (no request <= 1.03x, GPU <= 1.12x);
-   NVIDIA's toolkit as text-only reference rows (measured in an earlier session).
+   with all GPUs: median, p90, ratio to runc, target (issue 28: no request <= 1.02x, one
+   GPU <= 1.05x; all GPUs: issue 11's <= 1.12x);
+   NVIDIA's toolkit as text-only rows: constants of an old run (issue 28's figures on the
+   same simulated node), never measured by this script, and labelled so in its output.
 2. podman with `--device nvidia.com/gpu=1` (CDI: gpunode's spec and hook) against podman
    without a device: median ratio.
 3. Where a GPU container's extra time goes, measured: `runc create` on one bundle of
@@ -44,11 +46,12 @@ from gpunode.sim.docker import DockerError, docker, exec_  # noqa: E402
 
 PROFILE = "a100x4"
 DEBIAN = {"bookworm": "Debian 12", "trixie": "Debian 13"}
-TARGETS = {"gpunode, no GPU request": 1.03, "gpunode, one GPU": 1.12, "gpunode, all GPUs": 1.12}
-# Issue 11's table: NVIDIA's toolkit cannot run here; these are its figures from then.
+TARGETS = {"gpunode, no GPU request": 1.02, "gpunode, one GPU": 1.05, "gpunode, all GPUs": 1.12}
+# NVIDIA's toolkit cannot run here: these are constants from an old run on the same
+# simulated node (the ranges issue 28 quotes), printed as such, never as a measurement.
 REFERENCE = {
-    "NVIDIA toolkit 1.20, cdi mode, 1 GPU": 1.172,
-    "NVIDIA toolkit 1.20, jit-cdi, 1 GPU": 1.248,
+    "NVIDIA toolkit 1.20, cdi mode, 1 GPU": (1.18, 1.27),
+    "NVIDIA toolkit 1.20, jit-cdi, 1 GPU": (1.26, 1.33),
 }
 NODE_BENCH = "/root/node_bench.py"
 # /etc/gpunode/runtime.toml as the gpu_container_runtime role writes it with its default
@@ -139,10 +142,11 @@ def print_docker(times: dict[str, list[float]], workload: str) -> bool:
         ok &= met
         mark = f"{target:>7.2f} {'ok' if met else 'OVER'}" if target else ""
         print(f"{variant:<38} {ms(samples):>9.1f} {p90_ms(samples):>8.1f} {ratio:>6.3f} {mark}")
-    for variant, ratio in REFERENCE.items():
-        print(f"{variant:<38} {'':>9} {'':>8} {ratio:>6.3f}  (reference)")
-    print("(reference: issue 11's figures, measured in an earlier session on this simulator")
-    print(" under the conditions it states; NVIDIA's toolkit is not run here)")
+    for variant, (low, high) in REFERENCE.items():
+        ratio = f"{low:.2f}-{high:.2f}"
+        print(f"{variant:<38} {'':>9} {'':>8} {ratio:>9}  OLD RUN, NOT MEASURED NOW")
+    print("(NVIDIA's toolkit rows: constants from an old run on the same simulated node, quoted")
+    print(" by issue 28; this script does not run NVIDIA's toolkit, so they are not this run's)")
     return ok
 
 

@@ -15,5 +15,11 @@ The package: main (the hand-made argument parser and the subcommand table), one 
 subcommand (symlinks: create-symlinks, ldcache: update-ldcache, procdriver:
 mount-proc-driver, configure: all three in one run), and what they share: linux (system
 calls through ctypes), state (the OCI state and the container root), fileops (fd-relative
-file primitives), errors. Nothing is imported here.
+file primitives), errors, timing (issue 28's per-phase timings). Nothing is imported here.
+
+TIMING_LOG is here, in the package both start paths load anyway, so that the shim and the
+hook can see whether timings are asked for (one stat) without loading gpunode.hook.timing.
 """
+
+# Per-phase timings are appended here while it exists (gpunode.hook.timing).
+TIMING_LOG = "/run/gpunode/timing.log"

@@ -23,12 +23,17 @@ from .procdriver import (
 from .symlinks import cmd_create_symlinks
 
 
-def rootfs(args, root_path: str) -> None:
-    """The files a container gets in its root: symlinks, then the ld cache."""
+def rootfs(args, root_path: str, mark=None) -> None:
+    """The files a container gets in its root: symlinks, then the ld cache. `mark(phase)`,
+    when given, is called after each (gpunode.hook.timing's marks)."""
     if args.link:
         cmd_create_symlinks(args, root_path)
+    if mark:
+        mark("symlinks")
     if args.library or args.folder:
         cmd_update_ldcache(args, root_path)
+    if mark:
+        mark("ldcache")
 
 
 def proc_sources(args, root_path: str) -> Sources | None:
@@ -50,14 +55,19 @@ def proc_sources(args, root_path: str) -> Sources | None:
     return open_sources(args.driver_root, args.gpu, args.mig_cap, args.mig_caps_all)
 
 
-def cmd_configure(args, root_path: str) -> int:
+def cmd_configure(args, root_path: str, mark=None) -> int:
     """All of a container's setup in one process: symlinks, ld cache, /proc/driver/nvidia.
 
     One invocation instead of three keeps the hook's cost on container start to one
-    Python start-up.
+    Python start-up. `mark`: as for ``rootfs``, also after the /proc sources and their
+    install.
     """
-    rootfs(args, root_path)
+    rootfs(args, root_path, mark)
     src = proc_sources(args, root_path)
+    if mark:
+        mark("sources")
     if src is not None:
         install_at(src, root_path)
+    if mark:
+        mark("proc")
     return 0

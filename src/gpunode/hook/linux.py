@@ -1,4 +1,5 @@
-"""The Linux system calls the hook needs and Python's os module lacks, through ctypes:
+"""The Linux system calls the hook needs and Python's os module lacks, through ctypes
+(gpunode.util.cabi: _ctypes without ctypes/__init__.py's ~4 ms):
 setns, umount2 and the new mount API (fsopen, fsconfig, fsmount, open_tree, move_mount,
 mount_setattr), with which gpunode.hook.procdriver makes and attaches mounts by fd, never
 through a ``/proc/self/fd`` path (which does not resolve from another PID namespace's
@@ -6,9 +7,10 @@ procfs, as in a created container's mount namespace). Linux >= 5.12."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
+
+from ..util import cabi as ctypes
 
 MNT_DETACH = 2
 CLONE_NEWNS = 0x00020000
@@ -39,7 +41,16 @@ _NR = {
     "mount_setattr": 442,
 }
 
-_libc = ctypes.CDLL(None, use_errno=True)
+
+class _Libc:
+    """The libc functions used here, errno kept (ctypes.CDLL(None, use_errno=True)'s)."""
+
+    syscall = ctypes.libc_function("syscall", ctypes.c_long)
+    umount2 = ctypes.libc_function("umount2")
+    setns = ctypes.libc_function("setns")
+
+
+_libc = _Libc
 
 
 def _check(ret: int, what: str) -> int:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from .. import __version__
+from . import TIMING_LOG
 from .args import OPTIONS, parse_args
 from .configure import cmd_configure
 from .errors import PROG, HookError, debug, describe
@@ -52,6 +54,12 @@ def run(argv: list[str], prog: str, options: dict, commands: dict, usage: str) -
     (``<prog>: <subcommand>: <reason>``, exit 1). Shared by gpunode-hook and NVIDIA's hook
     command line (gpunode.hook.nvcli)."""
     command = next((a for a in argv if a in commands), "hook")
+    cpu0 = time.process_time()  # issue 28's timings (gpunode.hook.timing)
+    marks = [("start", time.perf_counter())]
+
+    def mark(name):
+        marks.append((name, time.perf_counter()))
+
     try:
         os.chdir("/")  # runc starts hooks in the (container-controlled) rootfs
         os.umask(0o022)
@@ -67,10 +75,23 @@ def run(argv: list[str], prog: str, options: dict, commands: dict, usage: str) -
         command = args.command
         if not args.driver_root.startswith("/"):  # before anything is looked up under it
             raise HookError(f"--driver-root must be absolute: {args.driver_root!r}")
-        root = args.root
+        root, ident = args.root, None
         if root is None:
-            root = resolve_rootfs(read_state())
-        return commands[args.command](args, root)
+            state = read_state()
+            root = resolve_rootfs(state)
+            ident = state.get("id") if isinstance(state.get("id"), str) else None
+        mark("state")
+        run_command = commands[args.command]
+        if run_command is cmd_configure:
+            status = run_command(args, root, mark)
+        else:
+            status = run_command(args, root)
+            mark(args.command)
+        if os.path.exists(TIMING_LOG):  # gpunode.hook.timing, loaded only when asked for
+            from .timing import write
+
+            write(TIMING_LOG, prog, ident, cpu0, marks)
+        return status
     except HookError as exc:
         print(f"{prog}: {command}: {exc}", file=sys.stderr)
     except BaseException as exc:

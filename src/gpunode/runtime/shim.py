@@ -202,6 +202,10 @@ class GpuCreate:
         self.hook_argv = hook_argv
         self.overlap = overlap  # the rootfs files may be written while runc's create runs
         self._args = None
+        # issue 28's per-phase timings (gpunode.hook.timing): the process's CPU time at
+        # main's start and the marks taken since
+        self.cpu0 = 0.0
+        self.marks = []
 
     @property
     def args(self):
@@ -376,6 +380,9 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
     and the created container deleted (as for a failure at step 4)."""
     import time
 
+    def mark(name):
+        job.marks.append((name, time.perf_counter()))
+
     index, container_id, pid_file = create_layout(argv)
     own_pid_file = None
     run = list(argv)
@@ -387,7 +394,7 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         pid_file = own_pid_file
     rootfs_ms = 0.0
     if not job.overlap:  # see _mounts_over_rootfs_files: the rootfs files first
-        error, rootfs_ms = _rootfs(job)
+        error, rootfs_ms = _rootfs(job, mark)
         if error:
             _fail(error, log_file, log_format, cfg)
     src = None
@@ -404,10 +411,11 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
                 cfg,
             )
         t_spawn = time.perf_counter()
+        job.marks.append(("spawn", t_spawn))
         # while the runtime creates the container
         error = None
         if job.overlap:
-            error, rootfs_ms = _rootfs(job)
+            error, rootfs_ms = _rootfs(job, mark)
         t_rootfs = time.perf_counter()
         if error is None:
             try:
@@ -419,8 +427,10 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         from ..hook.errors import HookError
 
         t_sources = time.perf_counter()
+        job.marks.append(("sources", t_sources))
         status = _wait(child)
         t_runtime = time.perf_counter()
+        job.marks.append(("wait", t_runtime))
         if status != 0:
             if error:  # ours first; the runtime has said its own
                 _fail(error, log_file, log_format, cfg)
@@ -449,6 +459,13 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
             except OSError:
                 pass
     t_proc = time.perf_counter()
+    job.marks.append(("proc", t_proc))
+    from ..hook import TIMING_LOG
+
+    if os.path.exists(TIMING_LOG):  # gpunode.hook.timing, loaded only when asked for
+        from ..hook import timing
+
+        timing.write(TIMING_LOG, PROG, container_id, job.cpu0, job.marks)
 
     def ms(a, b):
         return f"{(b - a) * 1000:.1f}"
@@ -473,15 +490,16 @@ def _exit(status):
     os._exit(status)
 
 
-def _rootfs(job):
-    """The rootfs files (gpunode.hook.configure.rootfs): (one-line error or None, ms)."""
+def _rootfs(job, mark=None):
+    """The rootfs files (gpunode.hook.configure.rootfs): (one-line error or None, ms).
+    `mark(phase)`: called after each part (gpunode.hook.configure.rootfs)."""
     import time
 
     t = time.perf_counter()
     try:
         from ..hook import configure
 
-        configure.rootfs(job.args, job.rootfs)
+        configure.rootfs(job.args, job.rootfs, mark)
         error = None
     except Exception as exc:  # the runtime may be running: delete its container, one line
         error = _hook_message(exc)
@@ -542,13 +560,16 @@ def main(argv=None):
         _exec_runtime(argv, _runtimes_fast(), log_file, log_format)
     import time
 
+    cpu0 = time.process_time()
     started = time.perf_counter()
+    marks = [("start", started)]
     try:
         from .config import ConfigError, load
 
         cfg = load()
     except ConfigError as exc:
         _fail(str(exc), log_file, log_format)
+    marks.append(("config", time.perf_counter()))
     try:
         job = modify_bundle(
             bundle or os.getcwd(), cfg, lambda lvl, msg: _log(cfg, lvl, msg), raw=raw or None
@@ -567,6 +588,8 @@ def main(argv=None):
         _fail(message, log_file, log_format, cfg)
     if job is None:
         _exec_runtime(argv, cfg.runtimes, log_file, log_format)
+    marks.append(("spec", time.perf_counter()))
+    job.cpu0, job.marks = cpu0, marks
     create_gpu_container(argv, cfg, job, log_file, log_format, started)
 
 

@@ -41,7 +41,7 @@ RESOLVE_IN_ROOT = 0x10
 # openat2 is 437 on every architecture using the generic syscall table.
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "ppc64le": 437, "s390x": 437}.get(os.uname().machine)
 
-# ctypes (~1.5 ms to import) only when openat2 is first called: exists_in_root runs
+# ctypes (gpunode.util.cabi) only when openat2 is first called: exists_in_root runs
 # before the runtime starts runc's create, and needs none of it.
 _CTYPES: tuple | None = None
 
@@ -50,10 +50,10 @@ def _ctypes() -> tuple:
     """(ctypes, libc, struct open_how), loaded once."""
     global _CTYPES
     if _CTYPES is None:
-        import ctypes
+        from . import cabi as ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
+        class libc:  # what ctypes.CDLL(None, use_errno=True) gave
+            syscall = ctypes.libc_function("syscall", ctypes.c_long)
 
         class OpenHow(ctypes.Structure):
             _fields_ = [

@@ -29,16 +29,14 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 FORBIDDEN = {"dataclasses", "typing", "argparse", "pathlib", "yaml", "pynvml"}
 
 # What the hook's `configure` imports (the CDI path runs it as a hook; the runtime's GPU
-# path calls its functions in-process). No contextlib, collections or functools: ~1-2 ms.
+# path calls its functions in-process). No contextlib, collections or functools: ~1-2 ms;
+# no ctypes package (its __init__ is ~4 ms): _ctypes through gpunode.util.cabi.
 HOOK_CONFIGURE = {
     "__future__",
     "_ctypes",
     "_struct",
-    "ctypes",
-    "ctypes._endian",
     "errno",
     "struct",
-    "types",
 } | {
     "gpunode",
     "gpunode.hook",
@@ -57,6 +55,7 @@ HOOK_CONFIGURE = {
     "gpunode.nvidia.devices",
     "gpunode.nvidia.procfs",
     "gpunode.util",
+    "gpunode.util.cabi",  # _ctypes' types and libc functions, without ctypes/__init__.py
     "gpunode.util.ldsocache",  # the ld.so.cache writer (struct only)
     "gpunode.util.record",
     "gpunode.util.safepath",
@@ -136,6 +135,9 @@ ALLOWED = {
     },
     # the hook as the runtime calls it (--root given: no OCI state, no json)
     "hook configure": HOOK_CONFIGURE,
+    # the hook as a CDI spec's createContainer hook (containerd's or podman's CDI: the OCI
+    # state on stdin, config.json read for the root): JSON through fastjson, never json
+    "hook configure, OCI state": HOOK_CONFIGURE | {"_json", "gpunode.util.fastjson"},
     # NVIDIA's hook command line (the nvidia-cdi-hook launcher): the same modules, plus its
     # table and enable-cuda-compat's
     "nvidia-cdi-hook": HOOK_CONFIGURE | {"gpunode.hook.nvcli", "gpunode.hook.cudacompat"},
@@ -179,12 +181,15 @@ report()
 """
 
 
-def imported(module: str, argv: list[str], setup: str = "", spawned=None) -> set[str]:
+def imported(
+    module: str, argv: list[str], setup: str = "", spawned=None, stdin: str = ""
+) -> set[str]:
     """Modules an entry imports in a fresh `python -IS`, as the launchers run it (and,
     in `spawned`, those it had imported when it started the low-level runtime)."""
     code = HARNESS.format(src=str(SRC), module=module, argv=argv, setup=setup)
     proc = subprocess.run(
         [sys.executable, "-IS", "-c", code],
+        input=stdin,
         capture_output=True,
         text=True,
         env={
@@ -305,6 +310,21 @@ def test_hook_configure(tmp_path):
     assert os.readlink(root / "usr/lib/libcuda.so") == "libcuda.so.1"
     assert (root / "etc/ld.so.cache").read_bytes().startswith(b"glibc-ld.so.cache1.1")
     check("hook configure", modules, FORBIDDEN | {"re", "json"})
+
+
+def test_hook_configure_from_oci_state(tmp_path):
+    """As a CDI spec's hook runs it (containerd's and podman's CDI): no --root, the OCI
+    state on stdin and the bundle's config.json read for the root, without json."""
+    root = tmp_path / "bundle" / "rootfs"
+    root.mkdir(parents=True)
+    (root.parent / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c1", "bundle": str(root.parent)})
+    argv = ["configure", "--link", "libcuda.so.1::/usr/lib/libcuda.so"]
+    argv += ["--library", "libcuda.so.1::/usr/lib/libcuda.so.1", "--folder", "/usr/lib"]
+    modules = imported("gpunode.hook.main", argv, stdin=state)
+    assert os.readlink(root / "usr/lib/libcuda.so") == "libcuda.so.1"
+    assert (root / "etc/ld.so.cache").read_bytes().startswith(b"glibc-ld.so.cache1.1")
+    check("hook configure, OCI state", modules, FORBIDDEN | {"re", "json"})
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,16 @@ class Ci:
         self.alive = True
 
 
+class MigDevice:
+    """A MIG device handle: a GPU instance's compute instance."""
+
+    def __init__(self, ci):
+        gpu, profile = ci.gi.gpu, ci.gi.gpu.profile_name(ci.gi.shape)
+        self.ci, self.name = ci, f"{gpu.name} MIG {profile}"
+        self.uuid = f"MIG-{gpu.index}-{ci.gi.id}-{ci.id}"
+        self.memory = ci.gi.shape.memory_mib(gpu.memory // MIB) * MIB
+
+
 class FakeNvml(types.SimpleNamespace):
     NVMLError = pynvml.NVMLError
     NVMLError_NotFound = pynvml.NVMLError_NotFound
@@ -93,11 +103,36 @@ class FakeNvml(types.SimpleNamespace):
     def nvmlDeviceGetName(self, h):
         return h.name
 
+    def nvmlDeviceGetMinorNumber(self, h):
+        return h.index
+
+    def nvmlDeviceGetBrand(self, h):
+        return pynvml.NVML_BRAND_NVIDIA
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return 8, 0
+
     def nvmlDeviceGetPciInfo(self, h):
         return types.SimpleNamespace(pciDeviceId=h.pci_device_id, busId=b"00000000:07:00.0")
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return types.SimpleNamespace(total=h.memory)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if h.mig_capable else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, slot):
+        cis = [ci for gi in sorted(h.gis.values(), key=lambda g: g.id)
+               for ci in sorted(gi.cis.values(), key=lambda c: c.id)]
+        if slot >= len(cis):
+            raise err(pynvml.NVML_ERROR_NOT_FOUND)
+        return MigDevice(cis[slot])
+
+    def nvmlDeviceGetGpuInstanceId(self, mig):
+        return mig.ci.gi.id
+
+    def nvmlDeviceGetComputeInstanceId(self, mig):
+        return mig.ci.id
 
     def nvmlDeviceGetMigMode(self, h):
         if not h.mig_capable:

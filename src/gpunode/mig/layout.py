@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..nvidia import nvml
-from ..nvidia.facts import nvml_text
+from ..nvidia.gpu import Gpu
 from ..util.record import record
 from . import MigApplyError, MigConfigError
 from .config import Entry
@@ -22,21 +22,43 @@ from .config import Entry
 
 @record(frozen=True)
 class MigGpu:
-    """One GPU's MIG state as NVML shows it, for changing it: its handle, GPU instance
-    profiles with placements and GPU/compute instances, re-read after each change under the
-    lock. Identity and MIG mode are named as in the driver's record of the GPU
-    (gpunode.nvidia.gpu.Gpu; tests/unit/nvidia/test_gpu.py holds the names in step)."""
+    """One GPU as `gpunode mig` changes it: the driver's record of the GPU (identity and MIG
+    mode, gpunode.nvidia.gpu.Gpu as the one NVML walk nvml.read_gpu fills it) and what only
+    the planner needs: its handle, GPU instance profiles with placements and GPU/compute
+    instances. Re-read after each change under the lock."""
 
-    index: int
-    uuid: str
-    name: str
-    pci_device_id: int
-    mig_capable: bool
-    mig_enabled: bool = False  # current mode
-    mig_pending: bool = False  # pending mode (differs from current until a GPU reset)
+    gpu: Gpu
+    handle: Any = None
     profiles: tuple | None = ()  # GiProfile; None: NVML names none while MIG is off
     instances: tuple = ()  # GiState, by id
-    handle: Any = None
+
+    @property
+    def index(self) -> int:
+        return self.gpu.index  # type: ignore[return-value]  # NVML's record has one
+
+    @property
+    def uuid(self) -> str | None:
+        return self.gpu.uuid
+
+    @property
+    def name(self) -> str | None:
+        return self.gpu.name
+
+    @property
+    def pci_device_id(self) -> int:
+        return self.gpu.pci_device_id or 0  # no id from NVML: no device-filter selects it
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.gpu.mig_mode is not None
+
+    @property
+    def mig_enabled(self) -> bool:  # current mode
+        return bool(self.gpu.mig_mode)
+
+    @property
+    def mig_pending(self) -> bool:  # pending mode (differs from current until a GPU reset)
+        return bool(self.gpu.mig_mode_pending)
 
     @property
     def label(self) -> str:
@@ -50,33 +72,19 @@ class MigGpu:
 
 
 def read_gpu(nv: Any, index: int, handle: Any) -> MigGpu:
-    """A GPU's MIG state: mode, profiles (with placements), GPU and compute instances."""
-    modes = nvml.mig_modes(nv, handle)
-    base = {
-        "index": index,
-        "uuid": nvml_text(nv.nvmlDeviceGetUUID(handle)),
-        "name": nvml_text(nv.nvmlDeviceGetName(handle)),
-        "pci_device_id": nv.nvmlDeviceGetPciInfo(handle).pciDeviceId,
-        "handle": handle,
-    }
-    if modes is None:
-        return MigGpu(mig_capable=False, **base)
-    current, pending = modes
+    """A GPU's record (the one NVML walk) with its profiles (with placements) and GPU and
+    compute instances."""
+    gpu = nvml.read_gpu(nv, index, handle)
+    if gpu.mig_mode is None:
+        return MigGpu(gpu, handle)
     try:
         profiles: tuple | None = nvml.gpu_instance_profiles(nv, handle)
     except nv.NVMLError:
-        if current:
+        if gpu.mig_mode:
             raise
         profiles = None  # a driver that lists profiles only with MIG on
-    instances = nvml.gpu_instances(nv, handle, profiles) if current and profiles else ()
-    return MigGpu(
-        mig_capable=True,
-        mig_enabled=current,
-        mig_pending=pending,
-        profiles=profiles,
-        instances=instances,
-        **base,
-    )
+    instances = nvml.gpu_instances(nv, handle, profiles) if gpu.mig_mode and profiles else ()
+    return MigGpu(gpu, handle, profiles, instances)
 
 
 def read_node(nv: Any) -> tuple[MigGpu, ...]:

@@ -95,8 +95,6 @@ def _nvml_gpu(pynvml: Any, index: int, h: Any, error: Exception | None) -> Gpu:
 
     gpu = nvml.read_gpu(pynvml, index, h)
     mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-    pci_device_id = getattr(pynvml.nvmlDeviceGetPciInfo(h), "pciDeviceId", None)
-    gpu.pci_device_id = pci_device_id if isinstance(pci_device_id, int) else None
     gpu.memory_total_mib = mem.total // (1024 * 1024)
     gpu.memory_used_mib = mem.used // (1024 * 1024)
     persistence = opt(pynvml.nvmlDeviceGetPersistenceMode)

@@ -97,7 +97,8 @@ def handles(nv: Any) -> Iterator[tuple[int, Any, Exception | None]]:
 
 def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
     """A GPU's identity and MIG mode and devices: the record every reader takes
-    (gpunode.nvidia.gpu; the inventory adds counters and links). Brand and compute
+    (gpunode.nvidia.gpu; the inventory adds counters and links, `gpunode mig` its GPU
+    instance tree). Brand and compute
     capability are optional: an NVML that cannot tell gives "unknown" and None."""
     try:
         brand = BRAND_NAMES.get(nv.nvmlDeviceGetBrand(handle), "unknown")
@@ -109,12 +110,15 @@ def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
     except nv.NVMLError:
         cc = None
     current, pending = mig_modes(nv, handle) or (None, None)
+    pci = nv.nvmlDeviceGetPciInfo(handle)
+    pci_device_id = getattr(pci, "pciDeviceId", None)
     return Gpu(
         index=index,
         minor=nv.nvmlDeviceGetMinorNumber(handle),
         uuid=nvml_text(nv.nvmlDeviceGetUUID(handle)),
         name=nvml_text(nv.nvmlDeviceGetName(handle)),
-        pci_bus_id=nvml_text(nv.nvmlDeviceGetPciInfo(handle).busId),
+        pci_bus_id=nvml_text(pci.busId),
+        pci_device_id=pci_device_id if isinstance(pci_device_id, int) else None,
         compute_capability=cc,
         brand=brand,
         mig_mode=current,

@@ -55,6 +55,11 @@ class MigShape:
     def gi_id(self, start: int) -> int:
         return self.first_gi + self.starts.index(start)
 
+    def slots(self, start: int) -> frozenset[int]:
+        """The memory slots an instance placed at ``start`` takes: instances whose slots
+        meet cannot both exist."""
+        return frozenset(range(start, start + self.size))
+
 
 @dataclass(frozen=True)
 class CiShape:
@@ -64,6 +69,11 @@ class CiShape:
     index: int
     slices: int
     step: int
+
+    def count_in(self, gi_slices: int) -> int:
+        """How many of it a GPU instance of ``gi_slices`` compute slices holds (0: it does
+        not offer this profile)."""
+        return gi_slices // self.slices if self.slices <= gi_slices else 0
 
 
 def _load(path: Path) -> tuple[int, int, tuple[MigShape, ...], tuple[CiShape, ...]]:

@@ -71,6 +71,7 @@ NODE_DISK = "/var/lib/gpunode-sim"  # the simulator's records on the node's disk
 SIM_DIR = ".gpunode-sim"  # under /proc/driver; simulator-private, read by no product code
 STATE_NAME = "mig-state"
 LOCK_NAME = "mig.lock"
+EVENT_NAME = "events"  # the driver's event log the simulator appends to (sim/xidraise)
 MODE_NAME = "mig-mode"  # in NODE_DISK, beside apply.STATE_FILE
 MAGIC = "gpunode-sim-mig-state v1"
 CAPS_DIR = "nvidia/capabilities"  # under /proc/driver
@@ -145,11 +146,13 @@ def _c_string(text: str) -> str:
 
 def c_header() -> str:
     """``migstate.h`` for the mock NVML: this module's definition of the state, its files
-    and the cap minors as C macros (generated at build time; nothing else defines them)."""
+    (the Xid event log's, which sim/xidraise appends to, among them) and the cap minors as
+    C macros (generated at build time; nothing else defines them)."""
     defines = {
         "SIM_DIR": _c_string(f"{PROC_DRIVER}/{SIM_DIR}"),
         "STATE_FILE": f'SIM_DIR "/{STATE_NAME}"',
         "LOCK_FILE": f'SIM_DIR "/{LOCK_NAME}"',
+        "EVENT_LOG": f'SIM_DIR "/{EVENT_NAME}"',
         "STATE_MAGIC": _c_string(MAGIC),
         "MODE_DIR": _c_string(NODE_DISK),
         "MODE_FILE": f'MODE_DIR "/{MODE_NAME}"',

@@ -606,7 +606,7 @@ def _parse_mig(
             raise _err(
                 f"{at}.uuid", entry["uuid"], "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)"
             )
-        for slot in range(start, start + shape.size):
+        for slot in sorted(shape.slots(start)):
             if slot in used_memory:
                 raise ProfileError(
                     f"{at}: placement {start} of {entry['profile']} overlaps "

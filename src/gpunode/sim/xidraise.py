@@ -12,11 +12,11 @@ from pathlib import Path
 
 from ..nvidia.busid import BusId
 from ..util.command import UsageError
-from .migstate import SIM_DIR
+from .migstate import EVENT_NAME, PROC_DRIVER, SIM_DIR
 from .procfs import XID_OF_FAULT
 
 KMSG = Path("/dev/kmsg")
-EVENT_LOG = Path("/proc/driver") / SIM_DIR / "events"
+EVENT_LOG = Path(PROC_DRIVER) / SIM_DIR / EVENT_NAME  # the mock reads it as migstate.h's EVENT_LOG
 _TEXTS = {code: (pid, name, text) for code, pid, name, text in XID_OF_FAULT.values()}
 
 

@@ -2,10 +2,15 @@
 gpunode.nvidia.nvml and gpunode.mig make, with NVML's errors (pynvml's own classes) for
 bad placements, no room, GIs still holding CIs and callers that are not root.
 
-The MIG geometry is the simulator's one table (gpunode.sim.miggeometry: GPU instance
-profiles with their placements and GI ids, compute instance profiles), on an A100 80GB by
-default. Handles of GPU and compute instances are Python objects in ``ctypes.py_object``
-arrays.
+It is not a second MIG simulator: the geometry and its arithmetic (placements, GI ids, the
+memory slots an instance takes, the compute instance profiles a GI offers) are the
+simulator's one table, gpunode.sim.miggeometry; what is left here is NVML's calls and
+refusals on Python objects as state, so a test can reach in (pending resets, races, profiles listed only
+with MIG on, another geometry). It stays beside the real mock for that reason
+(docs/architecture.md); tests/unit/mig/test_apply_mocknvml.py
+(test_the_unit_tests_fake_nvml_reads_as_the_mock_does) holds the two equal for gpunode mig.
+A100 80GB by default. Handles of GPU and compute instances are Python objects in
+``ctypes.py_object`` arrays.
 """
 
 from __future__ import annotations
@@ -56,6 +61,16 @@ class Ci:
         self.alive = True
 
 
+class MigDevice:
+    """A MIG device handle: a GPU instance's compute instance."""
+
+    def __init__(self, ci):
+        gpu, profile = ci.gi.gpu, ci.gi.gpu.profile_name(ci.gi.shape)
+        self.ci, self.name = ci, f"{gpu.name} MIG {profile}"
+        self.uuid = f"MIG-{gpu.index}-{ci.gi.id}-{ci.id}"
+        self.memory = ci.gi.shape.memory_mib(gpu.memory // MIB) * MIB
+
+
 class FakeNvml(types.SimpleNamespace):
     NVMLError = pynvml.NVMLError
     NVMLError_NotFound = pynvml.NVMLError_NotFound
@@ -93,11 +108,36 @@ class FakeNvml(types.SimpleNamespace):
     def nvmlDeviceGetName(self, h):
         return h.name
 
+    def nvmlDeviceGetMinorNumber(self, h):
+        return h.index
+
+    def nvmlDeviceGetBrand(self, h):
+        return pynvml.NVML_BRAND_NVIDIA
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return 8, 0
+
     def nvmlDeviceGetPciInfo(self, h):
         return types.SimpleNamespace(pciDeviceId=h.pci_device_id, busId=b"00000000:07:00.0")
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return types.SimpleNamespace(total=h.memory)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if h.mig_capable else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, slot):
+        cis = [ci for gi in sorted(h.gis.values(), key=lambda g: g.id)
+               for ci in sorted(gi.cis.values(), key=lambda c: c.id)]
+        if slot >= len(cis):
+            raise err(pynvml.NVML_ERROR_NOT_FOUND)
+        return MigDevice(cis[slot])
+
+    def nvmlDeviceGetGpuInstanceId(self, mig):
+        return mig.ci.gi.id
+
+    def nvmlDeviceGetComputeInstanceId(self, mig):
+        return mig.ci.id
 
     def nvmlDeviceGetMigMode(self, h):
         if not h.mig_capable:
@@ -160,10 +200,8 @@ class FakeNvml(types.SimpleNamespace):
         placement = placement_ref._obj
         if placement.start not in shape.starts or placement.size != shape.size:
             raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        want = set(range(placement.start, placement.start + shape.size))
-        for gi in h.gis.values():
-            if want & set(range(gi.start, gi.start + gi.shape.size)):
-                raise err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        if any(shape.slots(placement.start) & gi.shape.slots(gi.start) for gi in h.gis.values()):
+            raise err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
         gi = Gi(h, shape, placement.start)
         h.gis[gi.id] = gi
         self.writes.append(("create", h.index, h.profile_name(shape), placement.start))
@@ -180,11 +218,11 @@ class FakeNvml(types.SimpleNamespace):
 
     # ---------------------------------------------------------------- compute instances
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi, index, eng, version=2):
-        for ci in CI_SHAPES:
-            if ci.index == index and ci.slices <= gi.shape.slices:
-                return types.SimpleNamespace(id=ci.index, sliceCount=ci.slices,
-                                             instanceCount=gi.shape.slices // ci.slices)
-        raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        count = CI_SHAPES[index].count_in(gi.shape.slices) if index < len(CI_SHAPES) else 0
+        if not count:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return types.SimpleNamespace(id=index, sliceCount=CI_SHAPES[index].slices,
+                                     instanceCount=count)
 
     def nvmlGpuInstanceGetComputeInstances(self, gi, profile_id, array, count_ref):
         cis = [ci for ci in sorted(gi.cis.values(), key=lambda c: c.id)

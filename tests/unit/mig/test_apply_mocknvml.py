@@ -5,6 +5,7 @@ namespace whose /dev, /proc/driver and /var/lib are tmpfs, so nothing of the hos
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -13,11 +14,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpunode.mig import apply as mig_apply
+from gpunode.mig import config, layout
 from gpunode.sim import mocknvml
 from gpunode.sim.profiles import load_profile, mock_payload
 
 from ...conftest import ROOT, UNSHARE_PROBLEM
+from .fakenvml import FakeNvml, Gpu
 
 pytestmark = pytest.mark.skipif(
     UNSHARE_PROBLEM is not None, reason=f"needs unshare -m as root: {UNSHARE_PROBLEM}"
@@ -309,3 +314,39 @@ def test_a_narrower_compute_instance_is_one_answer_for_assert_and_validate(tmp_p
     asserted, [[status, detail]] = json.loads(out)
     assert asserted == "GPU 0: 1c.2g.20gb: 0 wanted, 1 present"
     assert status == "fail" and detail.startswith("found 1x 1c.2g.20gb, 1x 3g.40gb;")
+
+
+
+def shown(gpus):
+    """What gpunode mig reads of each GPU (layout.read_node), less UUIDs and handles."""
+    return [
+        {
+            "gpu": [g.index, g.name, g.pci_device_id, g.mig_capable, g.mig_enabled, g.mig_pending],
+            "profiles": [[p.index, p.id, p.name, p.slices, p.instances, p.memory_mib,
+                          [list(x) for x in p.placements]] for p in g.profiles or ()],
+            "instances": [[gi.id, gi.profile_id, gi.start, gi.size,
+                           [[c.id, c.profile_id, c.slices] for c in gi.cis]]
+                          for gi in g.instances],
+        }
+        for g in gpus
+    ]  # fmt: skip
+
+
+READ = (["-c", "import json\nfrom gpunode.mig import layout\nfrom gpunode.nvidia import nvml\n"
+         + inspect.getsource(shown)
+         + "with nvml.Session() as nv:\n    print(json.dumps(shown(layout.read_node(nv))))\n"],
+        False)  # fmt: skip
+
+
+def test_the_unit_tests_fake_nvml_reads_as_the_mock_does(tmp_path, libdir):
+    """tests/unit/mig/fakenvml.py stands in for this mock where a test must reach into NVML
+    in-process (docs/architecture.md says why it stays): the same layout, and the same
+    layout changed by the same apply, read through either, is the same to gpunode mig."""
+    before, _, after = run_steps(tmp_path, libdir, [READ, apply("mixed"), READ])
+    assert before[0] == after[0] == 0, before[2] + after[2]
+    nv = FakeNvml([Gpu(0, mig=True), Gpu(1)])
+    nv.make(0, "3g.40gb", 4)  # PROFILE's node
+    assert json.loads(json.dumps(shown(layout.read_node(nv)))) == json.loads(before[1])
+    entries = config.parse(yaml.safe_load(CONFIG))["mixed"]
+    assert mig_apply.apply(nv, "mixed", entries, lock_file=str(tmp_path / "lock"))["changed"]
+    assert json.loads(json.dumps(shown(layout.read_node(nv)))) == json.loads(after[1])

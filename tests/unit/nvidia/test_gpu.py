@@ -44,20 +44,18 @@ def test_sub_records_show_the_fields_nvml_reported():
     assert list(shown) == [f for f in fields(Gpu) if f not in record.NOT_SHOWN]
 
 
-# mig.layout.MigGpu field -> the record's field of the same fact (the rest are the planner's:
-# its GI profiles, instances and handle)
-MIG_GPU_NAMES = {"index": "index", "uuid": "uuid", "name": "name",
-                 "pci_device_id": "pci_device_id", "mig_enabled": "mig_mode",
-                 "mig_pending": "mig_mode_pending"}  # fmt: skip
-
-
-def test_the_mig_planners_gpu_names_the_records_facts_alike():
-    """`gpunode mig` keeps its own GPU (a handle and the GI/CI tree it changes); the facts it
-    shares with the record are these fields, and no other field of it is one of the record's
-    under another name."""
+def test_the_mig_planners_gpu_holds_the_record():
+    """`gpunode mig` holds the record the one walk fills (identity, MIG mode) and adds only
+    what it changes (a handle, the GI profiles and the GI/CI tree): none of its fields is a
+    fact of the record under its own name, and what it shows of those facts is the
+    record's."""
     from gpunode.mig.layout import MigGpu
 
-    own = {"mig_capable", "profiles", "instances", "handle"}
-    assert set(fields(MigGpu)) == set(MIG_GPU_NAMES) | own
-    assert set(MIG_GPU_NAMES.values()) <= set(fields(Gpu))
-    assert not own & set(fields(Gpu))
+    assert set(fields(MigGpu)) == {"gpu", "handle", "profiles", "instances"}
+    g = Gpu(3, 3, "GPU-x", "NVIDIA A100", "00000000:07:00.0", pci_device_id=0x20B210DE,
+            mig_mode=True, mig_mode_pending=False)  # fmt: skip
+    m = MigGpu(g)
+    shown = (m.index, m.uuid, m.name, m.pci_device_id, m.mig_capable, m.mig_enabled,
+             m.mig_pending)  # fmt: skip
+    assert shown == (3, "GPU-x", "NVIDIA A100", 0x20B210DE, True, True, False)
+    assert not MigGpu(Gpu(0, 0, "GPU-y", "Tesla T4", "00000000:08:00.0")).mig_capable

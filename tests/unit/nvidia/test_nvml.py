@@ -60,7 +60,10 @@ class FakeNvml(types.SimpleNamespace):
         return f"GPU-{h}"
 
     def nvmlDeviceGetPciInfo(self, h):
-        return types.SimpleNamespace(busId=f"00000000:0{h[1:]}:00.0".encode())
+        bus = f"00000000:0{h[1:]}:00.0".encode()
+        if h == "h2":  # a binding whose nvmlPciInfo_t has no pciDeviceId
+            return types.SimpleNamespace(busId=bus)
+        return types.SimpleNamespace(busId=bus, pciDeviceId=0x20B210DE)
 
     def nvmlDeviceGetName(self, h):
         return "NVIDIA A100"
@@ -86,6 +89,8 @@ def test_walk():
     # cannot tell, the cache ""
     record = nvml.read_gpu(nv, 2, "h2")
     assert (record.brand, record.compute_capability, record.mig_mode) == ("unknown", None, None)
+    # the PCI device id a mig-parted device-filter names (gpunode mig, validate)
+    assert (nvml.read_gpu(nv, 0, "h0").pci_device_id, record.pci_device_id) == (0x20B210DE, None)
     assert record.facts() == g2 and record.mig_devices == []
 
 

@@ -19,6 +19,17 @@ def test_the_table_is_an_a100s():
     assert (miggeometry.MIG_COMPUTE_SLICES, miggeometry.MIG_MEMORY_SLICES) == (7, 8)
 
 
+def test_the_rules_read_from_the_table():
+    """What the profiles' overlap check and the unit tests' fake NVML take from the table:
+    the memory slots an instance takes, the compute instance profiles a GI offers (the
+    mock's ci_profile rule: as many as fit, none wider than the GI)."""
+    shapes = {s.name(81920): s for s in MIG_SHAPES}
+    assert shapes["3g.40gb"].slots(4) == {4, 5, 6, 7}
+    assert shapes["1g.20gb"].slots(2) == {2, 3} and shapes["7g.80gb"].slots(0) == set(range(8))
+    assert [c.count_in(3) for c in CI_SHAPES] == [3, 1, 1, 0, 0]
+    assert [c.count_in(7) for c in CI_SHAPES] == [7, 3, 2, 1, 1]
+
+
 def test_the_mock_gets_the_table_through_the_payload():
     records = [ln.split("\t") for ln in mock_payload(load_profile("a100x2-mig")).splitlines()]
 

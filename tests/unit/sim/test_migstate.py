@@ -369,7 +369,7 @@ def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
     """The mock's files, record formats and cap minors come from gpunode.sim.migstate
     (c_header, generated at build time): a C program using the header writes what the
     Python side writes and reads."""
-    from gpunode.sim import migstate
+    from gpunode.sim import migstate, xidraise
     from gpunode.sim.mocknvml import compile_c
 
     (tmp_path / "migstate.h").write_text(migstate.c_header())
@@ -388,6 +388,7 @@ def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
                 printf(STATE_CI_FORMAT, "GPU-a", 2u, 0u, 2u, 0u, "MIG-b");
                 printf(ACCESS_FORMAT, 21u, 292u);
                 printf("%s %s %s %s %u\n", STATE_FILE, LOCK_FILE, MODE_FILE, CAPS_PROC, CAPS_MAJOR);
+                printf("%s\n", EVENT_LOG);
                 return 0;
             }
             """
@@ -417,6 +418,7 @@ def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
             "511",
         ]
     )
-    assert state_and_access == state + migstate.render_access(21) + paths + "\n"
+    event_log = f"{xidraise.EVENT_LOG}\n"  # the log sim xid appends to is the one the mock reads
+    assert state_and_access == state + migstate.render_access(21) + paths + "\n" + event_log
     assert migstate.state_key(state) == "k1"
     assert migstate.instances_of(state) == [("GPU-a", 2, None), ("GPU-a", 2, 0)]

@@ -65,8 +65,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
 /* Events are driver state like MIG: the simulator appends "xid<TAB>bus=<NVML bus id><TAB>
  * code=<n>" lines to the node's event log when it raises an Xid (`gpunode sim xid`, as the
  * driver reports one); a set delivers the lines written after it was registered, for the
- * GPUs and types registered on it, one per wait. */
-#define EVENT_LOG SIM_DIR "/events"
+ * GPUs and types registered on it, one per wait. The log's path is EVENT_LOG of migstate.h
+ * (gpunode.sim.migstate, which sim/xidraise writes by too). */
 
 static long event_log_size(void)
 {

@@ -3,6 +3,7 @@
 usage: node_bench.py docker IMAGE RUNS
        node_bench.py podman IMAGE RUNS
        node_bench.py breakdown IMAGE RUNS
+       node_bench.py default-runtime IMAGE RUNS
 
 docker:    `docker run --rm IMAGE true` for runc and gpunode's variants.
 podman:    `podman run --rm IMAGE true` without and with a CDI device (nvidia.com/gpu=1).
@@ -11,6 +12,10 @@ breakdown: runc itself on one OCI bundle made from IMAGE: `runc create` (then an
            hooks gpunode added, and gpunode-container-runtime's own create on that bundle;
            then the runtime's create with log-level debug (its timing lines), and
            `python3 -IS -c pass` as a reference.
+default-runtime: `docker run --rm IMAGE true` with no --runtime (and, as controls, with
+           --runtime runc and --runtime gpunode) while daemon.json's "default-runtime" is
+           runc, then gpunode, in alternating blocks (Docker restarted before each block,
+           daemon.json put back at the end); keys "<default>: <variant>".
 
 Variants are interleaved (round-robin) after one warm-up run each, so drift in machine load
 hits them equally. Prints JSON on stdout: {"times": {variant: [seconds, ...]}}; breakdown
@@ -92,6 +97,60 @@ def bench_docker(image, runs):
     docker = ["docker", "run", "--rm", "--network", "none"]
     variants = {k: timed([*docker, *a, image, "true"]) for k, a in DOCKER.items()}
     return {"times": interleave(variants, runs)}
+
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+DEFAULT_BLOCKS = 6  # blocks per default runtime, alternating runc, gpunode, runc, ...
+DEFAULT_VARIANTS = {
+    "docker run IMAGE": [],
+    "docker run --runtime runc IMAGE": ["--runtime", "runc"],
+    "docker run --runtime gpunode IMAGE": ["--runtime", "gpunode"],
+}
+
+
+def set_default_runtime(name, original):
+    """daemon.json as it was, with "default-runtime" NAME; Docker restarted and answering
+    with that default."""
+    config = dict(original)
+    config["default-runtime"] = name
+    with open(DAEMON_JSON, "w") as fh:
+        json.dump(config, fh, indent=4)
+    restart_docker()
+    got = run(["docker", "info", "--format", "{{.DefaultRuntime}}"]).stdout.decode().strip()
+    if got != name:
+        raise SystemExit(f"docker's default runtime is {got!r} after setting {name!r}")
+
+
+def restart_docker():
+    run(["systemctl", "restart", "docker"])
+    for _ in range(120):
+        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit("docker did not answer within 60 s of its restart")
+
+
+def bench_default_runtime(image, runs):
+    with open(DAEMON_JSON, "rb") as fh:
+        saved = fh.read()
+    original = json.loads(saved or b"{}")
+    docker = ["docker", "run", "--rm", "--network", "none"]
+    variants = {k: timed([*docker, *a, image, "true"]) for k, a in DEFAULT_VARIANTS.items()}
+    per_block = [
+        runs // DEFAULT_BLOCKS + (i < runs % DEFAULT_BLOCKS) for i in range(DEFAULT_BLOCKS)
+    ]
+    times = {}
+    try:
+        for n in per_block:
+            for default in ("runc", "gpunode"):
+                set_default_runtime(default, original)
+                for name, samples in interleave(variants, n).items():
+                    times.setdefault(f"{default}: {name}", []).extend(samples)
+    finally:
+        with open(DAEMON_JSON, "wb") as fh:
+            fh.write(saved)
+        restart_docker()
+    return {"times": times, "blocks": DEFAULT_BLOCKS}
 
 
 def bench_podman(image, runs):
@@ -271,7 +330,12 @@ def bench_breakdown(image, runs):
 
 def main():
     mode, image, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    fn = {"docker": bench_docker, "podman": bench_podman, "breakdown": bench_breakdown}[mode]
+    fn = {
+        "docker": bench_docker,
+        "podman": bench_podman,
+        "breakdown": bench_breakdown,
+        "default-runtime": bench_default_runtime,
+    }[mode]
     print(json.dumps(fn(image, runs)))
 
 

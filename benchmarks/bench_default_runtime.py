@@ -9,7 +9,10 @@ and the role's runtime.toml, as bench_runtime.py prepares it), `docker run --rm 
 none IMAGE true` with no --runtime while daemon.json's "default-runtime" is runc and while
 it is gpunode, in alternating blocks (Docker restarted before each), and inside every block
 the same with --runtime runc and --runtime gpunode as controls (interleaved, one warm-up
-each). Figures: median, p90, ratio to runc as the default.
+each). Figures: median, p90, ratio to runc as the default. Then the part of a start that
+the default runtime changes, measured apart: the runtime calls of one container without a
+GPU request (create, start, delete) through runc and through gpunode, paired per round,
+which a loaded machine disturbs far less than whole `docker run`s.
 
 usage: .venv/bin/python benchmarks/bench_default_runtime.py [--runs N] [--release R]
            [--node NAME] [--keep]
@@ -72,6 +75,36 @@ def print_table(times: dict[str, list[float]], workload: str, blocks: int) -> bo
     return met
 
 
+def print_calls(
+    times: dict[str, list[float]],
+    call: dict[str, list[float]],
+    docker: dict[str, list[float]] | None,
+) -> None:
+    """What a default runtime changes is only the binary containerd's shim calls: the
+    runtime calls of one container without a GPU request, through runc and through gpunode,
+    paired within a round (robust to the machine's load, unlike whole `docker run`s)."""
+    runc, gpunode = times["runc"], times["gpunode-container-runtime"]
+    extra = paired_ms(gpunode, runc)
+    print(f"\nruntime calls of one container (create, start, delete -f), {len(runc)} rounds:")
+    print(f"{'runtime':<52} {'median ms':>9} {'p90 ms':>8}")
+    for key, samples in times.items():
+        print(f"{key:<52} {ms(samples):>9.1f} {p90_ms(samples):>8.1f}")
+    print(f"gpunode's extra per container, paired: {extra:+.1f} ms", end="")
+    if docker:
+        base = ms(docker[f"runc: {PLAIN}"])
+        print(f" = {1 + extra / base:.3f}x of runc's `docker run` ({base:.1f} ms) above")
+    else:
+        print()
+    a, b = call["runc"], call["gpunode-container-runtime"]
+    diffs = sorted(y - x for x, y in zip(a, b, strict=True))
+    q1, q3 = diffs[len(diffs) // 4] * 1000, diffs[3 * len(diffs) // 4] * 1000
+    print(
+        f"one runtime call (`state`), {len(a)} rounds: runc {ms(a):.2f} ms, through gpunode's "
+        f"first stage {ms(b):.2f} ms; paired {paired_ms(b, a):+.2f} ms (quartiles "
+        f"{q1:+.2f}..{q3:+.2f}); a container makes 3 calls (create, start, delete)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30, help="runs per row (default 30)")
@@ -88,6 +121,8 @@ def main() -> int:
         workload = prepare_node(name, args.release)
         say(f"docker, 2 default runtimes x 3 commands x {args.runs}")
         result = node_bench(name, "default-runtime", workload, args.runs)
+        say(f"runtime calls on one bundle, runc and gpunode x {args.runs}")
+        calls = node_bench(name, "lifecycle", workload, args.runs)
     except (cluster.SimError, DockerError, subprocess.TimeoutExpired) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
@@ -98,10 +133,16 @@ def main() -> int:
         f"bench_default_runtime: {DEBIAN[args.release]} ({args.release}) node, profile "
         f"{PROFILE}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
     )
-    if "error" in result:
-        print(f"NOT MEASURED: {result['error']}")
-        return 1
-    return 0 if print_table(result["times"], workload, result["blocks"]) else 1
+    ok = True
+    for part in (result, calls):
+        if "error" in part:
+            print(f"NOT MEASURED: {part['error']}")
+            ok = False
+    if "times" in result:
+        ok &= print_table(result["times"], workload, result["blocks"])
+    if "times" in calls:
+        print_calls(calls["times"], calls["call"], result.get("times"))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

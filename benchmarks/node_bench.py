@@ -4,6 +4,7 @@ usage: node_bench.py docker IMAGE RUNS
        node_bench.py podman IMAGE RUNS
        node_bench.py breakdown IMAGE RUNS
        node_bench.py default-runtime IMAGE RUNS
+       node_bench.py lifecycle IMAGE RUNS
 
 docker:    `docker run --rm IMAGE true` for runc and gpunode's variants.
 podman:    `podman run --rm IMAGE true` without and with a CDI device (nvidia.com/gpu=1).
@@ -16,6 +17,10 @@ default-runtime: `docker run --rm IMAGE true` with no --runtime (and, as control
            --runtime runc and --runtime gpunode) while daemon.json's "default-runtime" is
            runc, then gpunode, in alternating blocks (Docker restarted before each block,
            daemon.json put back at the end); keys "<default>: <variant>".
+lifecycle: the runtime calls a container without a GPU request costs, as containerd's shim
+           makes them (`create`, `start`, `delete -f`), on one bundle of IMAGE, through runc
+           and through gpunode-container-runtime (its sh first stage), interleaved; then
+           one `state` call through each, 500 rounds ("call").
 
 Variants are interleaved (round-robin) after one warm-up run each, so drift in machine load
 hits them equally. Prints JSON on stdout: {"times": {variant: [seconds, ...]}}; breakdown
@@ -122,6 +127,8 @@ def set_default_runtime(name, original):
 
 
 def restart_docker():
+    # docker.service allows 3 starts a minute (StartLimitBurst): reset that count first
+    subprocess.run(["systemctl", "reset-failed", "docker.service"], capture_output=True)
     run(["systemctl", "restart", "docker"])
     for _ in range(120):
         if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
@@ -274,6 +281,49 @@ def timing_lines():
         return []
 
 
+def lifecycle(runtime, bundle, ids):
+    """A variant: `RUNTIME create`, `start`, `delete -f` of one container, timed together."""
+
+    def fn():
+        cid = ids()
+        with tempfile.TemporaryFile() as err:
+            start = time.perf_counter()
+            try:
+                for call in (["create", "--bundle", bundle, cid], ["start", cid]):
+                    run([runtime, *call], stdout=subprocess.DEVNULL, stderr=err)
+                run([runtime, "delete", "-f", cid], stdout=subprocess.DEVNULL, stderr=err)
+                return time.perf_counter() - start
+            finally:
+                subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+
+    return fn
+
+
+CALL_ROUNDS = 500  # one runtime call is ~4 ms: many rounds for a sub-ms difference
+
+
+def bench_lifecycle(image, runs):
+    write_spec(f"{WORK}/plain", base_spec(image))
+    ids = Ids()
+    variants = {
+        "runc": lifecycle("runc", f"{WORK}/plain", ids),
+        "gpunode-container-runtime": lifecycle(RUNTIME, f"{WORK}/plain", ids),
+    }
+    # One call that is not a create (`state` of no container: both exit 1 after the same
+    # work), for what the first stage adds to every call.
+    call = {}
+    for name, exe in (("runc", "runc"), ("gpunode-container-runtime", RUNTIME)):
+        argv = [exe, "state", "gpunode-bench-no-such-container"]
+
+        def fn(argv=argv):
+            start = time.perf_counter()
+            subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+            return time.perf_counter() - start
+
+        call[name] = fn
+    return {"times": interleave(variants, runs), "call": interleave(call, CALL_ROUNDS)}
+
+
 def bench_breakdown(image, runs):
     plain = base_spec(image)
     request = json.loads(json.dumps(plain))
@@ -335,6 +385,7 @@ def main():
         "podman": bench_podman,
         "breakdown": bench_breakdown,
         "default-runtime": bench_default_runtime,
+        "lifecycle": bench_lifecycle,
     }[mode]
     print(json.dumps(fn(image, runs)))
 

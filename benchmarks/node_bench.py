@@ -3,6 +3,8 @@
 usage: node_bench.py docker IMAGE RUNS
        node_bench.py podman IMAGE RUNS
        node_bench.py breakdown IMAGE RUNS
+       node_bench.py default-runtime IMAGE RUNS
+       node_bench.py lifecycle IMAGE RUNS
 
 docker:    `docker run --rm IMAGE true` for runc and gpunode's variants.
 podman:    `podman run --rm IMAGE true` without and with a CDI device (nvidia.com/gpu=1).
@@ -11,6 +13,14 @@ breakdown: runc itself on one OCI bundle made from IMAGE: `runc create` (then an
            hooks gpunode added, and gpunode-container-runtime's own create on that bundle;
            then the runtime's create with log-level debug (its timing lines), and
            `python3 -IS -c pass` as a reference.
+default-runtime: `docker run --rm IMAGE true` with no --runtime (and, as controls, with
+           --runtime runc and --runtime gpunode) while daemon.json's "default-runtime" is
+           runc, then gpunode, in alternating blocks (Docker restarted before each block,
+           daemon.json put back at the end); keys "<default>: <variant>".
+lifecycle: the runtime calls a container without a GPU request costs, as containerd's shim
+           makes them (`create`, `start`, `delete -f`), on one bundle of IMAGE, through runc
+           and through gpunode-container-runtime (its sh first stage), interleaved; then
+           one `state` call through each, 500 rounds ("call").
 
 Variants are interleaved (round-robin) after one warm-up run each, so drift in machine load
 hits them equally. Prints JSON on stdout: {"times": {variant: [seconds, ...]}}; breakdown
@@ -92,6 +102,62 @@ def bench_docker(image, runs):
     docker = ["docker", "run", "--rm", "--network", "none"]
     variants = {k: timed([*docker, *a, image, "true"]) for k, a in DOCKER.items()}
     return {"times": interleave(variants, runs)}
+
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+DEFAULT_BLOCKS = 6  # blocks per default runtime, alternating runc, gpunode, runc, ...
+DEFAULT_VARIANTS = {
+    "docker run IMAGE": [],
+    "docker run --runtime runc IMAGE": ["--runtime", "runc"],
+    "docker run --runtime gpunode IMAGE": ["--runtime", "gpunode"],
+}
+
+
+def set_default_runtime(name, original):
+    """daemon.json as it was, with "default-runtime" NAME; Docker restarted and answering
+    with that default."""
+    config = dict(original)
+    config["default-runtime"] = name
+    with open(DAEMON_JSON, "w") as fh:
+        json.dump(config, fh, indent=4)
+    restart_docker()
+    got = run(["docker", "info", "--format", "{{.DefaultRuntime}}"]).stdout.decode().strip()
+    if got != name:
+        raise SystemExit(f"docker's default runtime is {got!r} after setting {name!r}")
+
+
+def restart_docker():
+    # docker.service allows 3 starts a minute (StartLimitBurst): reset that count first
+    subprocess.run(["systemctl", "reset-failed", "docker.service"], capture_output=True)
+    run(["systemctl", "restart", "docker"])
+    for _ in range(120):
+        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit("docker did not answer within 60 s of its restart")
+
+
+def bench_default_runtime(image, runs):
+    with open(DAEMON_JSON, "rb") as fh:
+        saved = fh.read()
+    original = json.loads(saved or b"{}")
+    docker = ["docker", "run", "--rm", "--network", "none"]
+    variants = {k: timed([*docker, *a, image, "true"]) for k, a in DEFAULT_VARIANTS.items()}
+    per_block = [
+        runs // DEFAULT_BLOCKS + (i < runs % DEFAULT_BLOCKS) for i in range(DEFAULT_BLOCKS)
+    ]
+    times = {}
+    try:
+        for n in per_block:
+            for default in ("runc", "gpunode"):
+                set_default_runtime(default, original)
+                for name, samples in interleave(variants, n).items():
+                    times.setdefault(f"{default}: {name}", []).extend(samples)
+    finally:
+        with open(DAEMON_JSON, "wb") as fh:
+            fh.write(saved)
+        restart_docker()
+    return {"times": times, "blocks": DEFAULT_BLOCKS}
 
 
 def bench_podman(image, runs):
@@ -215,6 +281,49 @@ def timing_lines():
         return []
 
 
+def lifecycle(runtime, bundle, ids):
+    """A variant: `RUNTIME create`, `start`, `delete -f` of one container, timed together."""
+
+    def fn():
+        cid = ids()
+        with tempfile.TemporaryFile() as err:
+            start = time.perf_counter()
+            try:
+                for call in (["create", "--bundle", bundle, cid], ["start", cid]):
+                    run([runtime, *call], stdout=subprocess.DEVNULL, stderr=err)
+                run([runtime, "delete", "-f", cid], stdout=subprocess.DEVNULL, stderr=err)
+                return time.perf_counter() - start
+            finally:
+                subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+
+    return fn
+
+
+CALL_ROUNDS = 500  # one runtime call is ~4 ms: many rounds for a sub-ms difference
+
+
+def bench_lifecycle(image, runs):
+    write_spec(f"{WORK}/plain", base_spec(image))
+    ids = Ids()
+    variants = {
+        "runc": lifecycle("runc", f"{WORK}/plain", ids),
+        "gpunode-container-runtime": lifecycle(RUNTIME, f"{WORK}/plain", ids),
+    }
+    # One call that is not a create (`state` of no container: both exit 1 after the same
+    # work), for what the first stage adds to every call.
+    call = {}
+    for name, exe in (("runc", "runc"), ("gpunode-container-runtime", RUNTIME)):
+        argv = [exe, "state", "gpunode-bench-no-such-container"]
+
+        def fn(argv=argv):
+            start = time.perf_counter()
+            subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+            return time.perf_counter() - start
+
+        call[name] = fn
+    return {"times": interleave(variants, runs), "call": interleave(call, CALL_ROUNDS)}
+
+
 def bench_breakdown(image, runs):
     plain = base_spec(image)
     request = json.loads(json.dumps(plain))
@@ -271,7 +380,13 @@ def bench_breakdown(image, runs):
 
 def main():
     mode, image, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    fn = {"docker": bench_docker, "podman": bench_podman, "breakdown": bench_breakdown}[mode]
+    fn = {
+        "docker": bench_docker,
+        "podman": bench_podman,
+        "breakdown": bench_breakdown,
+        "default-runtime": bench_default_runtime,
+        "lifecycle": bench_lifecycle,
+    }[mode]
     print(json.dumps(fn(image, runs)))
 
 

@@ -13,8 +13,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
+import yaml
+
+ROLE_DEFAULTS = (
+    Path(__file__).resolve().parents[2] / "roles/gpu_container_runtime/defaults/main.yml"
+)
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -73,3 +79,17 @@ def node(host) -> Node:
 def node_inventory(node: Node) -> dict:
     """The node's own view of its GPUs (`gpunode inventory --json`)."""
     return json.loads(node.ok(f"{node.gpunode()} inventory --json"))
+
+
+def truth(value) -> bool:
+    """An inventory boolean as Ansible's `bool` filter reads it (also "true", "yes")."""
+    return str(value).strip().lower() in ("true", "yes", "1", "on")
+
+
+def docker_default_wanted(node: Node) -> bool:
+    """gpunode as Docker's default runtime: the inventory's value (the role's own name wins,
+    as in gpu_container_runtime), else that role's default."""
+    for key in ("gpu_container_runtime_docker_default", "container_engine_runtime_default"):
+        if key in node.vars:
+            return truth(node.vars[key])
+    return truth(yaml.safe_load(ROLE_DEFAULTS.read_text())["container_engine_runtime_default"])

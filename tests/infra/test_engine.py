@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from .conftest import docker_default_wanted
+
 DAEMON = "/etc/docker/daemon.json"
 GPUNODE_KEYS = {"runtimes", "default-runtime", "features"}
 
@@ -43,16 +45,12 @@ def test_runtime_registered(node, daemon):
 
 
 def test_default_runtime_as_configured(node, daemon):
-    want = bool(
-        node.vars.get(
-            "gpu_container_runtime_docker_default",
-            node.vars.get("container_engine_runtime_default", False),
-        )
-    )
+    want = docker_default_wanted(node)
     got = daemon.get("default-runtime") == runtime_name(node)
     assert got == want, (
         f"{node.name}: default-runtime is {daemon.get('default-runtime')!r}; the inventory "
-        f"says gpunode {'is' if want else 'is not'} the default"
+        f"(else gpu_container_runtime's default) says gpunode {'is' if want else 'is not'} "
+        "the default"
     )
 
 

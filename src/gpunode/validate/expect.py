@@ -194,9 +194,13 @@ def build(
     if runtime_default:
         e.runtime_default = True
     else:
-        for k in ("container_engine_runtime_default", "gpu_container_runtime_docker_default"):
-            if k in v and _bool(k, v[k]):
-                e.runtime_default = True
+        # the role's own name wins, as in roles/gpu_container_runtime (its default is the
+        # engine role's name): `container_engine_runtime_default: true` with
+        # `gpu_container_runtime_docker_default: false` leaves Docker's default alone
+        for k in ("gpu_container_runtime_docker_default", "container_engine_runtime_default"):
+            if k in v:
+                e.runtime_default = _bool(k, v[k])
+                break
     if got := pick(runtime_name, "container_engine_runtime_name"):
         name = str(got[0])
         if not name or not all(c.isalnum() or c in "-_." for c in name):

@@ -145,3 +145,23 @@ def test_hostile_vars_files_are_one_line(tmp_path, text, why):
     with pytest.raises(BadInput) as exc:
         read_vars(str(path))
     assert why in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "text, wanted",
+    [
+        ("container_engine_runtime_default: true\n", True),
+        ("gpu_container_runtime_docker_default: true\n", True),
+        # the gpu_container_runtime role's own name wins over the engine role's, as the
+        # role reads them: the engine name true, the role's false leaves runc the default
+        ("container_engine_runtime_default: true\ngpu_container_runtime_docker_default: false\n",
+         False),
+        ("container_engine_runtime_default: false\ngpu_container_runtime_docker_default: true\n",
+         True),
+        ("gpunode_expected_gpus: 1\n", False),
+    ],
+)
+def test_runtime_default_reads_the_roles_name_first(tmp_path, text, wanted):
+    f = tmp_path / "vars.yml"
+    f.write_text(text)
+    assert build(vars_file=str(f)).runtime_default is wanted

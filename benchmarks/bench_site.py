@@ -348,7 +348,9 @@ def main() -> int:
         finally:
             if not args.keep:
                 cluster.down_names(all_names, **quiet)
-                for tag in images:
+                # the clones' images, made by this run or an earlier --keep one (--reuse)
+                for i in range(len(MIX)):
+                    tag = f"gpunode-sim/converged:{host_vars(args.prefix, i)[0]}"
                     docker(["rmi", tag], check=False)
     print(f"\nsite.yml re-run over the cluster (forks {args.forks}; target <= "
           f"{RERUN_TARGET_S} s)")  # fmt: skip

@@ -20,15 +20,20 @@ usage: .venv/bin/python benchmarks/bench_default_runtime.py [--runs N] [--releas
 
 from __future__ import annotations
 
-import argparse
-import subprocess
 import sys
 import time
 
-from bench_runtime import DEBIAN, PROFILE, ms, node_bench, p90_ms, paired_ms, prepare_node, say
-
-from gpunode.sim import cluster, images
-from gpunode.sim.docker import DockerError
+from bench_runtime import (
+    DEBIAN,
+    PROFILE,
+    ms,
+    node_bench,
+    node_parser,
+    on_node,
+    p90_ms,
+    paired_ms,
+    say,
+)
 
 # issue 28: a container without a GPU request may cost at most this much more than runc
 TARGET = 1.02
@@ -106,29 +111,15 @@ def print_calls(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=30, help="runs per row (default 30)")
-    ap.add_argument("--release", default="bookworm", choices=images.RELEASES)
-    ap.add_argument("--node", help="node container name (default gpunode-bench-dflt-RELEASE)")
-    ap.add_argument("--keep", action="store_true", help="keep the node afterwards")
-    args = ap.parse_args()
-    if args.runs < 1:
-        print(f"bench: error: --runs {args.runs} must be >= 1", file=sys.stderr)
-        return 2
-    name = args.node or f"gpunode-bench-dflt-{args.release}"
-    say(f"preparing node {name}")
-    try:
-        workload = prepare_node(name, args.release)
+    args = node_parser(__doc__, "row", "gpunode-bench-dflt-RELEASE").parse_args()
+
+    def measure(name: str, workload: str) -> tuple[dict, dict]:
         say(f"docker, 2 default runtimes x 3 commands x {args.runs}")
         result = node_bench(name, "default-runtime", workload, args.runs)
         say(f"runtime calls on one bundle, runc and gpunode x {args.runs}")
-        calls = node_bench(name, "lifecycle", workload, args.runs)
-    except (cluster.SimError, DockerError, subprocess.TimeoutExpired) as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if not args.keep:
-            cluster.down_names([name], log=lambda *_: None)
+        return result, node_bench(name, "lifecycle", workload, args.runs)
+
+    workload, (result, calls) = on_node(args, "gpunode-bench-dflt-RELEASE", measure)
     print(
         f"bench_default_runtime: {DEBIAN[args.release]} ({args.release}) node, profile "
         f"{PROFILE}, {time.strftime('%Y-%m-%d %H:%M %Z')}"

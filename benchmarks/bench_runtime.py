@@ -220,21 +220,43 @@ def print_breakdown(bd: dict, extra: float) -> None:
     print(f"{'reference: python3 -IS -c pass':<44} {ms(t['python3 -IS -c pass']):>9.1f}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=30, help="runs per variant (default 30)")
+def node_parser(doc: str, per: str, node: str) -> argparse.ArgumentParser:
+    """The options of a benchmark on one simulated node (this one, bench_default_runtime):
+    --runs per `per`, --release, --node (default `node`, RELEASE filled in), --keep."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=30, help=f"runs per {per} (default 30)")
     ap.add_argument("--release", default="bookworm", choices=images.RELEASES)
-    ap.add_argument("--node", help="node container name (default gpunode-bench-RELEASE)")
-    ap.add_argument("--skip-podman", action="store_true", help="do not measure podman")
+    ap.add_argument("--node", help=f"node container name (default {node})")
     ap.add_argument("--keep", action="store_true", help="keep the node afterwards")
-    args = ap.parse_args()
+    return ap
+
+
+def on_node(args: argparse.Namespace, node: str, measure) -> tuple[str, dict]:
+    """Prepare the node (args.node or `node` with RELEASE filled in), run
+    measure(name, workload) -> results, remove the node unless --keep; (workload, results).
+    A bad --runs exits 2, a node that cannot be prepared or measured 1, in one line."""
     if args.runs < 1:
         print(f"bench: error: --runs {args.runs} must be >= 1", file=sys.stderr)
-        return 2
-    name = args.node or f"gpunode-bench-{args.release}"
+        raise SystemExit(2)
+    name = args.node or node.replace("RELEASE", args.release)
     say(f"preparing node {name}")
     try:
         workload = prepare_node(name, args.release)
+        return workload, measure(name, workload)
+    except (cluster.SimError, DockerError, subprocess.TimeoutExpired) as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    finally:
+        if not args.keep:
+            cluster.down_names([name], log=lambda *_: None)
+
+
+def main() -> int:
+    ap = node_parser(__doc__, "variant", "gpunode-bench-RELEASE")
+    ap.add_argument("--skip-podman", action="store_true", help="do not measure podman")
+    args = ap.parse_args()
+
+    def measure(name: str, workload: str) -> dict:
         say(f"docker, 4 variants x {args.runs}")
         results = {"docker": node_bench(name, "docker", workload, args.runs)}
         if not args.skip_podman:
@@ -242,12 +264,9 @@ def main() -> int:
             results["podman"] = node_bench(name, "podman", workload, args.runs)
         say(f"breakdown, runc on one bundle x {args.runs}")
         results["breakdown"] = node_bench(name, "breakdown", workload, args.runs)
-    except (cluster.SimError, DockerError, subprocess.TimeoutExpired) as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if not args.keep:
-            cluster.down_names([name], log=lambda *_: None)
+        return results
+
+    workload, results = on_node(args, "gpunode-bench-RELEASE", measure)
     print(
         f"bench_runtime: {DEBIAN[args.release]} ({args.release}) node, profile {PROFILE}, "
         f"{args.runs} runs per variant, {time.strftime('%Y-%m-%d %H:%M %Z')}"

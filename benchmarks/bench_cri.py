@@ -62,7 +62,15 @@ VARIANTS = {  # name: (handler, env, CDI devices)
     "gpunode, one GPU": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "1"}, []),
     "gpunode, all GPUs": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "all"}, []),
     "runc + CDI, one GPU": ("", {}, ["nvidia.com/gpu=1"]),
+    "one GPU, resident": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "1"}, []),
+    "all GPUs, resident": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "all"}, []),
 }
+# Variants served by gpunode's resident service (gpunode.runtime.resident), which runs in
+# the node throughout; for the others its directory is renamed away between variants (not
+# timed), so the first stage finds no service and the Python runtime serves, as on a node
+# without it.
+RESIDENT = {"one GPU, resident", "all GPUs, resident"}
+RESIDENT_DIR = "/run/gpunode/resident"
 
 
 def sh(node: str, script: str) -> str:
@@ -86,7 +94,10 @@ def prepare(node: str) -> tuple[str, str]:
     sh(node, "systemctl stop docker docker.socket containerd && "
              "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
              "systemctl start containerd docker && gpunode cdi generate --install >/dev/null && "
-             f"mkdir -p -m 0755 {os.path.dirname(TIMING_LOG)} && : > {TIMING_LOG}")  # fmt: skip
+             f"mkdir -p -m 0755 {os.path.dirname(TIMING_LOG)} && : > {TIMING_LOG} && "
+             "systemd-run --unit=gpunode-runtime-resident --property=KillMode=process "
+             "--property=Restart=always /usr/local/bin/gpunode-runtime-resident && "
+             f"until [ -e {RESIDENT_DIR}/pid ]; do sleep 0.1; done")  # fmt: skip
     archive, sandbox = pause.build(ROOT / "build" / "cri")
     workload = images.build("workload", "bookworm", log=lambda *_: None)
     config = (
@@ -100,6 +111,18 @@ def prepare(node: str) -> tuple[str, str]:
     import_image(node, ["docker", "save", workload])
     pid = docker(["inspect", "-f", "{{.State.Pid}}", node]).stdout.decode().strip()
     return pid, f"docker.io/{workload}"
+
+
+_RESIDENT_ON: dict[str, bool] = {}
+
+
+def resident(node: str, on: bool) -> None:
+    """The resident service's directory where the first stage looks for it, or away."""
+    if _RESIDENT_ON.get(node) is on:
+        return
+    _RESIDENT_ON[node] = on
+    a, b = (f"{RESIDENT_DIR}.off", RESIDENT_DIR) if on else (RESIDENT_DIR, f"{RESIDENT_DIR}.off")
+    sh(node, f"if [ -e {a} ]; then mv {a} {b}; fi")
 
 
 def cpu_usage_file(pid: str) -> tuple[str, float]:
@@ -255,13 +278,15 @@ def main() -> int:
                 except CRIError:
                     time.sleep(0.1)
             n = 0
-            for handler, env, cdi in VARIANTS.values():  # warm-up, not counted
+            for v, (handler, env, cdi) in VARIANTS.items():  # warm-up, not counted
+                resident(name, v in RESIDENT)
                 one(c, usage, image, n := n + 1, handler, env, cdi)
             sh(name, f": > {TIMING_LOG}")  # the warm-up's lines are not counted
             with open("/proc/loadavg") as fh:
                 load = " ".join(fh.read().split()[:3])
             for _ in range(args.runs):
                 for v, (handler, env, cdi) in VARIANTS.items():
+                    resident(name, v in RESIDENT)
                     times[v].append(one(c, usage, image, n := n + 1, handler, env, cdi))
         timing = parse_timing(sh(name, f"cat {TIMING_LOG}"))
         refs = sh(name, f"python3 -c {shlex.quote(REFERENCE)} {max(args.runs, 10)}")

@@ -87,6 +87,31 @@ class Node:
         return self.json(f"/opt/gpunode/bin/python -c {shlex.quote(probe)}")
 
 
+RESIDENT = "gpunode-runtime-resident.service"
+ROLE = ROOT / "roles" / "gpu_container_runtime"
+
+
+def start_resident(name: str) -> None:
+    """gpunode's resident runtime service on node ``name`` as the gpu_container_runtime role
+    installs it (its template, rendered with the role's default runtime path, written,
+    enabled and started by `gpunode runtime setup`), up and answering."""
+    import jinja2
+    import yaml
+
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    env = jinja2.Environment(keep_trailing_newline=True)
+    env.filters["dirname"] = os.path.dirname
+    unit = env.from_string((ROLE / "templates" / f"{RESIDENT}.j2").read_text()).render(
+        ansible_managed="gpunode tests",
+        container_engine_runtime_path=defaults["container_engine_runtime_path"],
+    )
+    doc = json.dumps({"units": {RESIDENT: unit}})
+    exec_(name, ["gpunode", "runtime", "setup", "--json", "--input", "-", "--enable", RESIDENT,
+                 "--start", RESIDENT], input=doc.encode())  # fmt: skip
+    exec_(name, ["sh", "-c", "for i in $(seq 100); do [ -e /run/gpunode/resident/pid ] && exit 0; "
+                 "sleep 0.1; done; exit 1"])  # fmt: skip
+
+
 def start_nodes(specs: list[cluster.NodeSpec], artifacts, image_tags) -> None:
     """Start fresh nodes with gpunode installed and their profiles applied."""
     cluster.down_names([s.name for s in specs], log=lambda *_: None)

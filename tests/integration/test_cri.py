@@ -55,7 +55,7 @@ from gpunode.sim.docker import docker
 from gpunode.sim.profiles import load_profile
 from gpunode.validate import probe
 
-from .conftest import ROOT, Node, start_nodes
+from .conftest import ROOT, Node, start_nodes, start_resident
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +214,8 @@ def prepare(node: Node) -> CriNode:
         "systemctl start containerd docker"
     )
     node.sh("gpunode cdi generate --install")
+    # as on a node the role provisioned: GPU creates served by the resident service
+    start_resident(node.name)
     archive, sandbox_image = pause.build(ROOT / "build" / "cri")
     import_image(node, ["cat", str(archive)])
     import_image(node, ["docker", "save", node.workload])
@@ -298,6 +300,18 @@ def test_envvar_through_the_runtimeclass_handler(handlers, release, case):
     handler, value, want = ENVVAR[case]
     out = handlers[release].probe(case, handler=handler, env={"NVIDIA_VISIBLE_DEVICES": value})
     assert_gpus(out, want)
+
+
+def test_gpu_pods_are_served_by_the_resident_service(handlers, release):
+    """The GPU creates of this module go through gpunode's resident service (prepare starts
+    it, as the role does): the same GPUs reach the pods as through the Python runtime
+    (test_shim_create, test_runtime), and the runtime's log says which served each."""
+    node = handlers[release].node
+    out = handlers[release].probe("resident-served", handler="nvidia",
+                                  env={"NVIDIA_VISIBLE_DEVICES": "2"})  # fmt: skip
+    assert_gpus(out, [2])
+    log = node.sh("grep -F 'GPUs [2]' /var/log/gpunode-runtime.log | tail -1").stdout
+    assert log.rstrip().endswith(", served by the resident service"), log
 
 
 def test_envvar_needs_gpunode_behind_the_handler(handlers, release):

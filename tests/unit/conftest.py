@@ -73,11 +73,13 @@ def _parsed_config_cache(tmp_path_factory, monkeypatch):
     go to a temporary place in every test, never to the machine's /run/gpunode;
     subprocesses that build their own environment take them from os.environ
     ["GPUNODE_RUNTIME_CONFIG_CACHE"], ["GPUNODE_RUNTIME_FIRST_STAGE"] and
-    ["GPUNODE_PREPARED_CACHE"]."""
+    ["GPUNODE_PREPARED_CACHE"]; the sh first stage looks for no resident service."""
     run = tmp_path_factory.mktemp("run")
     monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", str(run / "runtime-toml.json"))
     monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", str(run / "first-stage"))
     monkeypatch.setenv("GPUNODE_PREPARED_CACHE", str(run / "prepared.json"))
+    # no resident service (gpunode.runtime.resident) unless a test starts its own
+    monkeypatch.setenv("GPUNODE_RESIDENT_DIR", "")
 
 
 GPU = GpuFacts(

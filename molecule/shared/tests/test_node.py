@@ -130,6 +130,26 @@ def test_gpu_container_sees_the_right_gpus(host):
 
 
 @pytest.mark.skipif(not CORE_ROLES, reason="nvidia_driver/cuda_toolkit not merged yet")
+def test_gpu_containers_are_served_by_the_resident_service(host):
+    """gpunode-runtime-resident.service (gpu_container_runtime_resident, on by default)
+    runs, root's and 0700, and serves Docker's GPU creates: the runtime log's line for
+    a fresh one says so."""
+    if not _gpus(host):
+        pytest.skip("node without GPUs: the role does not run there")
+    service = host.service("gpunode-runtime-resident.service")
+    assert service.is_enabled and service.is_running
+    d = host.file("/run/gpunode/resident")
+    assert (d.user, d.mode) == ("root", 0o700)
+    assert host.file("/run/gpunode/resident/requests").is_pipe
+    cid = host.check_output(f"docker create --runtime gpunode --gpus 1 {WORKLOAD} true")
+    try:
+        host.check_output(f"docker start -a {cid}")
+        line = host.check_output(f"grep -F '/{cid}: GPUs [' /var/log/gpunode-runtime.log")
+    finally:
+        host.run(f"docker rm -f {cid}")
+    assert line.endswith(", served by the resident service"), line
+
+
 def test_driver_and_cuda_packages_pinned_and_held(host):
     v = _vars(host)
     held = set(host.check_output("apt-mark showhold").split())

@@ -126,6 +126,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     setup.add_argument("--unit-dir", default=None, help="where units go (/etc/systemd/system)")
     setup.add_argument("--enable", action="append", default=[], metavar="UNIT")
     setup.add_argument("--start", action="append", default=[], metavar="UNIT")
+    setup.add_argument("--stop", action="append", default=[], metavar="UNIT")
+    setup.add_argument("--disable", action="append", default=[], metavar="UNIT")
     setup.add_argument("--dry-run", action="store_true", help="compute and report, write nothing")
     setup.add_argument("--json", action="store_true")
     links = rtsub.add_parser("install-links", help="link the executables into a bin dir")
@@ -217,6 +219,8 @@ def setup(args: argparse.Namespace) -> int:
         units=units,
         enable=args.enable,
         start=args.start,
+        stop=args.stop,
+        disable=args.disable,
     )
     result = rs.setup(s, dry_run=args.dry_run)
     print_json(result.to_dict()) if args.json else print(rs.summary(result))

@@ -138,6 +138,10 @@ class Setup:
     units: dict[str, str] = field(default_factory=dict)
     enable: list[str] = field(default_factory=list)
     start: list[str] = field(default_factory=list)
+    # units turned off (a setting that was on: gpu_container_runtime_resident), each only
+    # when it is running or enabled
+    stop: list[str] = field(default_factory=list)
+    disable: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -166,6 +170,8 @@ class Result:
     daemon_reload: bool = False
     enabled: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)
     dev_char_links: list[str] = field(default_factory=list)  # made (a dry run: would make)
 
     @property
@@ -175,6 +181,8 @@ class Result:
             or self.daemon_reload
             or self.enabled
             or self.started
+            or self.stopped
+            or self.disabled
             or self.dev_char_links
         )
 
@@ -190,6 +198,8 @@ class Result:
                 "daemon_reload": self.daemon_reload,
                 "enabled": self.enabled,
                 "started": self.started,
+                "stopped": self.stopped,
+                "disabled": self.disabled,
             },
         }
 
@@ -513,6 +523,16 @@ def _systemd(s: Setup, dry_run: bool, result: Result) -> None:
             if not dry_run:
                 _systemctl_must("start", unit)
             result.started.append(unit)
+    for unit in s.stop:
+        if is_active(unit):
+            if not dry_run:
+                _systemctl_must("stop", unit)
+            result.stopped.append(unit)
+    for unit in s.disable:
+        if is_enabled(unit):
+            if not dry_run:
+                _systemctl_must("disable", unit)
+            result.disabled.append(unit)
 
 
 # --------------------------------------------------------------------------- the run
@@ -521,7 +541,12 @@ def _systemd(s: Setup, dry_run: bool, result: Result) -> None:
 def setup(s: Setup, *, dry_run: bool = False) -> Result:
     """Do (or with ``dry_run`` compute) the whole setup; see the module docstring."""
     target = runtime_config.config_path(s.config_path)
-    for where, names in (("--enable", s.enable), ("--start", s.start)):
+    for where, names in (
+        ("--enable", s.enable),
+        ("--start", s.start),
+        ("--stop", s.stop),
+        ("--disable", s.disable),
+    ):
         for name in names:
             check_unit_name(name, where)
     for name in s.units:
@@ -552,7 +577,7 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     result.dev_char_links = devchar.create(under(dev_root, "/dev"), dry_run=dry_run)
     for name, text in s.units.items():
         result.files.append(_owned_file("unit", os.path.join(s.unit_dir, name), text, dry_run))
-    if s.units or s.enable or s.start:
+    if s.units or s.enable or s.start or s.stop or s.disable:
         _systemd(s, dry_run, result)
     # The engines last: a step that fails after an engine's file changed would leave the
     # engine unrestarted (the caller restarts after a successful run), and the next run
@@ -573,7 +598,12 @@ def summary(result: Result) -> str:
     lines = [f"{f.path}: {verb if f.changed else 'unchanged'}" for f in result.files]
     if result.daemon_reload:
         lines.append(f"systemd: daemon-reload{' (would run)' if result.dry_run else ''}")
-    for what, units in (("enable", result.enabled), ("start", result.started)):
+    for what, units in (
+        ("enable", result.enabled),
+        ("start", result.started),
+        ("stop", result.stopped),
+        ("disable", result.disabled),
+    ):
         for unit in units:
             lines.append(f"systemd: {what} {unit}{' (would run)' if result.dry_run else ''}")
     if result.restart:

@@ -33,6 +33,7 @@ EXECUTABLES = ("gpunode",)
 # script) and puts gpunode's own directory on sys.path.
 LAUNCHERS = {
     "gpunode-container-runtime.py": "gpunode.runtime.shim",
+    "gpunode-runtime-resident": "gpunode.runtime.resident",
     "gpunode-hook": "gpunode.hook.main",
 }
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
@@ -40,6 +41,12 @@ NVIDIA_HOOK = "nvidia-container-runtime-hook"
 NVIDIA_CDI_HOOK = "nvidia-cdi-hook"
 NVIDIA_CDI_HOOK_MODULE = "gpunode.hook.nvcli"
 DEFAULT_PREFIX = "/usr/local/bin"
+# The resident service's conversation (gpunode.runtime.resident): the two programs the first
+# stage runs for it, by path (the caller's PATH may lack them; where they are missing, the
+# Python runtime serves), and how long it waits for an answer before it fails the create.
+MKFIFO = "/usr/bin/mkfifo"
+SLEEP = "/bin/sleep"
+RESIDENT_TIMEOUT = 30
 # The first stage's template (package data): @NAME@ placeholders; its `##` lines and
 # shellcheck directives are the template's own, not the stage's
 DISPATCHER = Path(__file__).with_name("dispatcher.sh")
@@ -92,11 +99,12 @@ def dispatcher(python_runtime: str) -> str:
         FIRST_STAGE_MODE,
         first_stage_body,
     )
+    from .resident import DIR as RESIDENT
     from .shim import DEFAULT_RUNTIMES, VALUE_OPTS
 
     if any(c in python_runtime for c in "\n\r\0"):
         raise ValueError(f"runtime path {python_runtime!r} contains a newline or NUL")
-    value_opts = sorted(o for o in VALUE_OPTS if o not in ("bundle", "b"))
+    value_opts = sorted(o for o in VALUE_OPTS if o not in ("bundle", "b", "preserve-fds"))
     return render(
         DISPATCHER.read_text(),
         RUNTIME=shlex.quote(python_runtime),
@@ -109,6 +117,10 @@ def dispatcher(python_runtime: str) -> str:
         DEFAULT_BODY=first_stage_body(list(DEFAULT_RUNTIMES), []),
         RUNTIMES=" ".join(DEFAULT_RUNTIMES),
         RUNTIMES_LISTED=", ".join(DEFAULT_RUNTIMES),
+        RESIDENT=RESIDENT,
+        MKFIFO=MKFIFO,
+        SLEEP=SLEEP,
+        TIMEOUT=str(RESIDENT_TIMEOUT),
     )
 
 

@@ -346,8 +346,11 @@ def _wait(pid):
     return os.waitstatus_to_exitcode(status)
 
 
-def create_gpu_container(argv, cfg, job, log_file, log_format, started):
+def create_gpu_container(argv, cfg, job, log_file, log_format, started, via=None):
     """Steps 2-4 of a GPU create (see the module docstring); exits with the status.
+    ``via``: who starts the low-level runtime and how the create ends (LOCAL: this
+    process; gpunode.runtime.resident: the sh first stage that asked the resident
+    service).
 
     The low-level runtime's create is started first, and the host-side work (the hook
     modules' import, the rootfs files, the /proc sources) done while it runs: most of its
@@ -380,6 +383,8 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
     and the created container deleted (as for a failure at step 4)."""
     import time
 
+    via = via or LOCAL
+
     def mark(name):
         job.marks.append((name, time.perf_counter()))
 
@@ -396,14 +401,14 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
     if not job.overlap:  # see _mounts_over_rootfs_files: the rootfs files first
         error, rootfs_ms = _rootfs(job, mark)
         if error:
-            _fail(error, log_file, log_format, cfg)
+            via.fail(error, log_file, log_format, cfg)
     src = None
     try:
         problems = []
-        runtime, child = _spawn(run, cfg.runtimes, problems)
+        runtime, child = via.spawn(run, cfg.runtimes, problems)
         if child is None:
             tried = f" ({'; '.join(problems)})" if problems else ""
-            _fail(
+            via.fail(
                 f"no low-level OCI runtime could be run from runtimes "
                 f"{', '.join(cfg.runtimes)}{tried}",
                 log_file,
@@ -428,13 +433,13 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
 
         t_sources = time.perf_counter()
         job.marks.append(("sources", t_sources))
-        status = _wait(child)
+        status = via.wait(child)
         t_runtime = time.perf_counter()
         job.marks.append(("wait", t_runtime))
         if status != 0:
             if error:  # ours first; the runtime has said its own
-                _fail(error, log_file, log_format, cfg)
-            _exit(status)
+                via.fail(error, log_file, log_format, cfg)
+            via.exit(status)
         try:
             if error:
                 raise HookError(error)
@@ -449,7 +454,7 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         except (HookError, OSError, ValueError) as exc:
             message = error or f"/proc/driver/nvidia: {_hook_message(exc)}"
             _delete(runtime, argv[1:index], container_id)
-            _fail(message, log_file, log_format, cfg)
+            via.fail(message, log_file, log_format, cfg)
     finally:
         if src is not None:
             src.close()
@@ -478,7 +483,7 @@ def create_gpu_container(argv, cfg, job, log_file, log_format, started):
         f"runtime={ms(t_spawn, t_runtime)} proc={ms(t_runtime, t_proc)} "
         f"total={ms(started, t_proc)}",
     )
-    _exit(0)
+    via.exit(0)
 
 
 def _exit(status):
@@ -549,6 +554,14 @@ def main(argv=None):
     is_create, bundle, log_file, log_format = parse_args(argv)
     if not is_create:
         _exec_runtime(argv, _runtimes_fast(), log_file, log_format)
+    create(argv, bundle, log_file, log_format)
+
+
+def create(argv, bundle, log_file, log_format, via=None):
+    """A ``create``: the low-level runtime exec'd for a spec without GPU request, the GPU
+    create otherwise (modify_bundle, create_gpu_container). ``via``: as for
+    create_gpu_container; this process (LOCAL) unless the resident service serves it."""
+    via = via or LOCAL
     config_path = os.environ.get("GPUNODE_RUNTIME_CONFIG", "/etc/gpunode/runtime.toml")
     config_exists = os.path.exists(config_path)
     try:
@@ -557,7 +570,7 @@ def main(argv=None):
     except OSError:
         raw = b""
     if raw and surely_not_gpu(raw, config_exists):
-        _exec_runtime(argv, _runtimes_fast(), log_file, log_format)
+        via.exec_runtime(argv, _runtimes_fast(), log_file, log_format)
     import time
 
     cpu0 = time.process_time()
@@ -568,11 +581,14 @@ def main(argv=None):
 
         cfg = load()
     except ConfigError as exc:
-        _fail(str(exc), log_file, log_format)
+        via.fail(str(exc), log_file, log_format)
     marks.append(("config", time.perf_counter()))
     try:
         job = modify_bundle(
-            bundle or os.getcwd(), cfg, lambda lvl, msg: _log(cfg, lvl, msg), raw=raw or None
+            bundle or os.getcwd(),
+            cfg,
+            lambda lvl, msg: _log(cfg, lvl, msg + via.served_by),
+            raw=raw or None,
         )
     except Exception as exc:  # every failure becomes one line for `docker run` to show
         from .edits import EditError
@@ -585,12 +601,31 @@ def main(argv=None):
         )
         if os.environ.get("GPUNODE_DEBUG"):
             raise
-        _fail(message, log_file, log_format, cfg)
+        via.fail(message, log_file, log_format, cfg)
     if job is None:
-        _exec_runtime(argv, cfg.runtimes, log_file, log_format)
+        via.exec_runtime(argv, cfg.runtimes, log_file, log_format)
     marks.append(("spec", time.perf_counter()))
     job.cpu0, job.marks = cpu0, marks
-    create_gpu_container(argv, cfg, job, log_file, log_format, started)
+    create_gpu_container(argv, cfg, job, log_file, log_format, started, via)
+
+
+class Local:
+    """A create served by this process, which containerd (or Docker) started: it execs or
+    spawns the low-level runtime itself and ends with its status."""
+
+    served_by = ""  # said after the create's summary in the runtime's log
+    exec_runtime = staticmethod(_exec_runtime)
+    fail = staticmethod(_fail)
+    exit = staticmethod(_exit)
+
+    @staticmethod
+    def spawn(run, names, problems):
+        return _spawn(run, names, problems)
+
+    wait = staticmethod(_wait)
+
+
+LOCAL = Local()
 
 
 def _runtimes_fast():

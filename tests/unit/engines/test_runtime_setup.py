@@ -36,6 +36,8 @@ case "$1" in
   show) if [ -e "{state}/stale.$4" ]; then echo yes; else echo no; fi ;;
   enable) touch "{state}/enabled.$2" ;;
   start) touch "{state}/active.$2" ;;
+  stop) rm -f "{state}/active.$2" ;;
+  disable) rm -f "{state}/enabled.$2" ;;
   daemon-reload) rm -f "{state}"/stale.* ;;
 esac
 exit 0
@@ -186,6 +188,8 @@ def test_first_run_does_everything_and_says_what_changed(node, capsys):
         "daemon_reload": True,
         "enabled": ["gpunode-refresh.service", "gpunode-refresh.path"],
         "started": ["gpunode-refresh.path"],
+        "stopped": [],
+        "disabled": [],
     }
     assert node.config.read_text() == node.settings()
     assert stat.S_IMODE(node.config.stat().st_mode) == 0o644
@@ -211,7 +215,9 @@ def test_second_run_changes_nothing_and_writes_nothing(node, capsys):
     code, out, err = run(node, capsys)
     assert code == 0, err
     assert out["changed"] is False and out["changed_files"] == [] and out["restart"] == []
-    assert out["systemd"] == {"daemon_reload": False, "enabled": [], "started": []}
+    assert out["systemd"] == {
+        "daemon_reload": False, "enabled": [], "started": [], "stopped": [], "disabled": [],
+    }  # fmt: skip
     assert node.files() == before  # same content, same mtime: nothing rewritten
     assert [c for c in node.calls()[calls:] if not c.startswith(("is-", "show"))] == []
     assert [c.split()[0] for c in node.calls()[calls:]] == [
@@ -349,7 +355,9 @@ def test_changed_unit_means_daemon_reload(node, capsys):
     assert out["changed"] is True and out["changed_files"] == [
         str(node.unit_dir / "gpunode-refresh.service")
     ]
-    assert out["systemd"] == {"daemon_reload": True, "enabled": [], "started": []}
+    assert out["systemd"] == {
+        "daemon_reload": True, "enabled": [], "started": [], "stopped": [], "disabled": [],
+    }  # fmt: skip
     assert [c for c in node.calls()[calls:] if not c.startswith(("is-", "show"))] == [
         "daemon-reload"
     ]
@@ -371,7 +379,9 @@ def test_enabled_and_active_units_are_left_alone(node, capsys):
         (node.state / what).touch()
     code, out, err = run(node, capsys)
     assert code == 0, err
-    assert out["systemd"] == {"daemon_reload": True, "enabled": [], "started": []}
+    assert out["systemd"] == {
+        "daemon_reload": True, "enabled": [], "started": [], "stopped": [], "disabled": [],
+    }  # fmt: skip
     assert node.mutating_calls() == ["daemon-reload"]
 
 
@@ -385,6 +395,8 @@ def test_disabled_unit_is_enabled_again(node, capsys):
         "daemon_reload": False,
         "enabled": ["gpunode-refresh.service"],
         "started": ["gpunode-refresh.path"],
+        "stopped": [],
+        "disabled": [],
     }
 
 
@@ -696,3 +708,26 @@ def test_insecure_opt_in_needs_kubernetes(node, capsys):
     assert cli.main(["runtime", "setup", "--kubernetes-insecure-envvar"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "needs --kubernetes" in err
+
+
+def test_a_unit_turned_off_is_stopped_and_disabled_once(node, capsys):
+    """gpu_container_runtime_resident: false after true: the running service is stopped
+    and disabled, and the next run finds nothing to do; a unit that was never there is
+    no change."""
+    unit = "gpunode-runtime-resident.service"
+    off = ("--stop", unit, "--disable", unit)
+    assert run(node, capsys, "--enable", unit, "--start", unit)[0] == 0
+    calls = len(node.calls())
+    code, out, err = run(node, capsys, *off)
+    assert code == 0, err
+    assert out["changed"] is True
+    assert out["systemd"]["stopped"] == [unit] and out["systemd"]["disabled"] == [unit]
+    assert [c for c in node.calls()[calls:] if c.startswith(("stop", "disable"))] == [
+        f"stop {unit}", f"disable {unit}",
+    ]  # fmt: skip
+    code, out, err = run(node, capsys, *off)
+    assert code == 0, err
+    assert out["changed"] is False
+    assert out["systemd"]["stopped"] == [] and out["systemd"]["disabled"] == []
+    code, out, _ = run(node, capsys, "--dry-run", "--stop", "other.service")
+    assert out["changed"] is False

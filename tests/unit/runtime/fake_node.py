@@ -60,6 +60,7 @@ def shim_env(conf, path="/usr/bin:/bin", **extra):
         "PATH": path,
         "PYTHONPATH": str(SRC),
         "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RESIDENT_DIR": "",
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
         "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
         "GPUNODE_PREPARED_CACHE": os.environ["GPUNODE_PREPARED_CACHE"],

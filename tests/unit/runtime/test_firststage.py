@@ -108,6 +108,7 @@ def _dispatch(tmp_path, argv, spec_text=None, config=False):
     env = {
         "PATH": f"{fake}:/usr/bin:/bin",
         "GPUNODE_RUNTIME_CONFIG": str(conf),
+        "GPUNODE_RESIDENT_DIR": "",
         "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
         "GPUNODE_RUNTIME_FIRST_STAGE": os.environ["GPUNODE_RUNTIME_FIRST_STAGE"],
     }
@@ -199,6 +200,7 @@ class Node:
         self.env = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
             "GPUNODE_RUNTIME_CONFIG": str(self.conf),
+            "GPUNODE_RESIDENT_DIR": "",
             "GPUNODE_RUNTIME_FIRST_STAGE": str(self.side),
             "GPUNODE_RUNTIME_CONFIG_CACHE": os.environ["GPUNODE_RUNTIME_CONFIG_CACHE"],
         }
@@ -478,6 +480,7 @@ def test_a_runtime_path_with_blanks_is_quoted(tmp_path):
     env = {
         "PATH": "/usr/bin:/bin",
         "GPUNODE_RUNTIME_CONFIG": str(tmp_path / "none.toml"),
+        "GPUNODE_RESIDENT_DIR": "",
         "GPUNODE_RUNTIME_FIRST_STAGE": "",
     }
     out = subprocess.run(

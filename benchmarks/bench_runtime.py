@@ -87,10 +87,19 @@ def share(part: float, extra: float) -> str:
     return f"{100 * part / extra:5.0f}%" if extra > 0 else "    -"
 
 
-def prepare_node(name: str, release: str) -> str:
-    """Start the node with gpunode registered with Docker, a CDI spec installed, and the
-    workload image in Docker's storage (node_bench.py copies it to podman's). Returns the
-    workload image."""
+# gpunode-runtime-resident.service as the gpu_container_runtime role runs it (its unit's two
+# settings that matter here); --no-resident measures a node without it
+RESIDENT = (
+    "systemd-run --unit=gpunode-runtime-resident --property=KillMode=process "
+    "--property=Restart=always /usr/local/bin/gpunode-runtime-resident >/dev/null 2>&1 && "
+    "until [ -e /run/gpunode/resident/pid ]; do sleep 0.1; done"
+)
+
+
+def prepare_node(name: str, release: str, resident: bool = True) -> str:
+    """Start the node with gpunode registered with Docker, a CDI spec installed, the
+    resident service running (unless ``resident`` is false) and the workload image in
+    Docker's storage (node_bench.py copies it to podman's). Returns the workload image."""
     art = cluster.Artifacts.build(ROOT / "build", ROOT, log=lambda *_: None)
     node_tag = images.build("node", release, log=lambda *_: None)
     workload = images.build("workload", "bookworm", log=lambda *_: None)
@@ -109,7 +118,7 @@ def prepare_node(name: str, release: str) -> str:
             "gpunode runtime configure docker --json >/dev/null && "
             "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 "
             "&& break; sleep 0.5; done; gpunode runtime refresh >/dev/null && "
-            "gpunode cdi generate --install >/dev/null",
+            "gpunode cdi generate --install >/dev/null" + (f" && {RESIDENT}" if resident else ""),
             "sh",
             RUNTIME_TOML,
         ],
@@ -228,6 +237,11 @@ def node_parser(doc: str, per: str, node: str) -> argparse.ArgumentParser:
     ap.add_argument("--release", default="bookworm", choices=images.RELEASES)
     ap.add_argument("--node", help=f"node container name (default {node})")
     ap.add_argument("--keep", action="store_true", help="keep the node afterwards")
+    ap.add_argument(
+        "--no-resident",
+        action="store_true",
+        help="without gpunode-runtime-resident (the Python runtime serves each GPU create)",
+    )
     return ap
 
 
@@ -241,7 +255,7 @@ def on_node(args: argparse.Namespace, node: str, measure) -> tuple[str, dict]:
     name = args.node or node.replace("RELEASE", args.release)
     say(f"preparing node {name}")
     try:
-        workload = prepare_node(name, args.release)
+        workload = prepare_node(name, args.release, not args.no_resident)
         return workload, measure(name, workload)
     except (cluster.SimError, DockerError, subprocess.TimeoutExpired) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)

@@ -249,6 +249,11 @@ def prepare(directory):
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise SystemExit(f"{PROG}: error: {directory} is not a directory of uid {os.geteuid()}")
     os.chmod(directory, 0o700)
+    for name in os.listdir(directory):  # conversations of callers that are gone
+        pid, dot, kind = name.partition(".")
+        if dot and kind in ("r", "w") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
     path = os.path.join(directory, REQUESTS)
     try:
         st = os.lstat(path)

@@ -12,6 +12,7 @@ first stage is the generated sh, its Python runtime a launcher that leaves a mar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -331,6 +332,71 @@ def test_the_service_refuses_a_directory_it_does_not_own(tmp_path):
     assert list(directory.iterdir()) == []
 
 
-def test_the_first_stage_knows_where_the_service_is():
+def test_the_first_stage_and_the_unit_know_where_the_service_is():
+    """resident.DIR has two copies: the first stage's (rendered from it) and the role's
+    unit's ExecStopPost (a template cannot import it)."""
     text = firststage.dispatcher("/usr/local/bin/gpunode-container-runtime.py")
     assert f"svc=${{GPUNODE_RESIDENT_DIR-{resident.DIR}}}" in text
+    unit = Path(SRC).parent / "roles/gpu_container_runtime/templates/gpunode-runtime-resident.service.j2"
+    assert f"ExecStopPost=/bin/rm -f {resident.DIR}/{resident.PID_FILE}\n" in unit.read_text()
+
+
+def test_conversations_of_callers_that_are_gone_are_cleared_at_start(tmp_path):
+    directory = tmp_path / "resident"
+    directory.mkdir(mode=0o700)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    alive = os.getpid()
+    for name in (f"{gone.pid}.r", f"{gone.pid}.w", f"{alive}.r", "notes.r"):
+        (directory / name).write_text("")
+    proc = start_service(directory)
+    try:
+        names = sorted(p.name for p in directory.iterdir())
+        assert names == sorted([f"{alive}.r", "notes.r", "pid", "requests"])
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_creates_side_by_side_each_get_their_own_answer(service):
+    """Four GPU creates at once, each with its own bundle, GPUs and runtime status: each
+    first stage gets its own conversation (FIFOs named by its pid, one worker each)."""
+    tmp_path, env, directory, proc = service
+    first_stage(tmp_path, env, directory)  # writes the first stage and its launcher
+    for pid in (tmp_path / "pids").read_text().split():
+        os.kill(int(pid), signal.SIGKILL)
+    runs = []
+    for i, (gpus, rc) in enumerate([("0", 0), ("1", 3), ("2", 0), ("0,1", 5)]):
+        work = tmp_path / f"c{i}"
+        work.mkdir()
+        bundle, _ = make_bundle(work, [f"NVIDIA_VISIBLE_DEVICES={gpus}"])
+        (bundle / "rootfs/proc").mkdir()
+        argv = [str(tmp_path / "gpunode-container-runtime"), "create", "--pid-file",
+                str(work / "ctr.pid"), "--bundle", str(bundle), f"ctr{i}"]  # fmt: skip
+        run_env = env | {
+            "GPUNODE_RESIDENT_DIR": str(directory),
+            "PYTHON_MARK": str(work / "python-ran"),
+            "FAKE_RC": str(rc),
+            "FAKE_PIDS": str(work / "pids"),
+            "FAKE_READY": str(work / "ready"),
+            "FAKE_CONTAINER": env["FAKE_CONTAINER"].replace(str(tmp_path / "ready"),
+                                                            str(work / "ready")),
+        }  # fmt: skip
+        runs.append((work, gpus, rc, subprocess.Popen(
+            argv, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))  # fmt: skip
+    try:
+        for work, gpus, rc, run in runs:
+            _out, err = run.communicate(timeout=60)
+            assert run.returncode == rc, err
+            assert not (work / "python-ran").exists()
+            if rc == 0:
+                pid = (work / "pids").read_text().split()[0]
+                seen = subprocess.run(["nsenter", "-t", pid, "-m", "ls", "/proc/driver/nvidia/gpus"],
+                                      capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+                assert seen == [BUS[int(g)] for g in gpus.split(",")]
+    finally:
+        for work, *_ in runs:
+            for pid in (work / "pids").read_text().split() if (work / "pids").exists() else []:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+    assert proc.poll() is None

@@ -64,12 +64,13 @@ VARIANTS = {  # name: (handler, env, CDI devices)
     "runc + CDI, one GPU": ("", {}, ["nvidia.com/gpu=1"]),
     "one GPU, resident": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "1"}, []),
     "all GPUs, resident": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "all"}, []),
+    "runc + CDI, resident": ("", {}, ["nvidia.com/gpu=1"]),
 }
 # Variants served by gpunode's resident service (gpunode.runtime.resident), which runs in
 # the node throughout; for the others its directory is renamed away between variants (not
 # timed), so the first stage finds no service and the Python runtime serves, as on a node
 # without it.
-RESIDENT = {"one GPU, resident", "all GPUs, resident"}
+RESIDENT = {"one GPU, resident", "all GPUs, resident", "runc + CDI, resident"}
 RESIDENT_DIR = "/run/gpunode/resident"
 
 
@@ -190,7 +191,7 @@ def one(
 REFERENCE = r"""
 import os, resource, statistics, subprocess, sys, time
 n = int(sys.argv[1])
-hook = os.path.realpath("/usr/local/bin/gpunode-hook")
+hook = os.path.realpath("/usr/local/bin/gpunode-hook.py")  # the Python hook itself
 for label, argv in (("python3 -IS -c pass", ["python3", "-IS", "-c", "pass"]),
                     ("gpunode-hook --version (start-up + imports)", [hook, "--version"])):
     wall, cpu = [], []
@@ -233,7 +234,7 @@ def print_breakdown(times: dict, ids: dict[str, list[str]], timing: dict, refs: 
             f"{k}={statistics.median(ph.get(k, 0.0) for _, ph in lines):.1f}" for k in phases
         )
         print(f"{v:<22} extra {extra:5.1f}  {prog} ({len(lines)} lines): {cells}")
-        if prog == "gpunode-container-runtime":
+        if prog.startswith("gpunode-container-runtime"):
             print(f"{'':<22} (runc's create runs during symlinks, ldcache, sources, wait; "
                   "before it: cpu0's start-up, config, spec, spawn; after it: proc)")  # fmt: skip
     print("in the node, for reference (wall ms, CPU ms):")

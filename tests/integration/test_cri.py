@@ -351,6 +351,23 @@ def test_cdi_through_containerd(handlers, cdi_release, case):
     assert_gpus(out, want)
 
 
+def test_cdi_hooks_are_run_by_the_resident_service(handlers, cdi_release):
+    """The CDI spec's hook (gpunode-hook's first stage, runc's createContainer hook) is
+    run by the resident service's worker in the container's mount namespace: its timing
+    line (gpunode.hook.timing) names the service, and the pod gets its GPU."""
+    node = handlers[cdi_release].node
+    node.sh("touch /run/gpunode/timing.log")
+    try:
+        out = handlers[cdi_release].probe("cdi-resident", cdi_devices=["nvidia.com/gpu=2"])
+        lines = node.sh("cat /run/gpunode/timing.log").stdout.splitlines()
+    finally:
+        node.sh("rm -f /run/gpunode/timing.log")
+    assert_gpus(out, [2])
+    assert [ln.split()[0] for ln in lines if ln.startswith("gpunode-hook")] == [
+        "gpunode-hook/resident"
+    ], lines
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

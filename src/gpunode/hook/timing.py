@@ -30,6 +30,11 @@ def line(prog, ident, cpu0, marks):
     return " ".join(parts) + "\n"
 
 
+# Said after the program's name: "/resident" in a worker of gpunode's resident service
+# (gpunode.runtime.resident), whose cpu0 is the worker's since its fork.
+SERVED_BY = ""
+
+
 def write(path, prog, ident, cpu0, marks):
     """Append the line for `marks` to `path` (gpunode.hook.TIMING_LOG) when it exists as
     our own regular file; else nothing. Never raises."""
@@ -43,7 +48,7 @@ def write(path, prog, ident, cpu0, marks):
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-            os.write(fd, line(prog, ident, cpu0, marks).encode())
+            os.write(fd, line(prog + SERVED_BY, ident, cpu0, marks).encode())
     except OSError:
         pass
     finally:

@@ -34,7 +34,14 @@ EXECUTABLES = ("gpunode",)
 LAUNCHERS = {
     "gpunode-container-runtime.py": "gpunode.runtime.shim",
     "gpunode-runtime-resident": "gpunode.runtime.resident",
-    "gpunode-hook": "gpunode.hook.main",
+    "gpunode-hook.py": "gpunode.hook.main",
+}
+# The hooks' sh first stages (hookstage.sh): name -> (its Python launcher, the request kind
+# gpunode.runtime.resident serves it as). gpunode-hook is on PATH beside its launcher;
+# nvidia-cdi-hook in hook_dir, beside its own.
+HOOK_STAGES = {
+    "gpunode-hook": ("gpunode-hook.py", "hook"),
+    "nvidia-cdi-hook": ("nvidia-cdi-hook.py", "nvhook"),
 }
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 # NVIDIA's hook command line, for CDI specs naming it; in hook_dir(prefix), not on PATH.
@@ -50,6 +57,7 @@ RESIDENT_TIMEOUT = 30
 # The first stage's template (package data): @NAME@ placeholders; its `##` lines and
 # shellcheck directives are the template's own, not the stage's
 DISPATCHER = Path(__file__).with_name("dispatcher.sh")
+HOOK_STAGE = Path(__file__).with_name("hookstage.sh")
 PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 SH_TEMPLATE_ONLY = re.compile(r"\s*(##|# shellcheck )")
 LAUNCHER = """#!{python} -IS
@@ -117,6 +125,29 @@ def dispatcher(python_runtime: str) -> str:
         DEFAULT_BODY=first_stage_body(list(DEFAULT_RUNTIMES), []),
         RUNTIMES=" ".join(DEFAULT_RUNTIMES),
         RUNTIMES_LISTED=", ".join(DEFAULT_RUNTIMES),
+        RESIDENT=RESIDENT,
+        MKFIFO=MKFIFO,
+        SLEEP=SLEEP,
+        TIMEOUT=str(RESIDENT_TIMEOUT),
+    )
+
+
+def hook_stage(name: str, python_hook: str, kind: str) -> str:
+    """The POSIX sh first stage of hook ``name`` (hookstage.sh beside this module): the
+    resident service (gpunode.runtime.resident) runs the hook as request ``kind`` where it
+    runs, else ``python_hook`` (quoted for sh; a path with a newline is refused, ValueError)
+    does, as before. The conversation is the runtime's first stage's (dispatcher), without
+    its runc phase: the service's worker runs the hook with this process's stdio, in its
+    mount namespace, and answers its exit status."""
+    from .resident import DIR as RESIDENT
+
+    if any(c in python_hook for c in "\n\r\0"):
+        raise ValueError(f"hook path {python_hook!r} contains a newline or NUL")
+    return render(
+        HOOK_STAGE.read_text(),
+        NAME=name,
+        HOOK=shlex.quote(python_hook),
+        KIND=kind,
         RESIDENT=RESIDENT,
         MKFIFO=MKFIFO,
         SLEEP=SLEEP,
@@ -213,7 +244,11 @@ def install_links(prefix: Path, bindir: Path) -> dict:
         _write_launcher(prefix / name, _launcher_text(module), changes)
     cdi_hook = nvidia_cdi_hook_path(prefix)
     cdi_hook.parent.mkdir(parents=True, exist_ok=True)
-    _write_launcher(cdi_hook, _launcher_text(NVIDIA_CDI_HOOK_MODULE), changes)
+    python_cdi_hook = cdi_hook.with_name(HOOK_STAGES[NVIDIA_CDI_HOOK][0])
+    _write_launcher(python_cdi_hook, _launcher_text(NVIDIA_CDI_HOOK_MODULE), changes)
+    for name, (launcher, kind) in HOOK_STAGES.items():
+        where = cdi_hook.parent if name == NVIDIA_CDI_HOOK else prefix
+        _write_launcher(where / name, hook_stage(name, str(where / launcher), kind), changes)
     _write_launcher(
         prefix / "gpunode-container-runtime",
         dispatcher(str(prefix / "gpunode-container-runtime.py")),
@@ -250,8 +285,10 @@ def remove_links(prefix: Path, bindir: Path) -> dict:
     names that install-links did not write (NVIDIA's hook, a file of the site's) stays."""
     changes: list[str] = []
     kept: list[str] = []
-    names = [*EXECUTABLES, *LAUNCHERS, "gpunode-container-runtime", NVIDIA_HOOK]
-    for path in [*(prefix / n for n in names), nvidia_cdi_hook_path(prefix)]:
+    names = [*EXECUTABLES, *LAUNCHERS, "gpunode-container-runtime", "gpunode-hook", NVIDIA_HOOK]
+    cdi_hook = nvidia_cdi_hook_path(prefix)
+    hooks = [cdi_hook, cdi_hook.with_name(HOOK_STAGES[NVIDIA_CDI_HOOK][0])]
+    for path in [*(prefix / n for n in names), *hooks]:
         if not (path.is_symlink() or path.exists()):
             continue
         if _ours(path, bindir):

@@ -50,7 +50,9 @@ REQUESTS = "requests"
 PID_FILE = "pid"
 PROG = "gpunode-runtime-resident"
 # A request is "<pid> <argc>\n": more than this without a newline is not one (dropped).
-MAX_REQUEST = 32
+MAX_REQUEST = 40
+# The hook first stages' request kinds (gpunode.runtime.firststage.HOOK_STAGES)
+HOOKS_B = (b"hook", b"nvhook")
 # A child never outlives a caller that stopped talking by more than this (seconds).
 CHILD_ALARM = 600
 # The modules a GPU create uses, imported once here so that no child imports them.
@@ -67,6 +69,9 @@ WARM = (
     "gpunode.hook.procdriver",
     "gpunode.hook.errors",
     "gpunode.hook.timing",
+    "gpunode.hook.main",
+    "gpunode.hook.nvcli",
+    "gpunode.hook.linux",
     "tomllib",
     "json",
 )
@@ -88,9 +93,9 @@ def _read_proc(pid, name):
         return fh.read()
 
 
-def check_caller(pid):
-    """The caller runs as this process's user in this process's mount namespace; else
-    NotServed naming why."""
+def check_caller(pid, same_mounts=True):
+    """The caller runs as this process's user (and, with ``same_mounts``, in this
+    process's mount namespace); else NotServed naming why."""
     uid = os.geteuid()
     for line in _read_proc(pid, "status").splitlines():
         if line.startswith(b"Uid:"):
@@ -100,7 +105,7 @@ def check_caller(pid):
             break
     else:
         raise NotServed(f"caller {pid}: no Uid line in its status")
-    if os.stat(f"/proc/{pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
+    if same_mounts and os.stat(f"/proc/{pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
         raise NotServed(f"caller {pid} is in another mount namespace")
 
 
@@ -184,11 +189,19 @@ class Conversation:
         os._exit(0)
 
 
-def serve_create(directory, caller, argc):
-    """A child's whole work for one request; never returns."""
+def _worker():
+    """What every worker sets first."""
+    from ..hook import timing
+
+    timing.SERVED_BY = "/resident"
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.alarm(CHILD_ALARM)
+
+
+def serve_create(directory, caller, argc):
+    """A child's whole work for one request; never returns."""
+    _worker()
     base = os.path.join(directory, str(caller))
     try:
         answers = os.open(base + ".r", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -220,6 +233,60 @@ def serve_create(directory, caller, argc):
     except Exception as exc:  # one line, as the shim's own failures
         if not talk.changed:
             talk._end("python")
+        talk._end(f"fail {type(exc).__name__}: {exc}")
+    os._exit(1)
+
+
+def serve_hook(directory, kind, caller, argc):
+    """A child's whole work for a hook's first stage (gpunode-hook, nvidia-cdi-hook): the
+    hook run as its Python launcher runs it, with the caller's arguments, environment and
+    stdio (runc's pipes: the OCI state in, the error line out), in the caller's mount
+    namespace (a createContainer hook's: the container's, before pivot_root); its exit
+    status answered. Never returns."""
+    _worker()
+    base = os.path.join(directory, str(caller))
+    try:
+        answers = os.open(base + ".r", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        os._exit(2)
+    os.set_blocking(answers, True)
+    talk = Conversation(answers, -1)
+    try:
+        check_caller(caller, same_mounts=False)
+        argv = caller_argv(caller, argc + 1)  # the hook's own name too: nvcli reads it
+        env = caller_environ(caller)
+        # the caller's stdio, opened before its namespace is entered; a pipe opens as a
+        # FIFO would (blocking while its other end has nobody: runc has closed the
+        # state's already), so without blocking; a socket cannot be opened: not served
+        stdio = []
+        for n in (0, 1, 2):  # the stage keeps them as fds 4-6 (hookstage.sh)
+            mode = os.O_RDONLY if n == 0 else os.O_WRONLY
+            stdio.append(os.open(f"/proc/{caller}/fd/{n + 4}", mode | os.O_NONBLOCK))
+            os.set_blocking(stdio[-1], True)
+        ns = os.open(f"/proc/{caller}/ns/mnt", os.O_RDONLY)
+        from ..hook.linux import CLONE_NEWNS, setns
+    except Exception:
+        talk._end("python")
+    talk.changed = True
+    try:
+        setns(ns, CLONE_NEWNS)  # also moves root and cwd to the namespace's root
+        for n, fd in enumerate(stdio):
+            os.dup2(fd, n)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = argv
+        if kind == "nvhook":
+            from ..hook.nvcli import main as hook_main
+
+            status = hook_main(argv)
+        else:
+            from ..hook.main import main as hook_main
+
+            status = hook_main(argv[1:])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        talk._end(f"exit {int(status or 0)}")
+    except Exception as exc:
         talk._end(f"fail {type(exc).__name__}: {exc}")
     os._exit(1)
 
@@ -316,8 +383,9 @@ class Service:
         while b"\n" in self.buffer:
             line, _, self.buffer = self.buffer.partition(b"\n")
             parts = line.split()
+            kind = parts.pop(0).decode() if len(parts) == 3 and parts[0] in HOOKS_B else "create"
             if len(parts) == 2 and all(p.isdigit() and len(p) < 11 for p in parts):
-                out.append((int(parts[0]), int(parts[1])))
+                out.append((kind, int(parts[0]), int(parts[1])))
         if len(self.buffer) > MAX_REQUEST:
             self.buffer = b""
         return out
@@ -334,26 +402,28 @@ class Service:
             self.reap()
             if not ready or self.stopping:
                 continue
-            for caller, argc in self.requests(os.read(fd, 4096)):
+            for kind, caller, argc in self.requests(os.read(fd, 4096)):
                 if code_stamp() != stamp:
                     self.answer(caller, "python")
                     self.stopping = True
                     continue
-                self.fork(caller, argc)
+                self.fork(kind, caller, argc)
         # what is still in the FIFO goes to the Python runtime
         os.set_blocking(fd, False)
         try:
             while True:
-                for caller, _ in self.requests(os.read(fd, 4096)):
+                for _, caller, _ in self.requests(os.read(fd, 4096)):
                     self.answer(caller, "python")
         except BlockingIOError:
             pass
 
-    def fork(self, caller, argc):
+    def fork(self, kind, caller, argc):
         pid = os.fork()
         if pid == 0:
             try:
-                serve_create(self.directory, caller, argc)
+                if kind == "create":
+                    serve_create(self.directory, caller, argc)
+                serve_hook(self.directory, kind, caller, argc)
             finally:
                 os._exit(1)
         self.children[pid] = caller

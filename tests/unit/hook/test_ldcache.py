@@ -240,7 +240,7 @@ def test_hook_leaves_the_container_root_at_once(ld_rootfs, tmp_path):
     launcher = tmp_path / "gpunode-hook"
     launcher.write_text(
         firststage.LAUNCHER.format(
-            python=sys.executable, paths=repr(str(SRC)), module=firststage.LAUNCHERS["gpunode-hook"]
+            python=sys.executable, paths=repr(str(SRC)), module=firststage.LAUNCHERS["gpunode-hook.py"]
         )
     )
     launcher.chmod(0o755)

@@ -52,7 +52,10 @@ def test_nvidia_cdi_hook_launcher_install_and_remove(tmp_path, monkeypatch):
     assert not any(os.path.basename(w) == "nvidia-ctk" for w in written)
     assert not (prefix / "nvidia-cdi-hook").exists()
     assert os.stat(hook).st_mode & 0o777 == 0o755
-    assert f"from {firststage.NVIDIA_CDI_HOOK_MODULE} import main" in hook.read_text()
+    # a first stage (the resident service, else the Python launcher beside it)
+    python_hook = hook.with_name("nvidia-cdi-hook.py")
+    assert f'exec {python_hook} "$@"' in hook.read_text()
+    assert f"from {firststage.NVIDIA_CDI_HOOK_MODULE} import main" in python_hook.read_text()
     rootfs = tmp_path / "rootfs"
     rootfs.mkdir()
     proc = subprocess.run(
@@ -66,12 +69,13 @@ def test_nvidia_cdi_hook_launcher_install_and_remove(tmp_path, monkeypatch):
         ],
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin"},
+        env={"PATH": "/usr/bin:/bin", "GPUNODE_RESIDENT_DIR": ""},
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert os.readlink(rootfs / "l/libcuda.so") == "libcuda.so.1"
-    proc = subprocess.run([str(hook), "chmod"], capture_output=True, text=True, check=False)
+    proc = subprocess.run([str(hook), "chmod"], capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin", "GPUNODE_RESIDENT_DIR": ""})  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.startswith(
         "nvidia-cdi-hook: hook: unknown subcommand 'chmod'"
     )

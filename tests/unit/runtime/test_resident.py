@@ -13,8 +13,10 @@ first stage is the generated sh, its Python runtime a launcher that leaves a mar
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -180,7 +182,7 @@ def test_a_directory_that_is_not_roots_is_not_used(service):
     assert not [p for p in directory.iterdir() if p.name.endswith((".r", ".w"))]
 
 
-def _ask(directory: Path, caller: int, argc: int, timeout: float = 10.0) -> str:
+def _ask(directory: Path, caller: int, argc: int, timeout: float = 10.0, kind: str = "") -> str:
     """Talk to the service as a first stage would, for ``caller``: its first answer."""
     r, w = directory / f"{caller}.r", directory / f"{caller}.w"
     os.mkfifo(r, 0o600)
@@ -189,7 +191,7 @@ def _ask(directory: Path, caller: int, argc: int, timeout: float = 10.0) -> str:
     fw = os.open(w, os.O_RDWR)
     try:
         req = os.open(directory / "requests", os.O_WRONLY | os.O_NONBLOCK)
-        os.write(req, f"{caller} {argc}\n".encode())
+        os.write(req, f"{kind} {caller} {argc}\n".encode())
         os.close(req)
         ready, _, _ = select.select([fr], [], [], timeout)
         return os.read(fr, 4096).decode().strip() if ready else "(no answer)"
@@ -400,3 +402,97 @@ def test_creates_side_by_side_each_get_their_own_answer(service):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
     assert proc.poll() is None
+
+
+# ---------------------------------------------------------------- the hooks' first stages
+
+
+def hook_stages(tmp_path: Path) -> dict[str, Path]:
+    """gpunode-hook's and nvidia-cdi-hook's first stages, each with a Python launcher that
+    leaves a mark (tmp_path/python-ran) and runs the hook as the real launcher does."""
+    out = {}
+    nvcli = "import sys; from gpunode.hook.nvcli import main; sys.exit(main())"
+    for name, (launcher, kind) in firststage.HOOK_STAGES.items():
+        python = tmp_path / launcher
+        cmd = (f"{sys.executable} -c {shlex.quote(nvcli)} \"$@\"" if kind == "nvhook"
+               else f"{sys.executable} -m gpunode.hook \"$@\"")  # fmt: skip
+        python.write_text(f'#!/bin/sh\n: > "{tmp_path}/python-ran"\nexec {cmd}\n')
+        python.chmod(0o755)
+        stage = tmp_path / name
+        stage.write_text(firststage.hook_stage(name, str(python), kind))
+        stage.chmod(0o755)
+        out[name] = stage
+    return out
+
+
+@pytest.fixture
+def hook_service(tmp_path):
+    directory = tmp_path / "resident"
+    proc = start_service(directory)
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs" / "a").mkdir(parents=True)
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1,
+             "bundle": str(bundle), "annotations": {}}  # fmt: skip
+    yield tmp_path, directory, proc, bundle / "rootfs", json.dumps(state)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(10)
+
+
+def run_as_runc_runs_a_hook(stage, args, state, directory, inside="", after="", wrap=()):
+    """The stage as runc runs a createContainer hook: in a mount and PID namespace of its
+    own (the host's /proc still mounted), the OCI state on stdin; ``inside`` runs in that
+    mount namespace before the hook, ``after`` after it (its output after "--- after")."""
+    script = (f'set -e; {inside or "true"}; set +e; "$@"; rc=$?; echo "--- after"; '
+              f'{after or "true"}; exit "$rc"')  # fmt: skip
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(SRC),
+           "GPUNODE_RESIDENT_DIR": str(directory), "LC_ALL": "C"}  # fmt: skip
+    return subprocess.run(
+        [*wrap, "unshare", "-m", "-p", "-f", "sh", "-c", script, "sh", str(stage), *args],
+        input=state, capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["gpunode-hook", "nvidia-cdi-hook"])
+def test_a_hook_is_run_by_the_service_in_the_callers_mount_namespace(hook_service, name):
+    """The link is made where the hook's own namespace has a tmpfs over the rootfs's /a:
+    the worker entered that namespace (the host's /a stays empty), and no Python started."""
+    tmp_path, directory, _proc, rootfs, state = hook_service
+    stage = hook_stages(tmp_path)[name]
+    run = run_as_runc_runs_a_hook(
+        stage, ["create-symlinks", "--link", "b::/a/l"], state, directory,
+        inside=f"mount -t tmpfs hookns {rootfs}/a",
+        after=f"readlink {rootfs}/a/l",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("--- after\n")[1].strip() == "b"  # in the hook's namespace
+    assert list((rootfs / "a").iterdir()) == []  # not in the host's
+    assert not (tmp_path / "python-ran").exists()
+
+
+def test_a_hooks_error_is_its_own_line_on_its_own_stderr(hook_service):
+    tmp_path, directory, _proc, _rootfs, _state = hook_service
+    stage = hook_stages(tmp_path)["gpunode-hook"]
+    run = run_as_runc_runs_a_hook(stage, ["create-symlinks", "--link", "b::/a/l"], "not json",
+                                  directory)  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.startswith("gpunode-hook: create-symlinks: invalid OCI state"), run.stderr
+    assert run.stderr.count("\n") == 1
+    assert not (tmp_path / "python-ran").exists()
+
+
+def test_a_hook_of_another_user_is_not_run(hook_service):
+    """Were the FIFO writable by others, a hook request naming a process of another user
+    is still declined before anything (its stdio, its namespace) is touched."""
+    _tmp_path, directory, _proc, _rootfs, _state = hook_service
+    caller = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "sh", "-c", "sleep 30; :", "sh", "create-symlinks"])  # fmt: skip
+    try:
+        cmdline = Path(f"/proc/{caller.pid}/cmdline")
+        _wait_for(lambda: cmdline.read_bytes().endswith(b"create-symlinks\0"), "the caller")
+        assert _ask(directory, caller.pid, 1, kind="hook") == "python"
+    finally:
+        caller.kill()
+        caller.wait()

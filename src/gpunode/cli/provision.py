@@ -14,7 +14,8 @@ change) and 2 for a bad input value (one line naming the variable and what is ac
   install       gpunode into its virtualenv from the copied wheels, and its links
   driver-plan   driver packages/repository/pin/hold for this platform (--resolve: exact
                 package versions from the node's package sources, what is installed and
-                held, and `todo`: what the role still has to change)
+                held, and `todo`: what the role still has to change; --cuda-plan-args:
+                cuda-plan too, in the same run)
   driver-check  matching-version check: NVML vs loaded module vs installed package vs pin
   cuda-gate     CUDA release(s) against the driver under strict|minor|forward
   cuda-plan     CUDA toolkit packages per version (--resolve: against the node's sources;
@@ -45,7 +46,7 @@ from ..provision import (
     sources,
 )
 from ..provision.versions import check_pin, is_driver_version
-from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Parser, fail
+from ..util.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Parser, UsageError, fail
 
 
 def _emit(args: argparse.Namespace, result: dict) -> int:
@@ -226,7 +227,39 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
             plat, plan, out, pin_file=args.pin_file, hold=args.hold, check=args.check,
             allow_downgrade=args.allow_downgrade, proc_version=args.proc_version,
         )  # fmt: skip
+    if args.cuda_plan_args is not None:
+        out["cuda"] = _also_cuda_plan(args)
     return _emit(args, out)
+
+
+def _also_cuda_plan(args: argparse.Namespace) -> dict:
+    """driver-plan --cuda-plan-args: cuda-plan's JSON for those arguments, made in this run
+    after the driver's plan (one command on the node for both roles' plans), with the
+    arguments it was made for (`args`: the CUDA role takes it only when they are its own).
+    Its failure is its own result, not the driver plan's."""
+    try:
+        argv = json.loads(args.cuda_plan_args)
+    except ValueError as exc:
+        raise ProvisionError(
+            f"--cuda-plan-args: not JSON ({exc}); want a list of cuda-plan's arguments"
+        ) from None
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ProvisionError(
+            f"--cuda-plan-args: {args.cuda_plan_args!r} is not a list of strings; "
+            "want cuda-plan's arguments"
+        )
+    try:
+        sub = args.cuda_plan_parser.parse_args(argv)
+    except (UsageError, SystemExit) as exc:
+        why = f" ({exc})" if isinstance(exc, UsageError) else ""
+        return {"ok": False, "changed": False, "args": argv,
+                "message": f"bad arguments for provision cuda-plan: {argv}{why}"}  # fmt: skip
+    try:
+        result = _cuda_plan_result(sub)
+    except (ProvisionError, CheckFailed) as exc:
+        result = {"ok": False, "message": str(exc)}
+    result.setdefault("changed", False)
+    return {**result, "args": argv}
 
 
 def cmd_driver_check(args: argparse.Namespace) -> int:
@@ -259,6 +292,10 @@ def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.Cuda
 
 
 def cmd_cuda_plan(args: argparse.Namespace) -> int:
+    return _emit(args, _cuda_plan_result(args))
+
+
+def _cuda_plan_result(args: argparse.Namespace) -> dict:
     out: dict = {}
     compat: list[str] = []
     if args.gate:
@@ -266,7 +303,7 @@ def cmd_cuda_plan(args: argparse.Namespace) -> int:
         # what the distribution ships): nothing is planned for a CUDA the driver cannot run
         gate = converge.cuda_gate(_cuda_list(args.cuda), args.gate, args.source, None, None)
         if not gate["ok"]:
-            return _emit(args, {**gate, "gate": gate})
+            return {**gate, "gate": gate}
         out["gate"] = gate
         compat = gate["compat_packages"]
     plat, plan = _cuda_plan(args)
@@ -286,7 +323,7 @@ def cmd_cuda_plan(args: argparse.Namespace) -> int:
         converge.cuda_state(
             plat, plan, compat, out, hold=args.hold, profile_script=args.profile_script
         )
-    return _emit(args, out)
+    return out
 
 
 def cmd_cuda_check(args: argparse.Namespace) -> int:
@@ -390,6 +427,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dp.add_argument("--check", action="store_true",
                     help="with --resolve: the matching-version check once the pin is installed")  # fmt: skip
     dp.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
+    dp.add_argument("--cuda-plan-args", metavar="JSON",
+                    help="also cuda-plan with these arguments (a JSON list), into `cuda`")  # fmt: skip
     _refresh_arg(dp)
     _platform_args(dp)
     _km(dp)
@@ -432,6 +471,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
             _refresh_arg(c)
         _platform_args(c)
         c.set_defaults(func=func)
+        if name == "cuda-plan":
+            dp.set_defaults(cuda_plan_parser=c)
 
     for p in sub.choices.values():
         p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -227,6 +227,44 @@ def test_cuda_plan_state_todo_profile_and_check(node, capsys, monkeypatch, tmp_p
     assert code == 1 and "CUDA 11.8 was requested but libcudart11.0" in out["message"]
 
 
+def test_driver_plan_makes_the_cuda_plan_in_the_same_run(node, capsys, monkeypatch, tmp_path):
+    """--cuda-plan-args: cuda-plan's own result for those arguments under `cuda`, with the
+    arguments it was made for; its failure is its own, the driver plan stays ok."""
+    monkeypatch.setattr(converge, "node_driver", lambda: ("535.261.03", True))
+    _, pin_file, _, _ = node
+    profile = tmp_path / "gpunode-cuda.sh"
+    cuda_args = ["--json", "--gate", "strict", "--state", "--resolve", "--cuda", "11.8",
+                 "--package-set", "runtime", "--profile-script", str(profile),
+                 "--refresh-lists", "3600", *D12]  # fmt: skip
+    _, alone = cuda_plan(capsys, profile)
+    code, out = driver_plan(capsys, pin_file, "--cuda-plan-args", json.dumps(cuda_args))
+    assert code == 0 and out["ok"] is True
+    assert out["cuda"] == {**alone, "args": cuda_args}
+    # a CUDA the driver cannot run: the CUDA part fails, the driver's plan does not
+    bad = [a if a != "11.8" else "12.4" for a in cuda_args]
+    code, out = driver_plan(capsys, pin_file, "--cuda-plan-args", json.dumps(bad))
+    assert code == 0 and out["ok"] is True
+    assert out["cuda"]["ok"] is False and "550.54.14" in out["cuda"]["message"]
+    assert out["cuda"]["args"] == bad
+    # arguments cuda-plan does not take: that part says so
+    code, out = driver_plan(capsys, pin_file, "--cuda-plan-args", '["--no-such"]')
+    assert code == 0 and out["cuda"]["ok"] is False
+    assert out["cuda"]["message"].startswith("bad arguments for provision cuda-plan")
+
+
+@pytest.mark.parametrize("value", ["not json", '{"a": 1}', '["x", 1]'])
+def test_driver_plan_bad_cuda_plan_args_is_one_line(node, capsys, value):
+    _, pin_file, _, _ = node
+    code = cli_main(
+        ["provision", "driver-plan", "--resolve", "--branch", "535", "--no-kernel-module",
+         "--gpu-device-id", "20b0", "--pin-file", str(pin_file), *D12,
+         "--cuda-plan-args", value]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "--cuda-plan-args" in err and "cuda-plan's arguments" in err
+
+
 # --- validate --batch ---------------------------------------------------------------
 
 

@@ -488,7 +488,8 @@ def test_a_hook_of_another_user_is_not_run(hook_service):
     is still declined before anything (its stdio, its namespace) is touched."""
     _tmp_path, directory, _proc, _rootfs, _state = hook_service
     caller = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               "sh", "-c", "sleep 30; :", "sh", "create-symlinks"])  # fmt: skip
+                               "sh", "-c", "exec 4</dev/null 5>/dev/null 6>/dev/null; sleep 30; :",
+                               "sh", "create-symlinks"])  # fmt: skip
     try:
         cmdline = Path(f"/proc/{caller.pid}/cmdline")
         _wait_for(lambda: cmdline.read_bytes().endswith(b"create-symlinks\0"), "the caller")

@@ -58,6 +58,8 @@ RESIDENT_TIMEOUT = 30
 # shellcheck directives are the template's own, not the stage's
 DISPATCHER = Path(__file__).with_name("dispatcher.sh")
 HOOK_STAGE = Path(__file__).with_name("hookstage.sh")
+# the conversation's request and first answer, the part both kinds of stage share
+RESIDENT_ASK = Path(__file__).with_name("resident_ask.sh")
 PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 SH_TEMPLATE_ONLY = re.compile(r"\s*(##|# shellcheck )")
 LAUNCHER = """#!{python} -IS
@@ -127,9 +129,14 @@ def dispatcher(python_runtime: str) -> str:
         RUNTIMES_LISTED=", ".join(DEFAULT_RUNTIMES),
         RESIDENT=RESIDENT,
         MKFIFO=MKFIFO,
-        SLEEP=SLEEP,
         TIMEOUT=str(RESIDENT_TIMEOUT),
+        ASK=_ask('$$ $#'),
     )
+
+
+def _ask(request: str) -> str:
+    """resident_ask.sh for a request of these words (sh expansions), ready to insert."""
+    return render(RESIDENT_ASK.read_text(), REQUEST=request, SLEEP=SLEEP).split("\n", 1)[1].strip()
 
 
 def hook_stage(name: str, python_hook: str, kind: str) -> str:
@@ -147,11 +154,10 @@ def hook_stage(name: str, python_hook: str, kind: str) -> str:
         HOOK_STAGE.read_text(),
         NAME=name,
         HOOK=shlex.quote(python_hook),
-        KIND=kind,
         RESIDENT=RESIDENT,
         MKFIFO=MKFIFO,
-        SLEEP=SLEEP,
         TIMEOUT=str(RESIDENT_TIMEOUT),
+        ASK=_ask(f"{kind} $hp $#"),
     )
 
 

@@ -33,11 +33,20 @@ controls (config.json, the image) is read by the child alone, with the shim's ow
 the service keeps nothing across creates: each child is a fresh fork of a parent that has
 only imported modules, and a child writes nothing back to it.
 
+Hooks: the hooks' first stages (gpunode-hook, nvidia-cdi-hook; firststage.hook_stage)
+ask ``hook <pid> <argc>`` or ``nvhook <pid> <argc>`` (the pid as the host sees it: runc
+runs a createContainer hook in the container's PID namespace, before pivot_root, where
+/proc is still the host's). The worker (serve_hook) checks the caller's user, opens its
+stdio (kept by the stage as fds 4-6) and its mount namespace through /proc, enters that
+namespace and runs the hook's own ``main``; it answers ``exit <status>``, or ``python``
+when it could not start (nothing touched yet).
+
 Restarts and upgrades: a request is answered ``python`` when gpunode's files changed since
 the service started (the service then exits and systemd starts the new code), and on
 SIGTERM the pending requests are answered ``python`` before the service exits; children
-in flight finish (the unit's KillMode=process). A caller left without an answer gives up
-after the first stage's timeout with one error line, never waits for ever.
+in flight finish (the unit's KillMode=process). No caller waits for ever: a worker that
+dies gets its caller one line from this process (reap); a service that does not take the
+request (stopped, hung) fails it after the first stage's timeout, with one line.
 """
 
 import contextlib

@@ -14,6 +14,10 @@ for its exit, remove everything. Variants, interleaved:
   gpunode, all GPUs       handler gpunode, NVIDIA_VISIBLE_DEVICES=all
   runc + CDI, one GPU     the default handler, CDI_devices nvidia.com/gpu=1 (containerd
                           injects gpunode's CDI spec; runc) — the cdi-cri strategy
+  ..., resident           one GPU, all GPUs and runc + CDI again, served by gpunode's
+                          resident service (gpunode.runtime.resident: started in the node
+                          as the role runs it; for the variants above its directory is
+                          renamed away, so the Python runtime and hook serve them)
 
 Printed: median and p90 of the sandbox start and of the container start (create + start),
 each with its ratio to runc's median, and the CPU time a container start costs, median

@@ -62,7 +62,11 @@ def write_plugin_spec(node: Node, hook_path: str, id_strategy: str = "uuid") -> 
 def test_the_launcher_is_gpunodes_and_nvidias_names_are_left_alone(plugin_node):
     node = plugin_node.node
     node.sh(f"test -x {HOOK}")
-    assert "gpunode.hook.nvcli" in node.sh(f"cat {HOOK}").stdout
+    # a first stage (the resident service where it runs), else gpunode's Python launcher
+    stage = node.sh(f"cat {HOOK}").stdout
+    assert stage.startswith("#!/bin/sh\n# nvidia-cdi-hook, first stage.")
+    assert stage.rstrip().endswith(f'exec {HOOK}.py "$@"'), stage
+    assert "gpunode.hook.nvcli" in node.sh(f"cat {HOOK}.py").stdout
     res = node.sh("ls /usr/bin/nvidia-ctk /usr/bin/nvidia-cdi-hook", check=False)
     assert res.returncode != 0 and "No such file" in res.stderr, res
 

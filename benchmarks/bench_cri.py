@@ -51,8 +51,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from bench_runtime import RESIDENT as START_RESIDENT  # noqa: E402 - the node as it runs it
+
 from gpunode.cri import pause  # noqa: E402
 from gpunode.cri.client import Client, CRIError  # noqa: E402
+from gpunode.runtime.resident import DIR  # noqa: E402
 from gpunode.sim import cluster, images  # noqa: E402
 from gpunode.sim.docker import docker, exec_  # noqa: E402
 
@@ -75,7 +78,7 @@ VARIANTS = {  # name: (handler, env, CDI devices)
 # timed), so the first stage finds no service and the Python runtime serves, as on a node
 # without it.
 RESIDENT = {"one GPU, resident", "all GPUs, resident", "runc + CDI, resident"}
-RESIDENT_DIR = "/run/gpunode/resident"
+RESIDENT_DIR = DIR
 
 
 def sh(node: str, script: str) -> str:
@@ -100,9 +103,7 @@ def prepare(node: str) -> tuple[str, str]:
              "mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd && "
              "systemctl start containerd docker && gpunode cdi generate --install >/dev/null && "
              f"mkdir -p -m 0755 {os.path.dirname(TIMING_LOG)} && : > {TIMING_LOG} && "
-             "systemd-run --unit=gpunode-runtime-resident --property=KillMode=process "
-             "--property=Restart=always /usr/local/bin/gpunode-runtime-resident && "
-             f"until [ -e {RESIDENT_DIR}/pid ]; do sleep 0.1; done")  # fmt: skip
+             + START_RESIDENT)  # fmt: skip
     archive, sandbox = pause.build(ROOT / "build" / "cri")
     workload = images.build("workload", "bookworm", log=lambda *_: None)
     config = (

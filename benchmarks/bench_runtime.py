@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gpunode.runtime import resident  # noqa: E402
 from gpunode.sim import cluster, images  # noqa: E402
 from gpunode.sim.docker import DockerError, docker, exec_  # noqa: E402
 
@@ -92,7 +93,7 @@ def share(part: float, extra: float) -> str:
 RESIDENT = (
     "systemd-run --unit=gpunode-runtime-resident --property=KillMode=process "
     "--property=Restart=always /usr/local/bin/gpunode-runtime-resident >/dev/null 2>&1 && "
-    "until [ -e /run/gpunode/resident/pid ]; do sleep 0.1; done"
+    f"until [ -e {resident.DIR}/{resident.PID_FILE} ]; do sleep 0.1; done"
 )
 
 

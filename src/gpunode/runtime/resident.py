@@ -198,28 +198,30 @@ class Conversation:
         os._exit(0)
 
 
-def _worker():
-    """What every worker sets first."""
+def _worker(directory, caller):
+    """What every worker does first: its signals and alarm, and the conversation with
+    ``caller`` over the two FIFOs its first stage made and holds open (none: the caller
+    gave up, and the worker exits)."""
     from ..hook import timing
 
     timing.SERVED_BY = "/resident"
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.alarm(CHILD_ALARM)
-
-
-def serve_create(directory, caller, argc):
-    """A child's whole work for one request; never returns."""
-    _worker()
     base = os.path.join(directory, str(caller))
     try:
         answers = os.open(base + ".r", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         status = os.open(base + ".w", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
-        os._exit(2)  # nobody to answer: the caller gave up
+        os._exit(2)  # nobody to answer
     for fd in (answers, status):
         os.set_blocking(fd, True)
-    talk = Conversation(answers, status)
+    return Conversation(answers, status)
+
+
+def serve_create(directory, caller, argc):
+    """A child's whole work for one request; never returns."""
+    talk = _worker(directory, caller)
     try:
         check_caller(caller)
         argv = ["gpunode-container-runtime", *caller_argv(caller, argc)]
@@ -252,14 +254,7 @@ def serve_hook(directory, kind, caller, argc):
     stdio (runc's pipes: the OCI state in, the error line out), in the caller's mount
     namespace (a createContainer hook's: the container's, before pivot_root); its exit
     status answered. Never returns."""
-    _worker()
-    base = os.path.join(directory, str(caller))
-    try:
-        answers = os.open(base + ".r", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        os._exit(2)
-    os.set_blocking(answers, True)
-    talk = Conversation(answers, -1)
+    talk = _worker(directory, caller)
     try:
         check_caller(caller, same_mounts=False)
         argv = caller_argv(caller, argc + 1)  # the hook's own name too: nvcli reads it

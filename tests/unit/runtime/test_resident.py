@@ -160,6 +160,18 @@ def test_without_a_pid_file_the_python_runtime_serves_it(service):
     assert call.split()[:2] == ["create", "--pid-file"]
 
 
+@pytest.mark.parametrize("opts", [["--preserve-fds", "0"], ["--preserve-fds=0"]])
+def test_a_create_passing_fds_on_goes_to_the_python_runtime(service, opts):
+    """The fds a caller passes on (--preserve-fds) are not the first stage's to use for
+    its conversation: such a create goes to the Python runtime, untouched."""
+    tmp_path, env, directory, _ = service
+    run = first_stage(tmp_path, env, directory,
+                      create_opts=("--pid-file", "PIDFILE", *opts))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert python_ran(tmp_path)
+    assert not [p for p in directory.iterdir() if p.name.endswith((".r", ".w"))]
+
+
 def test_a_failure_after_the_runtimes_create_is_one_line_and_deletes_the_container(service):
     tmp_path, env, directory, _ = service
     # the container's /proc/driver/nvidia is already a mount: refused (test_shim_create)

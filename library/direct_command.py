@@ -1,0 +1,57 @@
+#!/usr/bin/python
+"""The documentation of the direct_command action (action_plugins/direct_command.py), for
+ansible-doc and ansible-lint. The action runs the command itself; this module is never
+sent to a host (an action plugin of the same name takes the task)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: direct_command
+short_description: Run a command on the host without a module run
+description:
+  - Runs O(argv) through the connection as C(raw) does (no Python started on the host for
+    Ansible, no module payload sent) and returns what M(ansible.builtin.command) returns,
+    so C(register), C(changed_when) and C(failed_when) read it the same way.
+  - Used by gpunode's roles for their calls of the gpunode CLI, each of which would
+    otherwise cost the host a module run (docs/provisioning.md, "At fleet size").
+  - The task's C(environment) is set for the command. Check mode is not supported.
+options:
+  argv:
+    description: The command and its arguments; each is quoted, no shell runs them.
+    type: list
+    elements: str
+    required: true
+  stdin:
+    description: Text for the command's standard input (a newline is added).
+    type: str
+  removes:
+    description: Run the command only when this path exists on the host.
+    type: path
+author: gpunode
+"""
+
+EXAMPLES = r"""
+- name: Plan the driver
+  direct_command:
+    argv: [/usr/local/bin/gpunode, provision, driver-plan, --json]
+  register: plan
+  changed_when: false
+"""
+
+RETURN = r"""
+rc:
+  description: The command's exit status.
+  returned: always
+  type: int
+stdout:
+  description: Its standard output, trailing newlines removed.
+  returned: always
+  type: str
+stderr:
+  description: Its standard error, trailing newlines removed.
+  returned: always
+  type: str
+"""
+
+if __name__ == "__main__":
+    raise SystemExit("direct_command is an action: ansible-playbook runs it, not the host")

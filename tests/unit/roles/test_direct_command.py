@@ -1,0 +1,284 @@
+"""action_plugins/direct_command.py: the roles' gpunode calls without a module run each.
+
+One ansible-playbook run (the project's ansible.cfg, localhost, the local connection)
+shows what the action returns and what it refuses; the rest checks that the roles and
+playbooks use it for every gpunode call on a node, and that its documentation
+(library/direct_command.py) names exactly the arguments it takes."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    out: {{}}
+  tasks:
+    - name: quoting
+      direct_command:
+        argv: [printf, "%s|", "a b", "$(touch {pwn})", "; touch {pwn}", "'q'", "`id`"]
+      register: quoting
+      changed_when: false
+    - name: stdin
+      direct_command:
+        argv: [cat]
+        stdin: "line one\\nline two"
+      register: stdin
+      changed_when: false
+    - name: no stdin
+      direct_command:
+        argv: [cat]
+      register: nostdin
+      changed_when: false
+    - name: streams
+      direct_command:
+        argv: [sh, -c, "echo out; echo err >&2; exit 3"]
+      register: streams
+      changed_when: false
+      failed_when: false
+    - name: environment
+      direct_command:
+        argv: [sh, -c, 'printf %s "$GN_TEST"']
+      environment:
+        GN_TEST: "a b'c $HOME"
+      register: env
+      changed_when: false
+    - name: removes absent
+      direct_command:
+        argv: [touch, "{ran}"]
+        removes: "{absent}"
+      register: absent
+      changed_when: false
+    - name: removes present
+      direct_command:
+        argv: [sh, -c, "echo ran"]
+        removes: "{present}"
+      register: present
+      changed_when: false
+    - name: check mode
+      direct_command:
+        argv: [touch, "{checked}"]
+      check_mode: true
+      register: checked
+      changed_when: false
+    - name: failures
+      block:
+        - name: a failing command
+          direct_command:
+            argv: [sh, -c, "echo why >&2; exit 5"]
+          changed_when: false
+      rescue:
+        - name: keep it
+          ansible.builtin.set_fact:
+            failing: "{{{{ ansible_failed_result }}}}"
+    - name: refusals
+      block:
+        - name: an empty argv
+          direct_command:
+            argv: []
+          changed_when: false
+      rescue:
+        - name: keep it
+          ansible.builtin.set_fact:
+            empty: "{{{{ ansible_failed_result }}}}"
+    - name: unknown options
+      block:
+        - name: an option it does not take
+          direct_command:
+            argv: ["true"]
+            chdir: /tmp
+          changed_when: false
+      rescue:
+        - name: keep it
+          ansible.builtin.set_fact:
+            unknown: "{{{{ ansible_failed_result }}}}"
+    - name: write what came back
+      ansible.builtin.copy:
+        dest: "{results}"
+        content: >-
+          {{{{ dict(quoting=quoting, stdin=stdin, nostdin=nostdin, streams=streams, env=env,
+                   absent=absent, present=present, checked=checked, failing=failing,
+                   empty=empty, unknown=unknown) | to_json }}}}
+        mode: "0600"
+"""
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("direct")
+    paths = {
+        "pwn": tmp / "pwned",
+        "ran": tmp / "ran",
+        "absent": tmp / "absent",
+        "present": tmp / "present",
+        "checked": tmp / "checked",
+        "results": tmp / "results.json",
+    }
+    paths["present"].write_text("")
+    playbook = tmp / "play.yml"
+    playbook.write_text(PLAYBOOK.format(**paths))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_INVENTORY": "localhost,",
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook)],
+        env=env, cwd=tmp, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return json.loads(paths["results"].read_text()), paths
+
+
+def test_each_argument_is_one_word_no_shell_reads_it(results):
+    got, paths = results
+    assert (
+        got["quoting"]["stdout"] == f"a b|$(touch {paths['pwn']})|; touch {paths['pwn']}|'q'|`id`|"
+    )
+    assert got["quoting"]["rc"] == 0
+    assert not paths["pwn"].exists()
+
+
+def test_standard_input_is_the_commands(results):
+    got, _ = results
+    assert got["stdin"]["stdout"] == "line one\nline two"
+    assert got["stdin"]["stdout_lines"] == ["line one", "line two"]
+    assert got["nostdin"]["stdout"] == ""
+
+
+def test_stdout_stderr_and_rc_are_what_command_returns(results):
+    got, _ = results
+    streams = got["streams"]
+    assert (streams["rc"], streams["stdout"], streams["stderr"]) == (3, "out", "err")
+    assert streams["cmd"] == ["sh", "-c", "echo out; echo err >&2; exit 3"]
+    failing = got["failing"]
+    assert failing["failed"] is True
+    assert (failing["rc"], failing["stderr"], failing["msg"]) == (5, "why", "non-zero return code")
+
+
+def test_the_tasks_environment_reaches_the_command(results):
+    got, _ = results
+    assert got["env"]["stdout"] == "a b'c $HOME"
+
+
+def test_removes_runs_it_only_when_the_path_exists(results):
+    got, paths = results
+    assert not paths["ran"].exists()
+    assert got["absent"]["rc"] == 0
+    assert got["absent"]["stdout"] == f"skipped, since {paths['absent']} does not exist"
+    assert "does not exist" in got["absent"]["msg"]
+    assert got["present"]["stdout"] == "ran"
+
+
+def test_check_mode_runs_nothing(results):
+    got, paths = results
+    assert got["checked"]["skipped"] is True
+    assert not paths["checked"].exists()
+
+
+def test_bad_arguments_are_one_line_naming_them(results):
+    got, _ = results
+    assert got["empty"]["msg"] == "argv must name a command; got []"
+    assert "chdir" in got["unknown"]["msg"]
+    assert "Traceback" not in json.dumps(got)
+
+
+def _tasks(node):
+    """Every task of a tasks/playbook file, blocks and plays opened."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _tasks(item)
+    elif isinstance(node, dict):
+        if any(k in node for k in ("tasks", "pre_tasks", "post_tasks", "handlers")):
+            for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                yield from _tasks(node.get(key) or [])
+            return
+        yield node
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(node.get(key) or [])
+
+
+def _files():
+    return sorted([*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml"),
+                   *ROOT.glob("playbooks/*.yml"), ROOT / "site.yml"])  # fmt: skip
+
+
+# ansible.builtin.command stays where no module run is saved on a node or a command's own
+# feature is used: the controller's runs (once per play), the operator's drain strings
+# (`cmd`, split as command splits them), and system commands of phases the simulator
+# never reaches (dnf, dkms, the initramfs handler), which keep Ansible's own module.
+COMMAND_LEFT = {
+    ("roles/gpunode_install/tasks/build.yml", "Build the gpunode wheel on the controller"),
+    ("roles/gpu_preflight/tasks/validate.yml", "Run gpunode provision validate on the controller (all hosts at once)"),
+    ("roles/gpu_mig/tasks/change.yml", "Drain the node"),
+    ("roles/gpu_mig/tasks/undrain.yml", "Undrain the node"),
+    ("roles/nvidia_driver/tasks/install.yml", "Enable the dnf module stream"),
+    ("roles/nvidia_driver/tasks/kernel.yml", "Build the module with DKMS for the running kernel"),
+    ("roles/nvidia_driver/handlers/main.yml", "Rebuild the initramfs"),
+    ("playbooks/upgrade-driver.yml", "Drain the node"),
+    ("playbooks/upgrade-driver.yml", "Undrain the node"),
+    ("playbooks/validate.yml", "Build the report"),
+}  # fmt: skip
+
+
+def test_gpunode_calls_on_the_nodes_are_direct_commands():
+    left, direct = set(), []
+    for path in _files():
+        for task in _tasks(yaml.safe_load(path.read_text()) or []):
+            rel = str(path.relative_to(ROOT))
+            if "ansible.builtin.command" in task or "command" in task:
+                left.add((rel, task.get("name")))
+            if "direct_command" in task:
+                direct.append((rel, task))
+    assert left == COMMAND_LEFT
+    assert len(direct) >= 20
+    for rel, task in direct:
+        # as ansible-lint's no-changed-when asks of command: each says when it changed
+        assert "changed_when" in task, (rel, task.get("name"))
+        assert set(task["direct_command"]) <= {"argv", "stdin", "removes"}, (rel, task.get("name"))
+
+
+def test_the_documentation_names_the_actions_arguments():
+    spec = importlib.util.spec_from_file_location(
+        "direct_command_action", ROOT / "action_plugins/direct_command.py"
+    )
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    tree = ast.parse((ROOT / "library/direct_command.py").read_text())
+    doc = next(
+        node.value.value for node in tree.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == "DOCUMENTATION"
+    )  # fmt: skip
+    options = yaml.safe_load(doc)["options"]
+    assert set(options) == set(action.ARGUMENT_SPEC)
+    for name, option in options.items():
+        want = action.ARGUMENT_SPEC[name]
+        assert option["type"] == want["type"], name
+        assert option.get("required", False) == want.get("required", False), name
+        assert option.get("elements") == want.get("elements"), name
+
+
+def test_ansible_finds_it_through_the_projects_config():
+    text = (ROOT / "ansible.cfg").read_text()
+    assert "\naction_plugins = action_plugins\n" in text
+    assert "\nlibrary = library\n" in text
+    molecule = yaml.safe_load((ROOT / ".config/molecule/config.yml").read_text())
+    env = molecule["provisioner"]["env"]
+    assert env["ANSIBLE_ACTION_PLUGINS"].endswith("/action_plugins")
+    assert env["ANSIBLE_LIBRARY"].endswith("/library")

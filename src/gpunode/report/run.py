@@ -15,7 +15,8 @@ def progress_line(event: dict) -> str | None:
     """The line printed for one ansible-runner event: the result of a node's validation."""
     kind = event.get("event")
     data = event.get("event_data") or {}
-    if data.get("task_action") not in ("command", "ansible.builtin.command"):
+    # playbooks/validate.yml runs it with the project's direct_command action
+    if data.get("task_action") not in ("direct_command", "ansible.legacy.direct_command"):
         return None
     if "gpunode validate" not in str(data.get("task", "")):
         return None

@@ -25,12 +25,18 @@ validated before. The re-run of every count is then measured over all nodes.
 --profile prints, per count, the re-run's tasks by wall time and the hosts' module time
 (benchmarks/callback/bench_timing.py).
 
+--host-task-cost prints, after the curve, what one host-task of a command costs over all its
+nodes: TASKS tasks running /bin/true on each node, once as ansible.builtin.command (a module
+run: the node starts Python for Ansible) and once as the project's direct_command action
+(action_plugins/direct_command.py: the command line only, which the roles' gpunode calls
+use), each playbook run twice in turn; controller and node CPU milliseconds per host-task.
+
 Exits 1 when a run fails, when a re-run changes anything or misses its target, or when a
 molecule scenario fails.
 
 usage: .venv/bin/python benchmarks/bench_site.py [--nodes 4,16,32,64] [--forks F] [--prefix P]
                                                   [--from-scratch] [--profile] [--no-molecule]
-                                                  [--keep]
+                                                  [--keep] [--reuse] [--host-task-cost]
 """
 
 from __future__ import annotations
@@ -216,6 +222,37 @@ def print_profile(path: Path, top: int = 12) -> None:
     print("\n".join("    " + ln for ln in lines[: top + 8]), flush=True)
 
 
+HOST_TASKS = 5
+COMMAND_ACTIONS = ("ansible.builtin.command", "direct_command")
+
+
+def host_task_costs(
+    playbook: list[str], names: list[str], tmp: Path, env: dict[str, str]
+) -> dict[str, tuple[float, float, float]]:
+    """Per action: controller CPU, node CPU and wall milliseconds per host-task of HOST_TASKS
+    tasks running /bin/true on every node (each playbook run twice, alternating)."""
+    ids = node_ids(names)
+    sums = {a: [0.0, 0.0, 0.0] for a in COMMAND_ACTIONS}
+    for _ in range(2):
+        for action in COMMAND_ACTIONS:
+            tasks = [{"name": f"true {i}", action: {"argv": ["/bin/true"]},
+                      "changed_when": False} for i in range(HOST_TASKS)]  # fmt: skip
+            path = tmp / f"cost-{action}.yml"
+            path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
+                                             "tasks": tasks}]))  # fmt: skip
+            node0 = nodes_cpu(ids) or 0.0
+            took, cpu, proc = timed([*playbook, str(path)], env)
+            if proc.returncode != 0:
+                raise SystemExit(
+                    f"bench_site: the {action} playbook failed:\n{proc.stdout[-2000:]}"
+                )
+            node = (nodes_cpu(ids) or 0.0) - node0
+            for i, v in enumerate((cpu, node, took)):
+                sums[action][i] += v
+    per = 2 * HOST_TASKS * len(names) / 1000
+    return {a: (c / per, n / per, w / per) for a, (c, n, w) in sums.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -242,6 +279,11 @@ def main() -> int:
         action="store_true",
         help="take the running nodes an earlier --keep left as they are (the "
         "re-run proves them converged: it must change nothing)",
+    )
+    ap.add_argument(
+        "--host-task-cost",
+        action="store_true",
+        help="after the curve: one command host-task's cost, as a module run and as direct_command",
     )
     args = ap.parse_args()  # fmt: skip
     counts = parse_counts(args.nodes)
@@ -345,6 +387,8 @@ def main() -> int:
                 node_cpu1 = nodes_cpu(ids)
                 node_cpu = None if node_cpu0 is None else node_cpu1 - node_cpu0
                 curve.append((n, took, cpu, node_cpu, node_rss_mib(ids), load, changed))
+            if args.host_task_cost:
+                costs = host_task_costs(playbook[:-4], list(hosts), Path(tmp), env)
         finally:
             if not args.keep:
                 cluster.down_names(all_names, **quiet)
@@ -367,6 +411,12 @@ def main() -> int:
             f"{'n/a' if rss is None else f'{rss:.0f}':>8} {changed:>7}  {load}"
         )
         prev = (n, took)
+    if args.host_task_cost:
+        print(f"\none host-task running /bin/true, over {len(hosts)} nodes "
+              f"({HOST_TASKS} tasks a playbook, each playbook twice, in turn)")  # fmt: skip
+        print(f"  {'action':<24} {'controller CPU ms':>17} {'node CPU ms':>11} {'wall ms':>8}")
+        for action, (ctrl, node, wall) in costs.items():
+            print(f"  {action:<24} {ctrl:>17.0f} {node:>11.0f} {wall:>8.0f}")
     if not args.no_molecule:
         molecule = str(bindir / "molecule")
         for scenario in sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml")):

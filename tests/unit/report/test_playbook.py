@@ -180,7 +180,7 @@ def test_validate_playbook_builds_the_report(tmp_path):
     per_node = {h: c["ok"] + c["skipped"] for h, c in counts.items() if h not in controller}
     assert per_node == dict.fromkeys(NODES - controller, 2), proc.stdout[-3000:]
     ran = {h: c["ok"] for h, c in counts.items() if h not in controller | {"n-cpu"}}
-    assert ran == dict.fromkeys(NODES - controller - {"n-cpu"}, 1)  # one module run each
+    assert ran == dict.fromkeys(NODES - controller - {"n-cpu"}, 1)  # one gpunode command each
     assert "(item=" not in proc.stdout
 
 

@@ -32,7 +32,9 @@ from ansible.plugins.action import ActionBase
 ARGUMENT_SPEC = {
     "argv": {"type": "list", "elements": "str", "required": True},
     "stdin": {"type": "str"},
-    "removes": {"type": "path"},
+    # str, not path: a path is expanded (~, $VARS) on the controller, and this one is the
+    # host's (the roles pass absolute paths)
+    "removes": {"type": "str"},
 }
 
 

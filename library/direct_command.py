@@ -25,8 +25,10 @@ options:
     description: Text for the command's standard input (a newline is added).
     type: str
   removes:
-    description: Run the command only when this path exists on the host.
-    type: path
+    description:
+      - Run the command only when this path exists on the host (an absolute path; not
+        expanded, and no glob).
+    type: str
 author: gpunode
 """
 

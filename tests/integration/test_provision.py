@@ -89,6 +89,18 @@ def run_demo_site(inv: Path, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def why(proc: subprocess.CompletedProcess) -> str:
+    """A failed run's failing tasks (each `fatal:` with its task and a few lines) and the
+    end of its output: the tail alone may not name the task that failed."""
+    lines, task, fatal = proc.stdout.splitlines(), "", []
+    for i, line in enumerate(lines):
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("fatal: ["):
+            fatal += [task, *lines[i : i + 12]]
+    return "\n".join([*fatal, "...", proc.stdout[-3000:], proc.stderr[-2000:]])
+
+
 def changed_on(stdout: str, host: str) -> set[str]:
     """The tasks that reported a change on host ("role : task")."""
     out, task = set(), ""
@@ -125,7 +137,7 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
                              "/usr/local/bin/nvidia-container-runtime-hook"])  # fmt: skip
 
     check = run_site(inv, "--check", "--diff")
-    assert check.returncode == 0, check.stdout[-4000:] + check.stderr[-2000:]
+    assert check.returncode == 0, why(check)
     # the diff gpunode would apply to the trixie node's daemon.json: key kept, runtime, CDI
     diff = check.stdout.split("Show the daemon.json change (check mode)", 1)[1]
     diff = diff.split("TASK [", 1)[0]
@@ -140,7 +152,7 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
     assert not (inv / "reports").exists()
 
     first = run_demo_site(inv)
-    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    assert first.returncode == 0, why(first)
     counts = recap(first.stdout)
     assert counts[a100]["changed"] > 0 and counts[h100]["changed"] > 0
     assert "gpunode_install : Install gpunode into its virtualenv and link it onto PATH" in (
@@ -168,7 +180,7 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
     # what the role installed, or the rerun reinstalls it (issue 17)
     cluster.up(inv / "hosts.yml", artifacts, log=lambda *_: None)
     second = run_demo_site(inv)
-    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
+    assert second.returncode == 0, why(second)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in recap(second.stdout).values()), (
         second.stdout[-4000:]
     )
@@ -176,13 +188,13 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
         f"provisioning changed nothing on {in_order} (provisioned before with the same inputs)"
     )
     recheck = run_demo_site(inv, "--check", "--diff")
-    assert recheck.returncode == 0, recheck.stdout[-4000:]
+    assert recheck.returncode == 0, why(recheck)
     assert all(c["changed"] == 0 for c in recap(recheck.stdout).values()), recheck.stdout[-4000:]
 
     # a provisioned node that drifted: the rerun puts it right and fails, naming it
     exec_(h100, ["rm", "/etc/profile.d/gpunode-cuda.sh"])
     drift = run_demo_site(inv)
-    assert drift.returncode == 1, drift.stdout[-4000:] + drift.stderr[-2000:]
+    assert drift.returncode == 1, why(drift)
     assert drift.stdout.splitlines()[-1] == (
         "not idempotent: provisioning changed 1 task(s) on nodes provisioned before with the "
         f"same inputs: {h100}: cuda_toolkit : PATH and CUDA_HOME"

@@ -58,7 +58,8 @@ class ActionModule(ActionBase):
         if removes:
             skipped = f"skipped, since {removes} does not exist"
             command = (
-                f"if [ -e {shlex.quote(removes)} ]; then {command}; "
+                # -L too: command's `removes` counts a dangling link as there
+                f"if [ -e {shlex.quote(removes)} ] || [ -L {shlex.quote(removes)} ]; then {command}; "
                 f"else printf '%s' {shlex.quote(skipped)}; fi"
             )
         stdin = args.get("stdin")

@@ -27,7 +27,8 @@ options:
   removes:
     description:
       - Run the command only when this path exists on the host (an absolute path; not
-        expanded, and no glob).
+        expanded, and no glob; a symbolic link counts, even a dangling one, as for
+        M(ansible.builtin.command)).
     type: str
 author: gpunode
 """

@@ -69,6 +69,12 @@ PLAYBOOK = """
         removes: "{present}"
       register: present
       changed_when: false
+    - name: removes a dangling link
+      direct_command:
+        argv: [sh, -c, "echo ran"]
+        removes: "{dangling}"
+      register: dangling
+      changed_when: false
     - name: check mode
       direct_command:
         argv: [touch, "{checked}"]
@@ -111,7 +117,8 @@ PLAYBOOK = """
         dest: "{results}"
         content: >-
           {{{{ dict(quoting=quoting, stdin=stdin, nostdin=nostdin, streams=streams, env=env,
-                   absent=absent, present=present, checked=checked, failing=failing,
+                   absent=absent, present=present, dangling=dangling, checked=checked,
+                   failing=failing,
                    empty=empty, unknown=unknown) | to_json }}}}
         mode: "0600"
 """
@@ -125,10 +132,12 @@ def results(tmp_path_factory):
         "ran": tmp / "ran",
         "absent": tmp / "absent",
         "present": tmp / "present",
+        "dangling": tmp / "dangling",
         "checked": tmp / "checked",
         "results": tmp / "results.json",
     }
     paths["present"].write_text("")
+    paths["dangling"].symlink_to(tmp / "nowhere")
     playbook = tmp / "play.yml"
     playbook.write_text(PLAYBOOK.format(**paths))
     env = {
@@ -184,6 +193,7 @@ def test_removes_runs_it_only_when_the_path_exists(results):
     assert got["absent"]["stdout"] == f"skipped, since {paths['absent']} does not exist"
     assert "does not exist" in got["absent"]["msg"]
     assert got["present"]["stdout"] == "ran"
+    assert got["dangling"]["stdout"] == "ran"  # a link counts, as for command's removes
 
 
 def test_check_mode_runs_nothing(results):

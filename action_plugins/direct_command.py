@@ -39,15 +39,13 @@ ARGUMENT_SPEC = {
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
     _supports_check_mode = False
-    _supports_async = False
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        argv = [str(a) for a in args["argv"]]
+        argv = args["argv"]  # a list of str: the argument spec converted it
         if not argv or not argv[0]:
             return {**result, "failed": True, "msg": f"argv must name a command; got {argv!r}"}
         command = " ".join(shlex.quote(a) for a in argv)

@@ -307,8 +307,8 @@ def main() -> int:
         # site.yml validates last; the mix's faulty T4 GPUs fail validation on purpose,
         # so validation's verdict does not fail the run (the report goes to the tmp dir,
         # beside the inventory directory: -i DIR parses every file in it)
-        playbook = [str(bindir / "ansible-playbook"), "-i", str(inv), "-f", str(args.forks),
-                    "-e", "gpunode_validate_fail=false",
+        ansible = [str(bindir / "ansible-playbook"), "-i", str(inv), "-f", str(args.forks)]
+        playbook = [*ansible, "-e", "gpunode_validate_fail=false",
                     "-e", f"gpunode_validate_report_dir={tmp}/reports"]  # fmt: skip
         all_names = [host_vars(args.prefix, i)[0] for i in range(counts[-1])]
         try:
@@ -388,7 +388,7 @@ def main() -> int:
                 node_cpu = None if node_cpu0 is None else node_cpu1 - node_cpu0
                 curve.append((n, took, cpu, node_cpu, node_rss_mib(ids), load, changed))
             if args.host_task_cost:
-                costs = host_task_costs(playbook[:-4], list(hosts), Path(tmp), env)
+                costs = host_task_costs(ansible, list(hosts), Path(tmp), env)
         finally:
             if not args.keep:
                 cluster.down_names(all_names, **quiet)

@@ -49,6 +49,8 @@ PLAYBOOK = """
         argv: [sh, -c, "echo out; echo err >&2; exit 3"]
       register: streams
       changed_when: false
+      # kept to compare: the test asserts its rc 3; that a non-zero rc fails the task is
+      # the "failures" block's (rescued, asserted)
       failed_when: false
     - name: environment
       direct_command:
@@ -68,6 +70,12 @@ PLAYBOOK = """
         argv: [sh, -c, "echo ran"]
         removes: "{present}"
       register: present
+      changed_when: false
+    - name: removes, a path no shell may read
+      direct_command:
+        argv: [touch, "{ran}"]
+        removes: "{absent} $(touch {pwn2}); touch {pwn2}"
+      register: hostile
       changed_when: false
     - name: removes a dangling link
       direct_command:
@@ -117,7 +125,8 @@ PLAYBOOK = """
         dest: "{results}"
         content: >-
           {{{{ dict(quoting=quoting, stdin=stdin, nostdin=nostdin, streams=streams, env=env,
-                   absent=absent, present=present, dangling=dangling, checked=checked,
+                   absent=absent, present=present, dangling=dangling, hostile=hostile,
+                   checked=checked,
                    failing=failing,
                    empty=empty, unknown=unknown) | to_json }}}}
         mode: "0600"
@@ -129,6 +138,7 @@ def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("direct")
     paths = {
         "pwn": tmp / "pwned",
+        "pwn2": tmp / "pwned-by-removes",
         "ran": tmp / "ran",
         "absent": tmp / "absent",
         "present": tmp / "present",
@@ -194,6 +204,9 @@ def test_removes_runs_it_only_when_the_path_exists(results):
     assert "does not exist" in got["absent"]["msg"]
     assert got["present"]["stdout"] == "ran"
     assert got["dangling"]["stdout"] == "ran"  # a link counts, as for command's removes
+    # the path is one word to the test, never a command
+    assert got["hostile"]["stdout"].startswith("skipped, since ")
+    assert not paths["pwn2"].exists()
 
 
 def test_check_mode_runs_nothing(results):

@@ -15,7 +15,7 @@ for its exit, remove everything. Variants, interleaved:
   runc + CDI, one GPU     the default handler, CDI_devices nvidia.com/gpu=1 (containerd
                           injects gpunode's CDI spec; runc) — the cdi-cri strategy
   ..., resident           one GPU, all GPUs and runc + CDI again, served by gpunode's
-                          resident service (gpunode.runtime.resident: started in the node
+                          resident service (gpunode.launch.resident: started in the node
                           as the role runs it; for the variants above its directory is
                           renamed away, so the Python runtime and hook serve them)
 
@@ -55,7 +55,7 @@ from bench_runtime import RESIDENT as START_RESIDENT  # noqa: E402 - the node as
 
 from gpunode.cri import pause  # noqa: E402
 from gpunode.cri.client import Client, CRIError  # noqa: E402
-from gpunode.runtime.resident import DIR  # noqa: E402
+from gpunode.launch.resident import DIR  # noqa: E402
 from gpunode.sim import cluster, images  # noqa: E402
 from gpunode.sim.docker import docker, exec_  # noqa: E402
 
@@ -73,7 +73,7 @@ VARIANTS = {  # name: (handler, env, CDI devices)
     "all GPUs, resident": ("gpunode", {"NVIDIA_VISIBLE_DEVICES": "all"}, []),
     "runc + CDI, resident": ("", {}, ["nvidia.com/gpu=1"]),
 }
-# Variants served by gpunode's resident service (gpunode.runtime.resident), which runs in
+# Variants served by gpunode's resident service (gpunode.launch.resident), which runs in
 # the node throughout; for the others its directory is renamed away between variants (not
 # timed), so the first stage finds no service and the Python runtime serves, as on a node
 # without it.

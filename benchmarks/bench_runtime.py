@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpunode.runtime import resident  # noqa: E402
+from gpunode.launch import resident  # noqa: E402
 from gpunode.sim import cluster, images  # noqa: E402
 from gpunode.sim.docker import DockerError, docker, exec_  # noqa: E402
 

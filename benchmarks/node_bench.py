@@ -220,7 +220,10 @@ def create_delete(runtime, bundle, ids, env=None, prepare=None):
             start = time.perf_counter()
             try:
                 run(
-                    [runtime, "create", "--bundle", bundle, cid],
+                    # --pid-file as Docker and containerd pass it: without one the resident
+                    # service leaves the create to the Python runtime (gpunode.launch.resident)
+                    [runtime, "create", "--pid-file", f"{bundle}/{cid}.pid", "--bundle", bundle,
+                     cid],
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=err,
@@ -228,6 +231,8 @@ def create_delete(runtime, bundle, ids, env=None, prepare=None):
                 return time.perf_counter() - start
             finally:
                 subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+                if os.path.exists(f"{bundle}/{cid}.pid"):
+                    os.unlink(f"{bundle}/{cid}.pid")
 
     return fn
 
@@ -295,6 +300,8 @@ def lifecycle(runtime, bundle, ids):
                 return time.perf_counter() - start
             finally:
                 subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+                if os.path.exists(f"{bundle}/{cid}.pid"):
+                    os.unlink(f"{bundle}/{cid}.pid")
 
     return fn
 

@@ -78,7 +78,7 @@ def _parsed_config_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG_CACHE", str(run / "runtime-toml.json"))
     monkeypatch.setenv("GPUNODE_RUNTIME_FIRST_STAGE", str(run / "first-stage"))
     monkeypatch.setenv("GPUNODE_PREPARED_CACHE", str(run / "prepared.json"))
-    # no resident service (gpunode.runtime.resident) unless a test starts its own
+    # no resident service (gpunode.launch.resident) unless a test starts its own
     monkeypatch.setenv("GPUNODE_RESIDENT_DIR", "")
 
 

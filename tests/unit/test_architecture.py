@@ -16,8 +16,14 @@ PKG = Path(__file__).resolve().parents[2] / "src" / "gpunode"
 MAY_USE = {
     "util": {"util"},
     "nvidia": {"util", "nvidia"},
-    # the shim does the hook's work in-process (the hook never imports the runtime)
+    # the spec pipeline: bundle bytes in, spec and hook arguments out; no process started
+    # (its hook arguments are parsed by the hook's own parser)
     "runtime": {"util", "nvidia", "hook", "runtime"},
+    # the start path's processes: first stages, the Python runtime's process half, the
+    # resident service, NVIDIA's hook stand-in; they carry out what runtime decided and
+    # run the hook's work in-process. Nothing but the CLI (install-links) and the engines'
+    # setup (where the nvidia-cdi-hook launcher lies) uses it.
+    "launch": {"util", "nvidia", "hook", "runtime", "launch"},
     "hook": {"util", "nvidia", "hook", ""},  # "": gpunode itself, for __version__
     "sim": {"util", "nvidia", "sim"},
     "provision": {"util", "nvidia", "provision", ""},
@@ -26,7 +32,7 @@ MAY_USE = {
     "report": {"util", "report"},
     # the engines' editors and the runtime role's setup (runtime.toml, CDI spec, the driver
     # nodes' /dev/char links)
-    "engines": {"util", "nvidia", "runtime", "engines"},
+    "engines": {"util", "nvidia", "runtime", "launch", "engines"},
     # validate reuses the inventory and the engines' daemon.json rules, the CRI client for
     # --engine cri, the runtime's config, cache and CDI generator for the drift checks, and
     # gpunode mig's parser of mig-parted files (mig.layout)
@@ -34,8 +40,8 @@ MAY_USE = {
                  ""},
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
-        "util", "nvidia", "runtime", "sim", "provision", "report", "engines", "validate", "cli",
-        "mig", "",
+        "util", "nvidia", "runtime", "launch", "sim", "provision", "report", "engines", "validate",
+        "cli", "mig", "",
     },
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},
@@ -203,3 +209,63 @@ def test_the_module_map_in_architecture_md_is_true():
     missing = {k: sorted(present[k] - listed[k]) for k in present if present[k] - listed[k]}
     stale = {k: sorted(listed[k] - present[k]) for k in present if listed[k] - present[k]}
     assert (missing, stale) == ({}, {}), "docs/architecture.md's module map: (missing, stale)"
+
+
+# ------------------------------------------------ the start path: runtime decides, launch runs
+PROCESS_CALLS = re.compile(r"fork|posix_spawn|execv|mkfifo")
+
+
+def test_the_spec_pipeline_starts_no_process():
+    """runtime/ is the pure pipeline (bundle bytes in, spec and hook arguments out): no
+    fork, spawn, exec or FIFO anywhere in it; the processes are launch/'s."""
+    found = [f"{p.relative_to(PKG)}:{n}: {line.strip()}"
+             for p in sorted((PKG / "runtime").rglob("*")) if p.suffix in (".py", ".sh")
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if PROCESS_CALLS.search(line)]  # fmt: skip
+    assert found == []
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Names starting with one underscore that ``path`` takes from another gpunode module:
+    ``from .x import _y`` and ``x._y`` for a module ``x`` it imported."""
+    tree = ast.parse(path.read_text())
+    modules, out = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("gpunode")):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"from {node.module} import {alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name.startswith("gpunode")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr.startswith("_")
+                and not node.attr.startswith("__")):  # fmt: skip
+            out.append(f"{node.value.id}.{node.attr}")
+    return out
+
+
+def test_launch_uses_no_private_name_of_another_module():
+    found = {str(p.relative_to(PKG)): _private_uses(p) for p in sorted((PKG / "launch").glob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_private_uses_are_found():
+    sample = PKG.parent.parent / "tests" / "unit" / "_private_sample.py"
+    try:
+        sample.write_text("import os\nfrom .shim import _find\nfrom . import shim\n"
+                          "shim._wait(1)\nos._exit(0)\n")
+        assert _private_uses(sample) == ["from shim import _find", "shim._wait"]
+    finally:
+        sample.unlink()
+
+
+def test_the_creates_skeleton_is_short():
+    """create_gpu_container reads as the steps of a GPU create (issue 34: at most 70
+    lines); the work is in the functions it calls."""
+    source = (PKG / "launch" / "shim.py").read_text()
+    tree = ast.parse(source)
+    (fn,) = [n for n in tree.body
+             if isinstance(n, ast.FunctionDef) and n.name == "create_gpu_container"]  # fmt: skip
+    assert fn.end_lineno - fn.lineno + 1 <= 70

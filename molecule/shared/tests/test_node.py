@@ -140,7 +140,9 @@ def test_gpu_containers_are_served_by_the_resident_service(host):
     assert service.is_enabled and service.is_running
     d = host.file("/run/gpunode/resident")
     assert (d.user, d.mode) == ("root", 0o700)
-    assert host.file("/run/gpunode/resident/requests").is_pipe
+    pid, start = host.file("/run/gpunode/resident/pid").content_string.split()
+    stat = host.file(f"/proc/{pid}/stat").content_string
+    assert stat[stat.rindex(")") + 2 :].split()[19] == start  # what the stages check
     cid = host.check_output(f"docker create --runtime gpunode --gpus 1 {WORKLOAD} true")
     try:
         host.check_output(f"docker start -a {cid}")

@@ -1,6 +1,6 @@
 """`gpunode runtime configure|refresh|install-links`: register the runtime with an engine
 (gpunode.engines), rediscover the driver, put the executables on PATH
-(gpunode.runtime.firststage)."""
+(gpunode.launch.firststage)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.action == "install-links":
-        from ..runtime.firststage import install_links, remove_links
+        from ..launch.firststage import install_links, remove_links
 
         act = remove_links if args.remove else install_links
         result = act(Path(args.prefix), Path(sys.executable).parent)

@@ -31,7 +31,7 @@ Decisions:
   must see every GPU. Without it the chart drops every capability and, on a secure node,
   the plugin would see no GPU.
 * ``deviceIDStrategy: uuid``: an allocation names the GPU it is, whatever the indices.
-* ``cdi.nvidiaHookPath``: gpunode's launcher (gpunode.runtime.firststage), always written
+* ``cdi.nvidiaHookPath``: gpunode's launcher (gpunode.launch.firststage), always written
   so that a later switch to a CDI strategy keeps working.
 """
 

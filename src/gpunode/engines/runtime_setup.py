@@ -425,7 +425,7 @@ def _containerd(
 
 
 def _device_plugin_values(c: Containerd, cfg: runtime_config.RuntimeConfig | None) -> str:
-    from ..runtime.firststage import nvidia_cdi_hook_path
+    from ..launch.firststage import nvidia_cdi_hook_path
 
     assert cfg is not None  # loaded by setup() whenever a RuntimeClass file is written
     return device_plugin.values(

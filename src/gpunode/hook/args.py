@@ -3,7 +3,7 @@
 Not argparse: argparse (with re and enum) is most of this program's start-up, which every
 GPU container pays. Apart from gpunode.hook.main (the subcommands' functions) so that the
 runtime shim parses the hook arguments its edits build without importing the hook's work
-before it starts runc's create (gpunode.runtime.shim).
+before it starts runc's create (gpunode.launch.shim).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NVIDIA's hook command line, served by gpunode-hook's code: what the CDI specs of NVIDIA's
 device plugin and of ``nvidia-ctk cdi generate`` call, so that a node without NVIDIA's
 toolkit runs them. The launcher ``nvidia-cdi-hook`` (in gpunode's own directory, written
-by ``gpunode runtime install-links``: gpunode.runtime.firststage) imports this module.
+by ``gpunode runtime install-links``: gpunode.launch.firststage) imports this module.
 
 Forms, by the program name (argv[0]'s basename): ``nvidia-ctk hook SUBCOMMAND [OPTIONS]``
 and, for any other name (``nvidia-cdi-hook``), ``SUBCOMMAND [OPTIONS]``. Options as

@@ -21,17 +21,23 @@ import os
 import stat
 
 
-def line(prog, ident, cpu0, marks):
-    """The line for `marks` ([(phase, perf_counter seconds)], the first one the start)."""
-    parts = [prog, ident or "-", f"cpu0={cpu0 * 1000:.2f}"]
-    for i in range(1, len(marks)):
-        parts.append(f"{marks[i][0]}={(marks[i][1] - marks[i - 1][1]) * 1000:.2f}")
+def phases(marks):
+    """``<phase>=<ms> ... total=<ms>`` for `marks` ([(phase, perf_counter seconds)], the
+    first one the start): each phase the time since the mark before, so they add up to
+    the total."""
+    parts = [f"{marks[i][0]}={(marks[i][1] - marks[i - 1][1]) * 1000:.2f}"
+             for i in range(1, len(marks))]  # fmt: skip
     parts.append(f"total={(marks[-1][1] - marks[0][1]) * 1000:.2f}")
-    return " ".join(parts) + "\n"
+    return " ".join(parts)
+
+
+def line(prog, ident, cpu0, marks):
+    """The line for `marks` (as for ``phases``)."""
+    return f"{prog} {ident or '-'} cpu0={cpu0 * 1000:.2f} {phases(marks)}\n"
 
 
 # Said after the program's name: "/resident" in a worker of gpunode's resident service
-# (gpunode.runtime.resident), whose cpu0 is the worker's since its fork.
+# (gpunode.launch.resident), whose cpu0 is the worker's since its fork.
 SERVED_BY = ""
 
 

@@ -54,7 +54,7 @@ DEFAULT_PATH = "/etc/gpunode/runtime.toml"  # a str: pathlib costs ~3 ms per con
 # whatever the file's path; $GPUNODE_RUNTIME_CONFIG_CACHE moves it ("" turns it off).
 PARSED_CACHE = "/run/gpunode/runtime-toml.json"
 LOG_LEVELS = ("debug", "info", "warning", "error")
-# What the sh first stage (gpunode.runtime.firststage.dispatcher) needs to know of runtime.toml, in
+# What the sh first stage (gpunode.launch.firststage.dispatcher) needs to know of runtime.toml, in
 # lines its builtins read: the runtimes entries and the spec markers the annotation
 # prefixes add. $GPUNODE_RUNTIME_FIRST_STAGE moves it ("" turns it off). See first_stage().
 FIRST_STAGE = "/run/gpunode/first-stage"

@@ -21,7 +21,8 @@ import pytest
 
 from gpunode.hook import ldcache
 from gpunode.hook.errors import HookError
-from gpunode.runtime import edits, firststage, oci
+from gpunode.launch import firststage
+from gpunode.runtime import edits, oci
 from gpunode.util import ldsocache
 
 from ..helpers import cc, snapshot

@@ -181,10 +181,10 @@ def test_the_node_wheel_leaves_the_simulator_out(tmp_path):
     (egg / "SOURCES.txt").write_text("\n".join(listed) + "\n")
     wheel = build_node_wheel(project, tmp_path / "wheels")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "gpunode/runtime/shim.py" in names and "gpunode/data/cuda-driver-table.json" in names
-    assert "gpunode/runtime/dispatcher.sh" in names  # install-links renders it on the node
-    assert "gpunode/runtime/hookstage.sh" in names  # and the hooks' first stages
-    assert "gpunode/runtime/resident_ask.sh" in names
+    assert "gpunode/launch/shim.py" in names and "gpunode/data/cuda-driver-table.json" in names
+    assert "gpunode/launch/dispatcher.sh" in names  # install-links renders it on the node
+    assert "gpunode/launch/hookstage.sh" in names  # and the hooks' first stages
+    assert "gpunode/launch/resident.sh" in names
     assert "gpunode/cli/sim.py" in names  # the subcommand stays: it says the simulator is absent
     simulator = [n for n in names if n.startswith(("gpunode/sim/", "gpunode/data/profiles/"))]
     assert simulator == []

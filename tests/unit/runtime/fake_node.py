@@ -71,7 +71,7 @@ def shim_env(conf, path="/usr/bin:/bin", **extra):
 def run_shim(argv, env, cwd=None):
     """`gpunode-container-runtime ARGV` (the shim as a module), its output captured."""
     proc = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.shim", *argv],
+        [sys.executable, "-m", "gpunode.launch.shim", *argv],
         capture_output=True,
         text=True,
         env=env,

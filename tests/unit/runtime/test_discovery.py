@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from gpunode.runtime import config, discovery, shim
+from gpunode.runtime import bundle as spec_bundle
+from gpunode.runtime import config, discovery
 from gpunode.runtime.discovery import Discovery
 
 from .fake_node import VERSION, ldcache_of_driver_tree, make_bundle
@@ -97,7 +98,7 @@ def test_corrupt_cache_with_matching_key_is_a_miss_and_rewritten(
     # a GPU container starts normally on the corrupt cache ...
     cfg = config.RuntimeConfig(dev_root=str(devroot), cache_file=str(cache))
     bundle, _ = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=1"])
-    assert "GPUs [1]" in shim.modify_bundle(str(bundle), cfg).summary
+    assert "GPUs [1]" in spec_bundle.modify_bundle(str(bundle), cfg).summary
     assert len(calls) == 2  # ... by rediscovering
     again = discovery.load(str(cache))  # ... and the cache was rewritten
     assert again.from_cache and again.node == disc.node and again.files == disc.files

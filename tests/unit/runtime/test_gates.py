@@ -15,7 +15,8 @@ import json
 
 import pytest
 
-from gpunode.runtime import config, discovery, plan, shim, specinputs
+from gpunode.runtime import bundle as spec_bundle
+from gpunode.runtime import config, discovery, plan, specinputs
 from gpunode.runtime.config import RuntimeConfig
 from gpunode.runtime.request import cdi_injected, parse_request
 
@@ -217,7 +218,7 @@ def test_shim_under_the_secure_mode(tmp_path, monkeypatch, disc, devroot, hook, 
     )
     extra = {"hooks": {"prestart": [DOCKER_HOOK]}} if hook else {}
     bundle, raw = make_bundle(tmp_path, ["PATH=/bin", *env], extra)
-    job = shim.modify_bundle(str(bundle), cfg)
+    job = spec_bundle.modify_bundle(str(bundle), cfg)
     spec = json.loads((bundle / "config.json").read_text())
     assert "hooks" not in spec or not spec["hooks"].get("prestart")  # never left to run
     if gpu:

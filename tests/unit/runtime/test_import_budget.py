@@ -77,8 +77,10 @@ BEFORE_SPAWN = {
 }
 
 ALLOWED = {
-    # create without a GPU request: straight to execve, nothing but the shim
-    "runtime, no GPU request": {"gpunode", "gpunode.runtime", "gpunode.runtime.shim"},
+    # create without a GPU request: straight to execve, nothing but the shim and its
+    # process primitives
+    "runtime, no GPU request": {"gpunode", "gpunode.runtime", "gpunode.launch",
+                                "gpunode.launch.shim", "gpunode.launch.process"},
     # create with one: request, cached discovery, edits, config.json rewritten, and the
     # hook's work done in-process (no hook process)
     "runtime, GPU request": HOOK_CONFIGURE
@@ -103,7 +105,12 @@ ALLOWED = {
         "gpunode.runtime.userinput",
         "gpunode.runtime.driverkey",
         "gpunode.runtime.prepared",
-        "gpunode.runtime.shim",
+        "gpunode.launch",
+        "gpunode.launch.shim",
+        "gpunode.launch.process",
+        "gpunode.launch.protocol",
+        "gpunode.launch.transport",
+        "gpunode.runtime.bundle",
         "gpunode.runtime.specinputs",
         "gpunode.util",
         "gpunode.util.fastjson",
@@ -126,7 +133,12 @@ ALLOWED = {
         "gpunode.runtime.driverkey",
         "gpunode.runtime.oci",
         "gpunode.runtime.prepared",
-        "gpunode.runtime.shim",
+        "gpunode.launch",
+        "gpunode.launch.shim",
+        "gpunode.launch.process",
+        "gpunode.launch.protocol",
+        "gpunode.launch.transport",
+        "gpunode.runtime.bundle",
         "gpunode.runtime.specinputs",
         "gpunode.util",
         "gpunode.util.fastjson",
@@ -222,7 +234,7 @@ def bundle(tmp_path):
 def test_runtime_create_without_gpu_request(bundle):
     spec = {"process": {"env": ["PATH=/bin"], "args": ["true"]}, "root": {"path": "rootfs"}}
     (bundle / "config.json").write_text(json.dumps(spec))
-    modules = imported("gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"])
+    modules = imported("gpunode.launch.shim", ["rt", "create", "--bundle", str(bundle), "x"])
     check("runtime, no GPU request", modules, FORBIDDEN | {"re", "json"})
 
 
@@ -272,7 +284,7 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
         )
     spawned: set[str] = set()
     modules = imported(
-        "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup, spawned
+        "gpunode.launch.shim", ["rt", "create", "--bundle", str(bundle), "x"], setup, spawned
     )
     # the hook's work (ctypes, the ld cache, the mount API) is imported while runc's
     # create runs, not before it starts
@@ -288,7 +300,7 @@ def test_runtime_create_with_gpu_request(bundle, tmp_path, monkeypatch, toml):
     (bundle / "config.json").write_text(json.dumps(spec))
     spawned.clear()
     modules = imported(
-        "gpunode.runtime.shim", ["rt", "create", "--bundle", str(bundle), "y"], setup, spawned
+        "gpunode.launch.shim", ["rt", "create", "--bundle", str(bundle), "y"], setup, spawned
     )
     assert json.loads((bundle / "config.json").read_text()) == edited
     assert spawned, "the runtime's create was not started"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpunode.nvidia.facts import NodeFacts
-from gpunode.runtime import discovery, prepared, request, requirements, shim, specinputs
+from gpunode.runtime import bundle as spec_bundle
+from gpunode.runtime import discovery, prepared, request, requirements, specinputs
 from gpunode.runtime.config import RuntimeConfig
 from gpunode.runtime.edits import EditError
 from gpunode.runtime.userinput import RequestError
@@ -70,7 +71,7 @@ def create(tmp_path, cfg, env=("NVIDIA_VISIBLE_DEVICES=0",), debian=True, **spec
     spec = {"process": {"env": ["PATH=/bin", *env], "args": ["true"]}, "root": {"path": "rootfs"}}
     spec.update(spec_extra)
     (bundle / "config.json").write_text(json.dumps(spec))
-    job = shim.modify_bundle(str(bundle), cfg)
+    job = spec_bundle.modify_bundle(str(bundle), cfg)
     return json.loads((bundle / "config.json").read_text()), job
 
 

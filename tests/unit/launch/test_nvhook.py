@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpunode.runtime import nvhook
+from gpunode.launch import nvhook
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -24,13 +24,13 @@ def test_nvidia_hook_stand_in_fails_clearly(capsys, monkeypatch, tmp_path):
 
 
 def _stand_in(path):
-    """gpunode's stand-in as install-links/pip put it on PATH: a launcher of gpunode.runtime.nvhook."""
+    """gpunode's stand-in as install-links/pip put it on PATH: a launcher of gpunode.launch.nvhook."""
 
     src = SRC
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(src)!r})\n"
-        "from gpunode.runtime.nvhook import main\nsys.exit(main())\n"
+        "from gpunode.launch.nvhook import main\nsys.exit(main())\n"
     )
     path.chmod(0o755)
     return path

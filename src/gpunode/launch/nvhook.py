@@ -29,9 +29,11 @@ def _is_gpunode(path: str) -> bool:
     """gpunode's own stand-in (a Python launcher importing this module), by content."""
     try:
         with open(path, "rb") as fh:
-            return b"gpunode.runtime.nvhook" in fh.read(4096)
+            head = fh.read(4096)
     except OSError:
         return True  # unreadable: never exec it
+    # gpunode.runtime.nvhook: where an older gpunode's stand-in imported it from
+    return b"gpunode.launch.nvhook" in head or b"gpunode.runtime.nvhook" in head
 
 
 def nvidia_hook() -> str | None:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.runtime import config, firststage, shim
+import gpunode.runtime as runtime_pkg
+from gpunode.launch import firststage, process, shim
+from gpunode.runtime import config
 
 
 def test_install_links_respects_nvidia_toolkit(tmp_path, monkeypatch):
@@ -177,7 +179,7 @@ def test_sh_dispatcher_matches_the_python_runtime(tmp_path, argv, spec, config, 
     if expect == "runc" and not config:
         # the Python runtime would have made the same decision
         parsed = shim.parse_args(["rt", *argv])
-        assert not parsed[0] or shim.surely_not_gpu(spec.encode(), config)
+        assert not parsed[0] or runtime_pkg.surely_not_gpu(spec.encode(), config)
 
 
 # --- with a runtime.toml: the first stage's file (gpunode.runtime.config.first_stage) ---
@@ -388,7 +390,7 @@ def test_sh_picks_the_runtime_python_would(node, monkeypatch, runtimes, path):
         else f"runtimes = {json.dumps([mapping.get(r, r) for r in runtimes])}\n"
     )
     cfg = node.configure(text)
-    python_pick = next(shim._find_runtimes(cfg.runtimes, []), None)
+    python_pick = next(process.find_runtimes(cfg.runtimes, []), None)
     expect = python_pick or str(node.bin / "python-runtime")
     assert node.run("start", "ctr") == expect
 
@@ -439,7 +441,7 @@ def test_a_file_saying_the_defaults_needs_no_mode_check(node, monkeypatch):
     """A file with only the default runtimes and no extra marker picks exactly what the
     stage picks with no runtime.toml at all, so the default node runs no find(1)."""
     node.configure("")
-    assert node.side.read_text().endswith(config.first_stage_body(list(shim.DEFAULT_RUNTIMES), []))
+    assert node.side.read_text().endswith(config.first_stage_body(list(process.DEFAULT_RUNTIMES), []))
     os.chmod(node.side, 0o666)
     node.env["PATH"] = f"{node.bin}:/nonexistent"  # no find reachable anyway: not asked
     assert node.run("start", "ctr") == str(node.bin / "runc")
@@ -532,10 +534,10 @@ GOLDEN = Path(__file__).with_name("dispatcher")
     ],
 )
 def test_dispatcher_rendering_is_byte_identical(monkeypatch, name, runtime):
-    """The first stage as it was rendered when it was a Python f-string (the files under
-    dispatcher/, written by that code): the same bytes for the same inputs, the quoted
-    runtime path and the tables it is generated from included. Regenerate them only for a
-    change of the stage meant to be one."""
+    """The first stage as it is meant to be rendered (the files under dispatcher/; last
+    regenerated for the resident conversation of gpunode.launch.protocol): the same bytes
+    for the same inputs, the quoted runtime path and the tables it is generated from
+    included. Regenerate them only for a change of the stage meant to be one."""
     import gpunode.runtime as runtime_pkg
 
     if name == "tables":
@@ -543,7 +545,7 @@ def test_dispatcher_rendering_is_byte_identical(monkeypatch, name, runtime):
             runtime_pkg, "REQUEST_MARKERS", (*runtime_pkg.REQUEST_MARKERS, b"EXTRA_MARKER")
         )
         monkeypatch.setattr(shim, "VALUE_OPTS", {*shim.VALUE_OPTS, "zz-opt"})
-        monkeypatch.setattr(shim, "DEFAULT_RUNTIMES", ("crun", "youki"))
+        monkeypatch.setattr(process, "DEFAULT_RUNTIMES", ("crun", "youki"))
     assert firststage.dispatcher(runtime) == (GOLDEN / f"{name}.golden").read_text()
 
 

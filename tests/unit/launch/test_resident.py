@@ -1,4 +1,4 @@
-"""The resident service (gpunode.runtime.resident) and the sh first stage's conversation
+"""The resident service (gpunode.launch.resident) and the sh first stage's conversation
 with it: a GPU create served without a Python start-up gives the container what the
 Python runtime gives it; whatever the service cannot serve (no --pid-file, its code
 changed, stopping) goes to the Python runtime before anything is changed; a caller it
@@ -19,6 +19,7 @@ import select
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -26,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.runtime import firststage, resident
+from gpunode.launch import firststage, protocol, resident
 
-from .fake_node import SRC, make_bundle
+from ..runtime.fake_node import SRC, make_bundle
 from .test_shim_create import BUS, in_container, node  # noqa: F401 - node is a fixture
 
 
@@ -41,10 +42,26 @@ def _wait_for(check, what, timeout=10.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def stragglers() -> list[str]:
+    """The watchdogs left behind: /bin/sleep processes with the tests' timeout (30 s, the
+    protocol's default, unless a test set another) that are not some test's own."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if argv and argv[0] == protocol.SLEEP.encode() and len(argv) == 2:
+            out.append(f"{proc.name}: {b' '.join(argv).decode()}")
+    return out
+
+
 def start_service(directory: Path, src: Path = SRC) -> subprocess.Popen:
     log = open(directory.parent / "resident.log", "ab")  # noqa: SIM115 - the service's
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpunode.runtime.resident", "--dir", str(directory)],
+        [sys.executable, "-m", "gpunode.launch.resident", "--dir", str(directory)],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src)},
         stdout=log,
         stderr=log,
@@ -73,7 +90,7 @@ def first_stage(tmp_path, env, directory, create_opts=("--pid-file", "PIDFILE"),
     python = tmp_path / "python-runtime"
     if not python.exists():
         python.write_text(
-            f'#!/bin/sh\n: > "$PYTHON_MARK"\nexec {sys.executable} -m gpunode.runtime.shim "$@"\n'
+            f'#!/bin/sh\n: > "$PYTHON_MARK"\nexec {sys.executable} -m gpunode.launch.shim "$@"\n'
         )
         python.chmod(0o755)
         (tmp_path / "gpunode-container-runtime").write_text(firststage.dispatcher(str(python)))
@@ -118,8 +135,10 @@ def test_a_gpu_create_is_served_by_the_service_as_the_python_runtime_serves_it(s
     log = (tmp_path / "gpunode.log").read_text()
     assert " timing create ctr " in log and "GPUs [0, 2]" in log
     # the conversation's FIFOs are gone once it is over
-    _wait_for(lambda: sorted(p.name for p in directory.iterdir()) == ["pid", "requests"],
+    _wait_for(lambda: sorted(p.name for p in directory.iterdir()) == ["pid"],
               "the FIFOs' removal")  # fmt: skip
+    # the watchdog ended with the conversation: no sleep of the stage's is left
+    assert stragglers() == []
     assert proc.poll() is None
 
 
@@ -194,66 +213,228 @@ def test_a_directory_that_is_not_roots_is_not_used(service):
     assert not [p for p in directory.iterdir() if p.name.endswith((".r", ".w"))]
 
 
-def _ask(directory: Path, caller: int, argc: int, timeout: float = 10.0, kind: str = "") -> str:
-    """Talk to the service as a first stage would, for ``caller``: its first answer."""
-    r, w = directory / f"{caller}.r", directory / f"{caller}.w"
-    os.mkfifo(r, 0o600)
-    os.mkfifo(w, 0o600)
-    fr = os.open(r, os.O_RDWR)
-    fw = os.open(w, os.O_RDWR)
-    try:
-        req = os.open(directory / "requests", os.O_WRONLY | os.O_NONBLOCK)
-        os.write(req, f"{kind} {caller} {argc}\n".encode())
-        os.close(req)
-        ready, _, _ = select.select([fr], [], [], timeout)
-        return os.read(fr, 4096).decode().strip() if ready else "(no answer)"
-    finally:
-        os.close(fr)
-        os.close(fw)
+# A stand-in for a stage, as far as the service can see one: a process that made and holds
+# its conversation's FIFOs (as fds FD_ANSWERS, FD_STATUS) and then execs ``rest`` (same
+# pid and start time, the FIFOs still held), whose argv ends with the request's arguments.
+# ``skew`` is added to the start time in the FIFOs' names; ``hold`` 0: the FIFOs are made
+# but not held (another process, the test, holds them; the caller's fds FD_ANSWERS and
+# FD_STATUS are /dev/null).
+FAKE_CALLER = """
+import os, sys
+from gpunode.launch import protocol, resident
+directory, skew, hold, ready, *rest = sys.argv[1:]
+start = resident.start_time() + int(skew)
+base = os.path.join(directory, protocol.conversation(os.getpid(), start))
+for suffix, fd in ((protocol.ANSWERS_SUFFIX, protocol.FD_ANSWERS),
+                   (protocol.STATUS_SUFFIX, protocol.FD_STATUS)):
+    os.mkfifo(base + suffix, 0o600)
+    # not holding them, the same fds are open on something else
+    os.dup2(os.open(base + suffix if hold == "1" else "/dev/null", os.O_RDWR), fd)
+with open(ready + ".tmp", "w") as fh:
+    fh.write(f"{os.getpid()} {start}")
+os.rename(ready + ".tmp", ready)
+os.execvp(rest[0], rest)
+"""
+
+
+class FakeCaller:
+    def __init__(self, tmp_path, directory, command, skew=0, hold=True, settled=None):
+        """``command``: what the stand-in execs into (its pid's last program); ``settled``:
+        a check on /proc/<pid> that holds once that program runs as it should (the
+        default: its executable is no longer Python), so that the request is made to the
+        process the test means, not to one still on its way there."""
+        ready = tmp_path / f"caller-{len(list(tmp_path.glob('caller-*')))}"
+        self.directory = directory
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FAKE_CALLER, str(directory), str(skew), "1" if hold else "0",
+             str(ready), *command],
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(SRC)},
+        )  # fmt: skip
+        _wait_for(lambda: ready.exists(), "the caller's FIFOs")
+        pid, start = (int(x) for x in ready.read_text().split())
+        self.pid, self.start = pid, start
+        self.base = directory / protocol.conversation(pid, start)
+        python = os.path.realpath(sys.executable)
+
+        def ran():
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                return False
+            return exe != python and (settled is None or settled(Path(f"/proc/{pid}")))
+
+        _wait_for(ran, "the caller's program")
+        self.held = []
+        if not hold:  # the conversation's FIFOs held by this test, as a watchdog would
+            self.held = [os.open(self.base.with_name(self.base.name + s), os.O_RDWR)
+                         for s in (protocol.ANSWERS_SUFFIX, protocol.STATUS_SUFFIX)]  # fmt: skip
+
+    def ask(self, argc, kind=protocol.CREATE, timeout=10.0, start=None):
+        """The request made (as a stage makes it) and the first answer, or "(no answer)"."""
+        answers = os.open(self.base.with_name(self.base.name + protocol.ANSWERS_SUFFIX),
+                          os.O_RDONLY | os.O_NONBLOCK)  # fmt: skip
+        try:
+            name = protocol.request_name(kind, self.pid, self.start if start is None else start,
+                                         argc)  # fmt: skip
+            (self.directory / name).write_bytes(b"")
+            ready, _, _ = select.select([answers], [], [], timeout)
+            return os.read(answers, 4096).decode().strip() if ready else "(no answer)"
+        finally:
+            os.close(answers)
+
+    def close(self):
+        for fd in self.held:
+            os.close(fd)
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def caller(tmp_path):
+    made = []
+
+    def make(*args, **kwargs):
+        made.append(FakeCaller(tmp_path, *args, **kwargs))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _uid(proc: Path) -> bool:
+    return "\t65534\t65534\t65534\t65534" in (proc / "status").read_text()
+
+
+def _other_mounts(proc: Path) -> bool:
+    return os.stat(proc / "ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino
 
 
 @pytest.mark.parametrize(
-    "wrap",
+    ("wrap", "settled"),
     [
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
-        ["unshare", "-m", "--propagation", "private"],
+        (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], _uid),
+        (["unshare", "-m", "--propagation", "private"], _other_mounts),
     ],
     ids=["another user", "another mount namespace"],
 )
-def test_a_caller_it_must_not_trust_gets_no_create(service, wrap):
-    """Were the FIFO writable by others, a process of another user (or in a mount
-    namespace of its own, where the bundle path means something else) naming itself the
-    caller of a GPU create is still not served: the child declines before reading
-    config.json, the bundle is untouched and no runtime runs."""
-    tmp_path, env, directory, _ = service
+def test_a_caller_it_must_not_trust_gets_no_create(service, caller, wrap, settled):
+    """A process of another user (or in a mount namespace of its own, where the bundle
+    path means something else) that holds a conversation's FIFOs and names itself the
+    caller of a GPU create is not served: the worker declines before reading config.json,
+    the bundle is untouched and no runtime runs. The request is made only once the caller
+    has become what the test means (its user changed, its namespace made), never to
+    setpriv or unshare on their way there."""
+    tmp_path, _env, directory, _ = service
     bundle, raw = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,2"])
     args = ["create", "--pid-file", str(tmp_path / "x.pid"), "--bundle", str(bundle), "ctr"]
-    # setpriv and unshare exec the sh: its pid is the caller's
-    caller = subprocess.Popen([*wrap, "sh", "-c", "sleep 30; :", "sh", *args],
-                              env=env)  # fmt: skip
-    try:
-        cmdline = Path(f"/proc/{caller.pid}/cmdline")
-        _wait_for(lambda: cmdline.read_bytes().endswith(b"ctr\0"), "the caller")
-        pid = caller.pid
-        assert _ask(directory, pid, len(args)) == "python"
-    finally:
-        caller.kill()
-        caller.wait()
+    c = caller(directory, [*wrap, "sh", "-c", "sleep 30; :", "sh", *args], settled=settled)
+    assert c.ask(len(args)) == protocol.PYTHON
     assert (bundle / "config.json").read_bytes() == raw
     assert calls(tmp_path) == []
 
 
-def test_requests_that_are_not_requests_are_dropped_and_the_next_is_served(service):
+def test_a_process_that_got_a_callers_pid_is_not_served(service, caller):
+    """Pid reuse: the request's start time is the caller's that asked, the process with
+    that pid now started at another time (here: it holds the conversation, so only the
+    start time tells them apart). Not served: answered ``python``, the bundle untouched."""
+    tmp_path, _env, directory, _ = service
+    bundle, raw = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,2"])
+    args = ["create", "--pid-file", str(tmp_path / "x.pid"), "--bundle", str(bundle), "ctr"]
+    c = caller(directory, ["sh", "-c", "sleep 30; :", "sh", *args], skew=-7)
+    assert c.ask(len(args)) == protocol.PYTHON
+    assert (bundle / "config.json").read_bytes() == raw
+    assert calls(tmp_path) == []
+
+
+def test_a_process_not_holding_the_conversation_is_not_served(service, caller):
+    """The process with the request's pid and start time, which does not hold the
+    conversation's FIFOs (a stage that has gone on to exec its Python program, or any
+    process whose pid was named while another holds the FIFOs): not served."""
+    tmp_path, _env, directory, _ = service
+    bundle, raw = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,2"])
+    args = ["create", "--pid-file", str(tmp_path / "x.pid"), "--bundle", str(bundle), "ctr"]
+    c = caller(directory, ["sh", "-c", "sleep 30; :", "sh", *args], hold=False)
+    assert c.ask(len(args)) == protocol.PYTHON
+    assert (bundle / "config.json").read_bytes() == raw
+    assert calls(tmp_path) == []
+
+
+def test_a_conversation_reached_through_a_link_is_not_used(service, caller, tmp_path):
+    """The worker opens the conversation's FIFOs without following a link: were the
+    answers FIFO a link to one the caller holds, nothing is answered and nothing served."""
+    tmp_path, _env, directory, _ = service
+    bundle, raw = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,2"])
+    args = ["create", "--pid-file", str(tmp_path / "x.pid"), "--bundle", str(bundle), "ctr"]
+    c = caller(directory, ["sh", "-c", "sleep 30; :", "sh", *args])
+    answers = c.base.with_name(c.base.name + protocol.ANSWERS_SUFFIX)
+    elsewhere = tmp_path / "elsewhere.r"
+    os.rename(answers, elsewhere)  # the caller's fd still names this FIFO
+    answers.symlink_to(elsewhere)
+    reader = os.open(elsewhere, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        (directory / protocol.request_name(protocol.CREATE, c.pid, c.start, len(args))).write_bytes(b"")
+        ready, _, _ = select.select([reader], [], [], 3)
+        assert not ready, os.read(reader, 4096)
+    finally:
+        os.close(reader)
+    assert (bundle / "config.json").read_bytes() == raw
+    assert calls(tmp_path) == []
+
+
+def log_of(tmp_path):
+    path = tmp_path / "resident.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_requests_that_are_not_requests_are_dropped_said_and_the_next_is_served(service):
     tmp_path, env, directory, proc = service
-    req = os.open(directory / "requests", os.O_WRONLY)
-    junk = [b"x" * 5000, b"\n", b"abc 1\n", b"99999999999999 1\n", b"1 2 3\n", b"0 1\n",
-            b"1 99\n", b"-5 1\n", b"x" * 4100, b"\n12"]  # fmt: skip
-    os.write(req, b"".join(junk))  # ends unterminated: the next request is still one
-    os.close(req)
+    junk = ["q.x", "q.create.1.2", "q.create.12345678901.1.1", "q.create.1.1.12345",
+            "q.create.-5.1.1", "q.hook.1.1.0", "q.other.1.1.1", "q." + "9" * 200,
+            "q.create.1.123456789012345678901.1"]  # fmt: skip
+    for name in junk:
+        (directory / name).write_bytes(b"x" * 100)
     run = first_stage(tmp_path, env, directory)
     assert run.returncode == 0, run.stderr
     assert not python_ran(tmp_path)
     assert proc.poll() is None
+    _wait_for(lambda: all(f"ignored {n[:80]!r}: not a request" in log_of(tmp_path)
+                          for n in junk), "the service's lines")  # fmt: skip
+    assert not [p for p in directory.iterdir() if p.name.startswith(protocol.REQUEST_PREFIX)]
+
+
+def test_the_directory_is_made_roots_alone(tmp_path):
+    """A directory made by someone else with a looser mode is the service's, mode 0700,
+    once it runs: no other user can list or reach the conversations."""
+    directory = tmp_path / "resident"
+    directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755)
+    proc = start_service(directory)
+    try:
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_requests_piling_up_never_hold_a_create_past_its_timeout(service):
+    """A stalled service with many requests unread (a shared requests FIFO filled up and
+    blocked every create for ever): a create still ends within its timeout, one line."""
+    tmp_path, env, directory, proc = service
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        for i in range(3000):  # more than 64 KiB of request lines
+            (directory / protocol.request_name(protocol.CREATE, 4000000 + i, 1, 6)).write_bytes(b"")
+        t = time.monotonic()
+        run = first_stage(tmp_path, env, directory, extra={"GPUNODE_RESIDENT_TIMEOUT": "2"})
+        took = time.monotonic() - t
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert run.returncode == 1
+    (line,) = run.stderr.splitlines()
+    assert "did not answer in 2 s" in line
+    assert took < 15
+    assert calls(tmp_path) == []
 
 
 def test_a_service_that_stops_answering_fails_the_create_in_time(service):
@@ -274,6 +455,8 @@ def test_a_service_that_stops_answering_fails_the_create_in_time(service):
 
 
 def test_a_worker_that_dies_gets_its_caller_one_error_line(service):
+    """The worker killed while the runtime's create runs: the stage reads end-of-file and
+    says so in one line; the service's log says how its worker ended."""
     tmp_path, env, directory, proc = service
     slow = tmp_path / "slow-runc"
     slow.write_text(f'#!/bin/sh\n: > "{tmp_path}/slow"\nsleep 2\nexec {tmp_path}/fake-runc "$@"\n')
@@ -288,9 +471,12 @@ def test_a_worker_that_dies_gets_its_caller_one_error_line(service):
     _out, err = run.communicate(timeout=30)
     assert run.returncode == 1
     (line,) = err.splitlines()
-    assert line == ("gpunode-container-runtime: error: gpunode's resident service: "
-                    "its worker ended (-9)")  # fmt: skip
+    assert line == (f"gpunode-container-runtime: error: gpunode's resident service ({directory}, "
+                    f"pid {proc.pid}) ended the conversation without an answer (its log says "
+                    "why)")  # fmt: skip
     assert proc.poll() is None
+    _wait_for(lambda: f"the worker for caller {run.pid} ended (-9)" in log_of(tmp_path),
+              "the service's line")  # fmt: skip
 
 
 def test_new_code_is_never_run_by_the_old_service(node, tmp_path):  # noqa: F811
@@ -303,7 +489,7 @@ def test_new_code_is_never_run_by_the_old_service(node, tmp_path):  # noqa: F811
     directory = tmp_path / "resident"
     proc = start_service(directory, src)
     try:
-        shim = src / "gpunode/runtime/shim.py"
+        shim = src / "gpunode/launch/shim.py"
         shim.write_text(shim.read_text())  # a new file of the same content: reinstalled
         os.utime(shim, ns=(0, time.time_ns() + 10**9))
         run = first_stage(tmp_path, env, directory)
@@ -320,8 +506,8 @@ def test_stopping_hands_pending_requests_to_the_python_runtime(service):
     tmp_path, env, directory, proc = service
     proc.send_signal(signal.SIGSTOP)
     run = first_stage(tmp_path, env, directory, background=True)
-    _wait_for(lambda: any(p.name.endswith(".r") for p in directory.iterdir()), "the request")
-    time.sleep(0.2)  # the request written into the FIFO
+    _wait_for(lambda: any(p.name.startswith(protocol.REQUEST_PREFIX)
+                          for p in directory.iterdir()), "the request")  # fmt: skip
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGCONT)
     _out, err = run.communicate(timeout=30)
@@ -335,7 +521,7 @@ def test_the_service_refuses_a_directory_it_does_not_own(tmp_path):
     directory.mkdir()
     os.chown(directory, 65534, 65534)
     run = subprocess.run(
-        [sys.executable, "-m", "gpunode.runtime.resident", "--dir", str(directory)],
+        [sys.executable, "-m", "gpunode.launch.resident", "--dir", str(directory)],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC)},
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
@@ -356,17 +542,22 @@ def test_the_first_stage_and_the_unit_know_where_the_service_is():
 
 
 def test_conversations_of_callers_that_are_gone_are_cleared_at_start(tmp_path):
+    """A conversation whose caller is gone (no such pid, or the pid is another process's
+    now: another start time) is removed when the service starts; a live caller's and
+    files that are not conversations stay."""
     directory = tmp_path / "resident"
     directory.mkdir(mode=0o700)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    alive = os.getpid()
-    for name in (f"{gone.pid}.r", f"{gone.pid}.w", f"{alive}.r", "notes.r"):
+    alive, start = os.getpid(), resident.start_time()
+    kept = [protocol.conversation(alive, start) + ".r", "notes.r"]
+    for name in (protocol.conversation(gone.pid, 5) + ".r", protocol.conversation(gone.pid, 5) + ".w",
+                 protocol.conversation(alive, start + 1) + ".w", *kept):  # fmt: skip
         (directory / name).write_text("")
     proc = start_service(directory)
     try:
         names = sorted(p.name for p in directory.iterdir())
-        assert names == sorted([f"{alive}.r", "notes.r", "pid", "requests"])
+        assert names == sorted([*kept, "pid"])
     finally:
         proc.terminate()
         proc.wait(10)
@@ -495,17 +686,79 @@ def test_a_hooks_error_is_its_own_line_on_its_own_stderr(hook_service):
     assert not (tmp_path / "python-ran").exists()
 
 
-def test_a_hook_of_another_user_is_not_run(hook_service):
-    """Were the FIFO writable by others, a hook request naming a process of another user
-    is still declined before anything (its stdio, its namespace) is touched."""
-    _tmp_path, directory, _proc, _rootfs, _state = hook_service
-    caller = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               "sh", "-c", "exec 4</dev/null 5>/dev/null 6>/dev/null; sleep 30; :",
-                               "sh", "create-symlinks"])  # fmt: skip
-    try:
-        cmdline = Path(f"/proc/{caller.pid}/cmdline")
-        _wait_for(lambda: cmdline.read_bytes().endswith(b"create-symlinks\0"), "the caller")
-        assert _ask(directory, caller.pid, 1, kind="hook") == "python"
-    finally:
-        caller.kill()
-        caller.wait()
+HOOK_ARGS = ["create-symlinks", "--link", "b::/a/l"]
+# a process as a hook's stage is while it asks: its stdio saved as fds 4-6, its own arguments
+HOOK_CALLER = ["sh", "-c", "exec 4</dev/null 5>/dev/null 6>/dev/null; sleep 30; :",
+               "gpunode-hook", *HOOK_ARGS]  # fmt: skip
+
+
+def test_a_hook_of_another_user_is_not_run(hook_service, caller):
+    """A hook request from a process of another user that holds its conversation is
+    declined before anything (its stdio, its namespace) is touched."""
+    _tmp_path, directory, _proc, rootfs, _state = hook_service
+    c = caller(directory, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           *HOOK_CALLER], settled=_uid)  # fmt: skip
+    assert c.ask(len(HOOK_ARGS), kind=protocol.HOOK) == protocol.PYTHON
+    assert not (rootfs / "a/l").is_symlink()
+
+
+@pytest.mark.parametrize("how", ["another start time", "not holding the conversation"])
+def test_a_hook_impostor_in_another_mount_namespace_is_not_run(hook_service, caller, how):
+    """A root process in a mount namespace of its own (as a container's root is) named as
+    a hook's caller: the pid's process started at another time (pid reuse), or it does not
+    hold the conversation's FIFOs. The hook does not run there with its arguments."""
+    _tmp_path, directory, _proc, rootfs, _state = hook_service
+    c = caller(directory, ["unshare", "-m", "--propagation", "private", *HOOK_CALLER],
+               skew=-3 if how == "another start time" else 0,
+               hold=how != "not holding the conversation", settled=_other_mounts)  # fmt: skip
+    assert c.ask(len(HOOK_ARGS), kind=protocol.HOOK) == protocol.PYTHON
+    assert not (rootfs / "a/l").is_symlink()
+    answer_fifo = c.base.with_name(c.base.name + protocol.ANSWERS_SUFFIX)
+    assert answer_fifo.exists()  # answered python, before anything was run
+
+
+def test_the_hooks_first_stage_checks_the_services_directory(hook_service):
+    """gpunode-hook's stage with a directory that is not its user's (or a link to the
+    real one) does not ask: the Python hook runs, no conversation is made."""
+    tmp_path, directory, _proc, _rootfs, state = hook_service
+    stage = hook_stages(tmp_path)["gpunode-hook"]
+    link = tmp_path / "resident-link"
+    link.symlink_to(directory)
+    for where, damage in ((link, None), (directory, lambda: os.chown(directory, 65534, 65534))):
+        if damage:
+            damage()
+        (tmp_path / "python-ran").unlink(missing_ok=True)
+        run = run_as_runc_runs_a_hook(stage, HOOK_ARGS, state, where)
+        assert run.returncode == 0, run.stderr
+        assert (tmp_path / "python-ran").exists(), where
+        assert not [p for p in directory.iterdir() if p.name.startswith("c.")]
+
+
+@pytest.mark.parametrize("pid_file", ["dead", "another start time", "no start time"])
+@pytest.mark.parametrize("stage", ["gpunode-container-runtime", "gpunode-hook"])
+def test_a_service_that_is_not_alive_is_not_asked(service, stage, pid_file):
+    """The pid file names a process that is gone, or one whose start time is not the one
+    written beside its pid (a pid reused since the service died): neither stage asks (no
+    conversation made, no wait for the timeout); the Python program serves at once."""
+    tmp_path, env, directory, proc = service
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    text = {"dead": f"{gone.pid} 1", "another start time": f"{proc.pid} 1",
+            "no start time": f"{proc.pid}"}[pid_file]  # fmt: skip
+    (directory / "pid").write_text(text + "\n")
+    t = time.monotonic()
+    if stage == "gpunode-hook":
+        hooks = hook_stages(tmp_path)
+        rootfs = tmp_path / "bundle/rootfs"
+        (rootfs / "a").mkdir(parents=True, exist_ok=True)
+        state = json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 1,
+                            "bundle": str(tmp_path / "bundle"), "annotations": {}})  # fmt: skip
+        (tmp_path / "bundle/config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+        run = run_as_runc_runs_a_hook(hooks[stage], HOOK_ARGS, state, directory)
+        run.stderr = run.stderr.replace("--- after\n", "")
+    else:
+        run = first_stage(tmp_path, env, directory, extra={"GPUNODE_RESIDENT_TIMEOUT": "20"})
+    assert run.returncode == 0, run.stderr
+    assert time.monotonic() - t < 15
+    assert python_ran(tmp_path)
+    assert not [p for p in directory.iterdir() if p.name.startswith(("c.", "q."))]

@@ -24,7 +24,7 @@ from gpunode.nvidia.facts import NodeFacts
 from gpunode.runtime import discovery
 
 from ..hook.helpers import UNSHARE_PROBLEM
-from .fake_node import GPUS, VERSION, make_bundle, run_shim, shim_env
+from ..runtime.fake_node import GPUS, VERSION, make_bundle, run_shim, shim_env
 
 BUS = [g.procfs_bus_id for g in GPUS]
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -173,9 +173,13 @@ def test_create_filters_proc_in_the_created_container(node):
     (timing,) = [ln for ln in log.splitlines() if " timing create " in ln]
     fields = timing.split(" timing create ", 1)[1].split()
     assert fields[0] == "ctr"
-    names = ["plan", "rootfs", "sources", "runtime", "proc", "total"]
+    names = ["config", "spec", "spawn", "symlinks", "ldcache", "sources", "wait", "proc",
+             "total"]  # fmt: skip
     assert [f.split("=")[0] for f in fields[1:]] == names
     assert all(f.split("=")[1].replace(".", "", 1).isdigit() for f in fields[1:])
+    # one clock, marks in order: the phases add up to the total (issue 34)
+    ms = [float(f.split("=")[1]) for f in fields[1:]]
+    assert abs(sum(ms[:-1]) - ms[-1]) < 0.01 * len(ms)
 
 
 def test_create_keeps_the_callers_pid_file(node):

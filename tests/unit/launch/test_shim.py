@@ -7,10 +7,20 @@ import json
 
 import pytest
 
+import gpunode.runtime as runtime_pkg
+from gpunode.launch import shim
 from gpunode.nvidia.facts import NodeFacts
-from gpunode.runtime import config, discovery, shim
+from gpunode.runtime import bundle as spec_bundle
+from gpunode.runtime import config, discovery
 
-from .fake_node import GPUS, VERSION, ldcache_of_driver_tree, make_bundle, run_shim, shim_env
+from ..runtime.fake_node import (
+    GPUS,
+    VERSION,
+    ldcache_of_driver_tree,
+    make_bundle,
+    run_shim,
+    shim_env,
+)
 
 PLAIN = json.dumps({"process": {"env": ["PATH=/bin"], "args": ["true"]}})
 
@@ -23,7 +33,7 @@ def test_shim_leaves_non_gpu_spec_untouched_even_without_driver(tmp_path, monkey
     cfg = config.RuntimeConfig(cache_file=str(tmp_path / "nope.json"))
     for env in ([], ["NVIDIA_VISIBLE_DEVICES=void"], ["NVIDIA_VISIBLE_DEVICES="]):
         bundle, raw = make_bundle(tmp_path, ["PATH=/bin", *env])
-        assert shim.modify_bundle(str(bundle), cfg) is None
+        assert spec_bundle.modify_bundle(str(bundle), cfg) is None
         assert (bundle / "config.json").read_bytes() == raw
 
 
@@ -33,7 +43,7 @@ def test_shim_edits_gpu_spec(tmp_path, monkeypatch, disc, devroot):
     bundle, _ = make_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-4000-8000-000000000002"]
     )
-    job = shim.modify_bundle(str(bundle), cfg)
+    job = spec_bundle.modify_bundle(str(bundle), cfg)
     assert "GPUs [2]" in job.summary
     spec = json.loads((bundle / "config.json").read_text())
     assert [d["path"] for d in spec["linux"]["devices"]][-1] == "/dev/nvidia2"
@@ -49,7 +59,7 @@ def test_shim_unknown_device_error_lists_gpus(tmp_path, monkeypatch, disc, devro
     cfg = config.RuntimeConfig(dev_root=str(devroot))
     bundle, raw = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=9"])
     with pytest.raises(ValueError, match="unknown device '9'") as err:
-        shim.modify_bundle(str(bundle), cfg)
+        spec_bundle.modify_bundle(str(bundle), cfg)
     assert GPUS[0].uuid in str(err.value) and "\n" not in str(err.value)
     assert (bundle / "config.json").read_bytes() == raw
 
@@ -104,9 +114,9 @@ def test_runtime_argument_parsing(argv, expect):
     ],
 )
 def test_quick_non_gpu_check_is_conservative(spec, config_exists, expect):
-    assert shim.surely_not_gpu(json.dumps(spec).encode(), config_exists) is expect
+    assert runtime_pkg.surely_not_gpu(json.dumps(spec).encode(), config_exists) is expect
     args = {"process": {"args": ["echo", "NVIDIA_VISIBLE_DEVICES"]}}
-    assert shim.surely_not_gpu(json.dumps(args).encode(), False) is False  # conservative
+    assert runtime_pkg.surely_not_gpu(json.dumps(args).encode(), False) is False  # conservative
 
 
 def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch):
@@ -129,7 +139,7 @@ def test_runtime_with_a_driver_root(tmp_path, driver_tree, devroot, monkeypatch)
     bundle, _ = make_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"]
     )
-    job = shim.modify_bundle(str(bundle), cfg)
+    job = spec_bundle.modify_bundle(str(bundle), cfg)
     assert roots == [root]
     spec = json.loads((bundle / "config.json").read_text())
     mounts = {m["destination"]: m["source"] for m in spec["mounts"] if m["type"] == "bind"}
@@ -169,7 +179,7 @@ def test_shim_serves_jit_cdi_names(tmp_path, monkeypatch, disc, devroot, value, 
         ([], {"annotations": {"cdi.k8s.io/gpu": value}}),
     ):
         bundle, _ = make_bundle(tmp_path, env, extra)
-        assert shim.modify_bundle(str(bundle), cfg) is not None
+        assert spec_bundle.modify_bundle(str(bundle), cfg) is not None
         spec = json.loads((bundle / "config.json").read_text())
         gpus = [d["path"] for d in spec["linux"]["devices"] if d["path"][11:].isdigit()]
         assert gpus == want
@@ -181,7 +191,7 @@ def test_shim_refuses_unknown_nvidia_cdi_names(tmp_path, monkeypatch, disc, devr
     cfg = config.RuntimeConfig(dev_root=str(devroot))
     bundle, raw = make_bundle(tmp_path, [f"NVIDIA_VISIBLE_DEVICES={value}"])
     with pytest.raises(ValueError, match=f"unknown CDI device '{value}' requested"):
-        shim.modify_bundle(str(bundle), cfg)
+        spec_bundle.modify_bundle(str(bundle), cfg)
     assert (bundle / "config.json").read_bytes() == raw
 
 

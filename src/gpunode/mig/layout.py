@@ -6,7 +6,8 @@ fit is refused before anything changes).
 A MIG device is one GPU instance (GI) with one compute instance (CI) spanning it; that is
 the only shape gpunode creates. A GI is kept when it is such a device of a wanted profile
 and a placement of the rest exists around the kept ones; otherwise the GPU is rebuilt.
-Whether a layout is applied is `difference`'s answer, for `gpunode mig` and validate alike.
+Which entry of a config a GPU gets is `selecting`'s answer and whether its layout is applied
+`difference`'s, for `gpunode mig` and validate alike.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..nvidia import nvml
-from ..nvidia.gpu import Gpu
+from ..nvidia.gpu import Gpu, MigView
 from ..util.record import record
 from . import MigApplyError, MigConfigError
 from .config import Entry
@@ -63,6 +64,11 @@ class MigGpu:
     @property
     def label(self) -> str:
         return f"GPU {self.index} ({self.name})"
+
+    def mig_view(self) -> MigView:
+        """Its MIG mode and devices as a layout is judged (`difference`); the devices as
+        `devices` names them from the GPU and compute instances read here."""
+        return MigView(self.mig_capable, self.mig_enabled, self.mig_pending, devices(self))
 
     def profile(self, profile_id: int) -> nvml.GiProfile | None:
         for p in self.profiles or ():
@@ -141,54 +147,64 @@ class Difference:
     text: str
 
 
-def difference(
-    entry: Entry, *, mig_capable: bool, mig_enabled: bool, mig_pending: bool,
-    devices: dict[str, int],
-) -> Difference | None:  # fmt: skip
+def difference(gpu: MigView, entry: Entry) -> Difference | None:
     """THE answer to "is the layout ``entry`` wants applied to this GPU?" (None: it is), for
-    `gpunode mig assert|apply` (the GPU read through NVML) and `gpunode validate`'s
-    mig.layout (the inventory's record of it) alike. ``devices``: {MIG device profile:
-    count} named as `devices` names them (a compute instance narrower than its GPU instance
-    as "1c.3g.40gb", which is what the driver calls such a MIG device).
+    `gpunode mig assert|apply` (`MigGpu.mig_view`, the GPU read through NVML) and `gpunode
+    validate`'s mig.layout (`Gpu.mig_view`, the inventory's record of it) alike.
 
     Applied: a GPU that cannot do MIG is left whole when the entry turns MIG off or selects
     `devices: all` (as mig-parted skips it); otherwise the MIG mode, current and pending
     both (a pending one is what the GPU has after its next reset), and the MIG devices'
     profile counts are the entry's."""
-    if not mig_capable:
+    if not gpu.capable:
         if entry.mig_enabled and entry.devices is not None:
             return Difference(True, "MIG mode enabled wanted, it is not supported")
         return None
-    if not mig_enabled == mig_pending == entry.mig_enabled:
+    if not gpu.enabled == gpu.pending == entry.mig_enabled:
         want = "enabled" if entry.mig_enabled else "disabled"
         return Difference(True, f"MIG mode {want} wanted, it is "
-                          f"{_mode_text(True, mig_enabled, mig_pending)}")  # fmt: skip
+                          f"{_mode_text(True, gpu.enabled, gpu.pending)}")  # fmt: skip
     want_devices = entry.mig_devices if entry.mig_enabled else {}
-    for name in sorted(set(want_devices) | set(devices)):
-        if want_devices.get(name, 0) != devices.get(name, 0):
+    have = gpu.devices
+    for name in sorted(set(want_devices) | set(have)):
+        if want_devices.get(name, 0) != have.get(name, 0):
             return Difference(False, f"{name}: {want_devices.get(name, 0)} wanted, "
-                              f"{devices.get(name, 0)} present")  # fmt: skip
+                              f"{have.get(name, 0)} present")  # fmt: skip
     return None
 
 
-def gpu_difference(gpu: MigGpu, entry: Entry) -> Difference | None:
-    """`difference` for a GPU read through NVML."""
-    return difference(entry, mig_capable=gpu.mig_capable, mig_enabled=gpu.mig_enabled,
-                      mig_pending=gpu.mig_pending, devices=devices(gpu))  # fmt: skip
+def selecting(
+    entries: tuple[Entry, ...], index: int, pci_device_id: int | None
+) -> list[Entry] | None:
+    """THE entries of a config that select GPU ``index`` (NVML's index), for `gpunode mig`
+    (`select`) and `gpunode validate`'s mig.layout alike: [] none (the config leaves it
+    alone), one, or more (refused: each GPU in one entry); None: an entry has a
+    device-filter and the GPU's PCI device id is not known."""
+    out = []
+    for e in entries:
+        if e.device_filter is not None and pci_device_id is None:
+            if e.devices is None or index in e.devices:
+                return None
+            continue
+        if e.selects(index, pci_device_id):
+            out.append(e)
+    return out
 
 
 def select(gpus: tuple[MigGpu, ...], entries: tuple[Entry, ...]) -> dict[int, Entry]:
-    """{GPU index: the entry that selects it}; GPUs no entry selects are left alone."""
+    """{GPU index: the entry that selects it} (`selecting`); GPUs no entry selects are left
+    alone, a GPU two entries select is refused."""
     chosen: dict[int, Entry] = {}
-    for entry in entries:
-        for gpu in gpus:
-            if entry.selects(gpu.index, gpu.pci_device_id):
-                if gpu.index in chosen:
-                    raise MigConfigError(
-                        f"{entry.where}: GPU {gpu.index} is already selected by "
-                        f"{chosen[gpu.index].where}; accepted: each GPU in one entry"
-                    )
-                chosen[gpu.index] = entry
+    for gpu in gpus:
+        # MigGpu.pci_device_id is never None: no id from NVML, no device-filter selects it
+        found = selecting(entries, gpu.index, gpu.pci_device_id) or []
+        if len(found) > 1:
+            raise MigConfigError(
+                f"{found[1].where}: GPU {gpu.index} is already selected by "
+                f"{found[0].where}; accepted: each GPU in one entry"
+            )
+        if found:
+            chosen[gpu.index] = found[0]
     return chosen
 
 
@@ -318,7 +334,7 @@ def plan_gpu(gpu: MigGpu, entry: Entry | None) -> GpuPlan:
         # named by index with mig-enabled: true, it is refused below
         return GpuPlan(gpu, entry, before, before, False)
     if not entry.mig_enabled:
-        if gpu_difference(gpu, entry) is None:
+        if difference(gpu.mig_view(), entry) is None:
             return GpuPlan(gpu, entry, before, after, False)
         return GpuPlan(gpu, entry, before, after, True, set_mode=False, destroy=gpu.instances)
     if not gpu.mig_capable:
@@ -326,7 +342,7 @@ def plan_gpu(gpu: MigGpu, entry: Entry | None) -> GpuPlan:
     if gpu.profiles is None:  # profiles named only once MIG is on
         return GpuPlan(gpu, entry, before, after, True, set_mode=True, deferred=True)
     want = check_fits(gpu, entry)
-    if gpu_difference(gpu, entry) is None:
+    if difference(gpu.mig_view(), entry) is None:
         return GpuPlan(gpu, entry, before, after, False)
     set_mode = None if gpu.mig_enabled and gpu.mig_pending else True
     # keep the GIs that are wanted devices already, if the rest can be placed around them
@@ -364,7 +380,7 @@ def plan(gpus: tuple[MigGpu, ...], entries: tuple[Entry, ...]) -> list[GpuPlan]:
 def first_difference(plans: list[GpuPlan]) -> str | None:
     """The first way the node differs from the plans' layout, as one phrase, or None."""
     for p in plans:
-        found = gpu_difference(p.gpu, p.entry) if p.changed and p.entry else None
+        found = difference(p.gpu.mig_view(), p.entry) if p.changed and p.entry else None
         if found is not None:  # a changed plan is one with a difference
             return f"GPU {p.gpu.index}: {found.text}"
     return None

@@ -87,6 +87,21 @@ class XidError:
     source: str  # "kernel log" or "nvml"
 
 
+@record(frozen=True)
+class MigView:
+    """A GPU's MIG mode and devices as a MIG layout is judged against them
+    (gpunode.mig.layout.difference): ``Gpu.mig_view`` of the record, or `gpunode mig`'s
+    own (gpunode.mig.layout.MigGpu.mig_view, its devices from the GPU and compute instances
+    it reads)."""
+
+    capable: bool  # the GPU can do MIG
+    enabled: bool  # the current mode
+    pending: bool  # the mode after the next GPU reset
+    # {MIG device profile: count}, a compute instance narrower than its GPU instance named
+    # as the driver names such a MIG device ("1c.3g.40gb")
+    devices: dict[str, int]
+
+
 @record
 class Gpu:
     index: int | None
@@ -125,6 +140,14 @@ class Gpu:
     # The kernel lists it, but /dev/nvidia<minor> is missing: why (NVML cannot show it; only
     # Inventory.every_gpu gives such records, Inventory.gpus never does)
     missing: str | None = None
+
+    def mig_view(self) -> MigView:
+        """Its MIG mode and devices (by profile; "?" where the profile is not known)."""
+        devices: dict[str, int] = {}
+        for m in self.mig_devices:
+            devices[m.profile or "?"] = devices.get(m.profile or "?", 0) + 1
+        return MigView(self.mig_mode is not None, bool(self.mig_mode),
+                       bool(self.mig_mode_pending), devices)  # fmt: skip
 
     def facts(self) -> GpuFacts:
         """The runtime's cached facts of this GPU (a GPU NVML reads: not lost, not missing)."""

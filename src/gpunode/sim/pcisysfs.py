@@ -152,7 +152,6 @@ def gpu_function(gpu: Gpu) -> Function:
         (0, 0, 0),
         (base + (1 << 32), 32 << 20, MEM64_PREFETCH),  # BAR3
     ]
-    width = gpu.pcie_width // 2 if "pcie_link_degraded" in gpu.faults else gpu.pcie_width
     return _function(
         gpu.bus_id,
         gpu.pci_device_id,
@@ -161,7 +160,7 @@ def gpu_function(gpu: Gpu) -> Function:
         gpu.numa_node,
         gpu.irq,
         bars,
-        (gpu.pcie_gen, gpu.pcie_gen, width, gpu.pcie_width),
+        (gpu.pcie_gen, gpu.pcie_gen, gpu.pcie_trained_width, gpu.pcie_width),
     )
 
 

@@ -241,6 +241,13 @@ class Gpu:
         return self.compute_capability >= (9, 0) and self.nvlinks > 0
 
     @property
+    def pcie_trained_width(self) -> int:
+        """The width the PCIe link trained at: its maximum, half of it with the fault
+        pcie_link_degraded. The fault's one effect: NVML (the mock's payload) and PCI sysfs
+        (gpunode.sim.pcisysfs) both show this width."""
+        return self.pcie_width // 2 if "pcie_link_degraded" in self.faults else self.pcie_width
+
+    @property
     def mig_capable(self) -> bool:
         return self.compute_capability in MIG_CAPABLE_CC
 
@@ -791,7 +798,7 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "pcie_gen_max": g.pcie_gen,
         "pcie_gen": g.pcie_gen,
         "pcie_width_max": g.pcie_width,
-        "pcie_width": g.pcie_width // 2 if "pcie_link_degraded" in f else g.pcie_width,
+        "pcie_width": g.pcie_trained_width,
         "pcie_replays": PCIE_REPLAYS if "pcie_replays" in f else 0,
         "clocks_reasons": reasons or 0x1,
         "nvlinks": g.nvlinks,

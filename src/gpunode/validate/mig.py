@@ -18,19 +18,19 @@ by the config (its mig.layout is a skip saying so); one that two entries select 
 
 mig.mode (per GPU that can do MIG, no expectation needed): pass; warn when the pending mode
 differs from the current one (the change waits for a GPU reset or a reboot).
-mig.layout (per GPU): gpunode.mig.layout.difference decides, the one answer `gpunode mig
-assert` gives too: MIG mode (current and pending) and the MIG devices' profile counts equal
-the config's; a node-level skip naming the flags and variables when no layout is expected.
+mig.layout (per GPU): gpunode.mig.layout.selecting picks the GPU's entry and
+gpunode.mig.layout.difference decides, the answers `gpunode mig assert` gives too: MIG mode
+(current and pending) and the MIG devices' profile counts equal the config's; a node-level
+skip naming the flags and variables when no layout is expected.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from ..mig import MigConfigError, config
-from ..mig.layout import difference
+from ..mig.layout import difference, selecting
 from ..nvidia import inventory
 from ..nvidia.gpu import Gpu
 from .model import FAIL, PASS, SKIP, WARN, Check
@@ -54,20 +54,6 @@ class Layout:
     source: str  # the file, or the variable, it came from
     entries: tuple[config.Entry, ...]
     from_file: bool = False
-
-    def for_gpu(self, index: int, pci_device_id: int | None) -> list[config.Entry] | None:
-        """The entries selecting GPU ``index`` (NVML's index): [] none (the config leaves it
-        alone), one, or more (`gpunode mig apply` refuses that); None: an entry has a
-        device-filter and the GPU's PCI device id is not known."""
-        out = []
-        for e in self.entries:
-            if e.device_filter is not None and pci_device_id is None:
-                if e.devices is None or index in e.devices:
-                    return None
-                continue
-            if e.selects(index, pci_device_id or 0):
-                out.append(e)
-        return out
 
 
 def parse_layout(doc: Any, name: str, source: str) -> Layout:
@@ -117,7 +103,7 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
                 f"pending: reset the GPU (nvidia-smi -r -i {g.index}, with no process on it) "
                 "or reboot to apply it", i, g)  # fmt: skip
         elif g.mig_mode:
-            have = counts_text(Counter(m.profile or "?" for m in g.mig_devices))
+            have = counts_text(g.mig_view().devices)
             add("mig.mode", PASS, f"MIG on: {have}", i, g)
         else:
             add("mig.mode", PASS, "MIG off (the GPU is used whole)", i, g)
@@ -134,7 +120,7 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
             why = "its device node is missing" if g.missing else "NVML lost it"
             add("mig.layout", SKIP, f"{why}: its MIG layout cannot be read (see gpu.*)", i, g)
             continue
-        selected = layout.for_gpu(g.index, g.pci_device_id)
+        selected = selecting(layout.entries, g.index, g.pci_device_id)
         config_name = f"config {layout.name!r} ({layout.source})"
         if selected is None:
             add("mig.layout", SKIP, f"{config_name} has a device-filter and GPU {g.index}'s "
@@ -151,12 +137,10 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
             continue
         entry = selected[0]
         want = counts_text(entry.mig_devices)
-        have = dict(Counter(m.profile or "?" for m in g.mig_devices))
+        view = g.mig_view()
         # the one answer `gpunode mig assert` gives too (a GPU instance without a compute
         # instance is no MIG device: seen here as a wanted device missing)
-        found = difference(entry, mig_capable=g.mig_mode is not None,
-                           mig_enabled=bool(g.mig_mode), mig_pending=bool(g.mig_mode_pending),
-                           devices=have)  # fmt: skip
+        found = difference(view, entry)
         if g.mig_mode is None:
             if found is not None:
                 add("mig.layout", FAIL, f"{g.name or 'this GPU'} cannot do MIG but {config_name} "
@@ -181,6 +165,6 @@ def evaluate(inv: inventory.Inventory | None, layout: Layout | None) -> list[Che
                 f"the next GPU reset; {config_name} expects MIG {_on(entry.mig_enabled)}: "
                 f"{apply}", i, g)  # fmt: skip
         else:
-            add("mig.layout", FAIL, f"found {counts_text(have)}; {config_name} expects {want}: "
+            add("mig.layout", FAIL, f"found {counts_text(view.devices)}; {config_name} expects {want}: "
                 f"{apply}", i, g)  # fmt: skip
     return checks

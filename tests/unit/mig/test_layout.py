@@ -182,6 +182,19 @@ def test_mig_enabled_false_destroys_then_disables():
     assert layout.first_difference([p]) == "GPU 0: MIG mode disabled wanted, it is enabled"
 
 
+def test_selecting_is_the_entries_of_one_gpu():
+    """The one selection `gpunode mig` (select) and validate's mig.layout use: every entry
+    selecting the GPU, and None where a device-filter cannot be judged without its id."""
+    a100 = mig_entry(device_filter=(0x20B210DE,))
+    one = Entry("mig-configs.c[1]", (1,), None, False, {})
+    assert layout.selecting((a100, one), 0, 0x20B210DE) == [a100]
+    assert layout.selecting((a100, one), 1, 0x20B210DE) == [a100, one]
+    assert layout.selecting((a100, one), 1, 0x1EB810DE) == [one]
+    assert layout.selecting((a100, one), 2, 0x1EB810DE) == []
+    assert layout.selecting((a100, one), 1, None) is None  # the filter may select it
+    assert layout.selecting((one, mig_entry(devices=(0,), device_filter=(1,))), 1, None) == [one]
+
+
 def test_select_devices_and_filter():
     a100 = [Gpu(i) for i in range(2)]
     t4 = Gpu(2, "Tesla T4", mig_capable=False, pci_device_id=0x1EB810DE)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpunode.nvidia import gpu as record
 from gpunode.nvidia.facts import GpuFacts, MigFacts, NodeFacts
-from gpunode.nvidia.gpu import EccErrors, Fabric, Gpu, PcieLink
+from gpunode.nvidia.gpu import EccErrors, Fabric, Gpu, MigView, PcieLink
 from gpunode.util.record import fields
 
 MIG = MigFacts(0, "MIG-a", 1, 0, "7g.80gb", 81920)
@@ -59,3 +59,14 @@ def test_the_mig_planners_gpu_holds_the_record():
              m.mig_pending)  # fmt: skip
     assert shown == (3, "GPU-x", "NVIDIA A100", 0x20B210DE, True, True, False)
     assert not MigGpu(Gpu(0, 0, "GPU-y", "Tesla T4", "00000000:08:00.0")).mig_capable
+
+
+def test_the_records_mig_view_counts_its_mig_devices_by_profile():
+    """What validate's mig.layout judges (gpunode.mig.layout.difference): the modes and the
+    MIG devices by profile, an unknown profile as "?"."""
+    small = MigFacts(1, "MIG-b", 9, 0, "1g.10gb", 9728)
+    g = Gpu(0, 0, "GPU-x", None, "00000000:07:00.0", mig_mode=True, mig_mode_pending=False,
+            mig_devices=[MIG, small, small, MigFacts(3, "MIG-c", 10, 0)])  # fmt: skip
+    assert g.mig_view() == MigView(True, True, False, {"7g.80gb": 1, "1g.10gb": 2, "?": 1})
+    whole = Gpu(1, 1, "GPU-y", None, "00000000:0F:00.0")
+    assert whole.mig_view() == MigView(False, False, False, {})

@@ -1,6 +1,7 @@
 """MIG as driver state in the mock NVML (mocknvml/migstate.c; the MIG contract,
 sections 1-3): pynvml changes it as on hardware, every process of the node sees it, the
-driver's footprint follows it, and a MIG device is visible only with its cap nodes.
+driver's footprint follows it, a MIG device is visible only with its cap nodes, and its
+index is the one NVIDIA's runtime in jit-cdi mode resolves (raw ctypes calls in nvcdi's order).
 
 Each case runs in a private mount namespace with a tmpfs /dev (the device nodes it needs)
 and a tmpfs over /proc/driver (the node's simulated driver tree, where the state lives).
@@ -422,3 +423,78 @@ def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
     assert state_and_access == state + migstate.render_access(21) + paths + "\n" + event_log
     assert migstate.state_key(state) == "k1"
     assert migstate.instances_of(state) == [("GPU-a", 2, None), ("GPU-a", 2, 0)]
+
+
+# NVIDIA's runtime in jit-cdi mode resolving a MIG UUID (nvcdi's
+# newMIGDeviceSpecGeneratorFromNVMLDevice), and its cdi mode enumerating MIG devices
+# (go-nvlib's VisitMigDevices): both must name a MIG device "<GPU index>:<MIG index>" alike.
+MIG_INDEX = textwrap.dedent(
+    r"""
+    import ctypes, json, sys
+    from ctypes import byref, c_uint, c_void_p
+
+    SUCCESS, NOT_FOUND = 0, 6
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    assert nvml.nvmlInit_v2() == SUCCESS
+
+    def uuid_of(h):
+        buf = ctypes.create_string_buffer(96)
+        assert nvml.nvmlDeviceGetUUID(h, buf, 96) == SUCCESS
+        return buf.value.decode()
+
+    enumerated, full = {}, []
+    count = c_uint()
+    assert nvml.nvmlDeviceGetCount_v2(byref(count)) == SUCCESS
+    for i in range(count.value):
+        h = c_void_p()
+        assert nvml.nvmlDeviceGetHandleByIndex_v2(i, byref(h)) == SUCCESS
+        index = c_uint()
+        assert nvml.nvmlDeviceGetIndex(h, byref(index)) == SUCCESS
+        full.append(index.value)
+        current, pending = c_uint(), c_uint()
+        if nvml.nvmlDeviceGetMigMode(h, byref(current), byref(pending)) != SUCCESS:
+            continue
+        if current.value != 1:
+            continue
+        most = c_uint()
+        assert nvml.nvmlDeviceGetMaxMigDeviceCount(h, byref(most)) == SUCCESS
+        for j in range(most.value):
+            m = c_void_p()
+            rc = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j, byref(m))
+            if rc == NOT_FOUND:
+                continue
+            assert rc == SUCCESS
+            enumerated[uuid_of(m)] = f"{i}:{j}"
+
+    resolved = {}
+    for uuid in json.loads(sys.argv[1]):
+        m, parent = c_void_p(), c_void_p()
+        assert nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), byref(m)) == SUCCESS
+        assert nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m, byref(parent)) == SUCCESS
+        parent_index, mig_index = c_uint(), c_uint()
+        rc = nvml.nvmlDeviceGetIndex(parent, byref(parent_index))
+        assert rc == SUCCESS, f"failed to get parent device index: {rc}"
+        rc = nvml.nvmlDeviceGetIndex(m, byref(mig_index))
+        resolved[uuid] = (f"{parent_index.value}:{mig_index.value}" if rc == SUCCESS
+                          else f"failed to get MIG device index: {rc}")
+    nvml.nvmlShutdown()
+    print(json.dumps({"full": full, "enumerated": enumerated, "resolved": resolved}))
+    """
+)
+
+
+@needs_unshare
+def test_a_mig_device_index_is_its_index_within_its_parent(built_lib, tmp_path, pynvml_ready):  # noqa: F811
+    profile = load_profile("a100x2-mig")
+    uuids = [m.uuid for m in profile.gpus[0].mig_instances]
+    libdir = install_lib(built_lib, mock_payload(profile), tmp_path)
+    script = tmp_path / "mig_index.py"
+    script.write_text(MIG_INDEX)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    proc = in_private_dev([sys.executable, str(script), json.dumps(uuids)], [0, 1], env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["full"] == [0, 1]
+    # the MIG devices by GPU instance id: 3g.40gb (GI 2), 2g.20gb (GI 3), 1g.10gb (GI 9)
+    assert got["enumerated"] == {uuids[0]: "0:0", uuids[1]: "0:1", uuids[2]: "0:2"}
+    assert got["resolved"] == got["enumerated"]

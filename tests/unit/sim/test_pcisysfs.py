@@ -17,7 +17,7 @@ import pytest
 from gpunode.provision.preflight import pci_gpus
 from gpunode.sim.apply import Paths, Result, apply_pci_sysfs
 from gpunode.sim.pcisysfs import gpu_function
-from gpunode.sim.profiles import load_profile
+from gpunode.sim.profiles import load_profile, mock_payload
 
 NVIDIA, MELLANOX = 0x10DE, 0x15B3
 VGA, CONTROLLER_3D, NVSWITCH = 0x030000, 0x030200, 0x068000
@@ -182,6 +182,11 @@ def test_config_space_and_link_attributes(tmp_path):
     f = gpu_function(gpu)
     assert f.files["current_link_speed"] == "32.0 GT/s PCIe\n"
     assert (f.files["current_link_width"], f.files["max_link_width"]) == ("8\n", "16\n")
+    # NVML (the mock's payload) shows the same trained width: one owner of the fault's effect
+    assert gpu.pcie_trained_width == 8
+    payload = mock_payload(load_profile("h100x8-degraded")).splitlines()
+    line = next(x for x in payload if x.startswith("gpu\t") and f"uuid={gpu.uuid}" in x)
+    assert {"pcie_width=8", "pcie_width_max=16"} <= set(line.split("\t"))
     c = f.config
     assert len(c) == 256
     assert c[0:4] == bytes.fromhex("de103023")  # vendor 10de, device 2330, little-endian

@@ -560,8 +560,8 @@ int st_gi_at(const state_t *st, const char *parent, unsigned int id);
 int st_ci_at(const state_t *st, const char *parent, unsigned int gi, unsigned int id);
 void mig_refresh(void);
 void mig_reset(void);
-nvmlReturn_t change_begin(void);
-nvmlReturn_t change_end(nvmlReturn_t rc);
+void mig_reload(void);
+int mig_save(void);
 void gi_usage(const char *parent, unsigned int *slots, unsigned int *slices,
                      unsigned int profile_id, unsigned int *same_profile);
 int gi_fits(const gip_t *p, unsigned int start, unsigned int slots, unsigned int slices,
@@ -575,7 +575,7 @@ int write_atomically(const char *path, const char *text, mode_t mode);
 void mig_uuid(char *out, size_t cap, const char *parent, unsigned int gi, unsigned int ci,
                      unsigned int counter);
 
-/* footprint.c */
+/* footprint.c (it reads migstate.c's state; mig.c calls it after a change) */
 void footprint_sync(void);
 
 #pragma GCC visibility pop

@@ -3,6 +3,54 @@
 /* ------------------------------------------------------------------ */
 /* MIG                                                                  */
 
+/* ---- a change: root only, under flock, written atomically ---- */
+/*
+ * The transaction of every MIG change below: the state (migstate.c) read under
+ * the node's lock, changed in g_st, saved, and the driver's footprint
+ * (footprint.c) rewritten from it.
+ */
+
+static int g_lock_fd = -1;
+
+/* Take the node's MIG lock and the state as it is now; on success the caller
+ * holds g_mig_lock and must call change_end. */
+static nvmlReturn_t change_begin(void)
+{
+    if (geteuid() != 0)
+        return NVML_ERROR_NO_PERMISSION;
+    if (mkdir(SIM_DIR, 0755) != 0 && errno != EEXIST)
+        return NVML_ERROR_NO_PERMISSION;
+    int fd = open(LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return NVML_ERROR_NO_PERMISSION;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            close(fd);
+            return NVML_ERROR_UNKNOWN;
+        }
+    }
+    pthread_mutex_lock(&g_mig_lock);
+    g_lock_fd = fd;
+    mig_reload();
+    return NVML_SUCCESS;
+}
+
+/* Write the changed state and its footprint (commit) or drop it; release the locks. */
+static nvmlReturn_t change_end(nvmlReturn_t rc)
+{
+    if (rc == NVML_SUCCESS) {
+        if (mig_save() != 0)
+            rc = NVML_ERROR_NO_PERMISSION;
+        else
+            footprint_sync();
+    }
+    mig_reload();
+    pthread_mutex_unlock(&g_mig_lock);
+    close(g_lock_fd);
+    g_lock_fd = -1;
+    return rc;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
                                          unsigned int *pendingMode)
 {

@@ -32,8 +32,9 @@
  * free one in the GPU instance. A new MIG device's UUID is derived from the
  * parent's UUID, the GI and CI ids and the GPU's creation counter.
  *
- * The driver's footprint (footprint.c), rewritten on every change: the
- * capability files /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and
+ * The driver's footprint (footprint.c, rewritten by mig.c's transaction on
+ * every change) shows this state: the capability files
+ * /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and
  * the /dev/nvidia-caps/nvidia-cap<minor> nodes of existing instances (made as
  * nvidia-modprobe would; skipped where mknod is not allowed). Cap minors are
  * the simulator's choice, fitting NVIDIA's sample mig-minors lines:
@@ -513,51 +514,22 @@ void mig_reset(void)
     pthread_mutex_unlock(&g_mig_lock);
 }
 
-/* ---- changes: root only, under flock, written atomically ---- */
+/* ---- for a change (mig.c's transaction, under g_mig_lock and the node's flock) ---- */
 
-static int g_lock_fd = -1;
-
-/* Take the node's MIG lock and the state as it is now; on success the caller
- * holds g_mig_lock and must call change_end. */
-nvmlReturn_t change_begin(void)
+/* Read the state afresh, whether or not the file changed (under g_mig_lock). */
+void mig_reload(void)
 {
-    if (geteuid() != 0)
-        return NVML_ERROR_NO_PERMISSION;
-    if (mkdir(SIM_DIR, 0755) != 0 && errno != EEXIST)
-        return NVML_ERROR_NO_PERMISSION;
-    int fd = open(LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return NVML_ERROR_NO_PERMISSION;
-    while (flock(fd, LOCK_EX) != 0) {
-        if (errno != EINTR) {
-            close(fd);
-            return NVML_ERROR_UNKNOWN;
-        }
-    }
-    pthread_mutex_lock(&g_mig_lock);
-    g_lock_fd = fd;
     g_seen.valid = 0;
     mig_load();
-    return NVML_SUCCESS;
 }
 
-/* Write the changed state (commit) or drop it; release the locks. */
-nvmlReturn_t change_end(nvmlReturn_t rc)
+/* Write the changed state g_st to STATE_FILE and its MIG modes to MODE_FILE; 0 or -1. */
+int mig_save(void)
 {
-    if (rc == NVML_SUCCESS) {
-        if (state_write(&g_st) != 0) {
-            rc = NVML_ERROR_NO_PERMISSION;
-        } else {
-            footprint_sync();
-            persist_modes(&g_st);
-        }
-    }
-    g_seen.valid = 0;
-    mig_load();
-    pthread_mutex_unlock(&g_mig_lock);
-    close(g_lock_fd);
-    g_lock_fd = -1;
-    return rc;
+    if (state_write(&g_st) != 0)
+        return -1;
+    persist_modes(&g_st);
+    return 0;
 }
 
 /* Slots taken by the GPU instances of parent (memory) and their compute slices. */

@@ -1,17 +1,14 @@
 """What lets a converged node cost the roles one command each: the plans' node state and
-`todo`, apt list freshness, the batch validation and the virtualenv install."""
+`todo` (driver-plan, cuda-plan), compared with what the node has installed and held."""
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import time
 
 import pytest
 
 from gpunode.cli.main import main as cli_main
-from gpunode.provision import CheckFailed, converge, lists, packages, venv
+from gpunode.provision import converge, lists, packages
 
 D12 = ["--distro", "debian", "--release", "12", "--arch", "x86_64"]
 DRIVER = ["nvidia-smi", "libcuda1", "libnvidia-ml1"]
@@ -20,63 +17,6 @@ PIN = (
     "# Managed by gpunode (nvidia_driver role): the NVIDIA driver pin.\n"
     "Package: src:nvidia-graphics-drivers\nPin: version 535.261.03-*\nPin-Priority: 1001\n"
 )
-
-
-# --- apt's lists ---------------------------------------------------------------------
-
-
-def apt_root(tmp_path, lists_age: float, sources_age: float):
-    now = time.time()
-    lists_dir = tmp_path / lists.LISTS
-    lists_dir.mkdir(parents=True)
-    (lists_dir / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages").write_text("")
-    os.utime(lists_dir, (now - lists_age, now - lists_age))
-    src = tmp_path / "etc/apt/sources.list.d"
-    src.mkdir(parents=True)
-    (src / "debian.sources").write_text("Types: deb\n")
-    for p in (src, src / "debian.sources"):
-        os.utime(p, (now - sources_age, now - sources_age))
-    return tmp_path
-
-
-def test_lists_current_stale_by_age_by_sources_or_missing(tmp_path):
-    assert lists.apt_stale(3600, apt_root(tmp_path / "a", 60, 600)) == ""
-    assert "older" not in lists.apt_stale(3600, apt_root(tmp_path / "b", 60, 600))
-    assert "7200 s old" in lists.apt_stale(3600, apt_root(tmp_path / "c", 7200, 9000))
-    assert "sources file changed" in lists.apt_stale(3600, apt_root(tmp_path / "d", 600, 60))
-    assert lists.apt_stale(3600, tmp_path / "empty") == "no package lists yet"
-
-
-def test_refresh_runs_apt_get_update_only_when_stale(tmp_path):
-    calls = []
-
-    def runner(argv):
-        calls.append(argv)
-        return 0, "", ""
-
-    fresh = apt_root(tmp_path / "fresh", 60, 600)
-    assert lists.refresh("apt", 3600, runner, fresh) == {"refreshed": False, "reason": "current"}
-    assert calls == []
-    stale = apt_root(tmp_path / "stale", 600, 60)
-    assert lists.refresh("apt", 3600, runner, stale)["refreshed"] is True
-    assert calls == [["apt-get", "update", "-q"]]
-    # an update that changed no list leaves the directory's mtime: the stamp says "current"
-    assert lists.apt_stale(3600, stale) == ""
-    assert lists.refresh("apt", 3600, runner, stale)["refreshed"] is False
-    old = apt_root(tmp_path / "old", 7200, 9000)
-    assert lists.refresh("apt", 3600, runner, old)["refreshed"] is True
-    assert lists.refresh("apt", 3600, runner, old)["refreshed"] is False
-    assert len(calls) == 2
-    calls.pop()
-    assert lists.refresh("apt", -1, runner, stale)["refreshed"] is False
-    assert lists.refresh("dnf", 0, runner, stale)["refreshed"] is False
-    assert len(calls) == 1
-
-    def failing(argv):
-        return 100, "", "W: some warning\nE: Failed to fetch http://deb.debian.org/x  404\n"
-
-    with pytest.raises(CheckFailed, match=r"^apt-get update failed \(.*\): E: Failed to fetch"):
-        lists.refresh("apt", 3600, failing, apt_root(tmp_path / "failing", 600, 60))
 
 
 # --- driver-plan --resolve: state and todo ----------------------------------------------
@@ -263,83 +203,3 @@ def test_driver_plan_bad_cuda_plan_args_is_one_line(node, capsys, value):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "--cuda-plan-args" in err and "cuda-plan's arguments" in err
-
-
-# --- validate --batch ---------------------------------------------------------------
-
-
-def test_validate_batch_judges_each_host(monkeypatch, capsys):
-    hosts = {
-        "good": ["--cuda=11.8", "--driver-version=535.261.03", "--driver-branch=535", *D12],
-        "bad": ["--cuda=12.4", "--driver-version=535.261.03", *D12],
-        "pin": ["--driver-version=535.x", *D12],
-    }
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(hosts)))
-    assert cli_main(["provision", "validate", "--batch", "--json"]) == 1
-    out = json.loads(capsys.readouterr().out)
-    assert out["hosts"]["good"]["ok"] is True
-    assert out["hosts"]["bad"] == {
-        "ok": False,
-        "message": "cuda_toolkit_versions: CUDA 12.4 needs NVIDIA driver >= 550.54.14 (strict policy)"
-        + out["hosts"]["bad"]["message"].split("(strict policy)", 1)[1],
-    }
-    assert out["hosts"]["pin"]["message"].startswith("nvidia_driver_version: ")
-    assert out["message"] == "invalid inventory values on bad, pin"
-
-
-@pytest.mark.parametrize("stdin", ["not json", '{"h": "--cuda=11.8"}', "[]"])
-def test_validate_batch_bad_input_is_one_line(monkeypatch, capsys, stdin):
-    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    assert cli_main(["provision", "validate", "--batch"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("gpunode: error: --batch: stdin ") and err.count("\n") == 1
-
-
-# --- install: the virtualenv from the wheels ------------------------------------------
-
-
-@pytest.fixture
-def fake_pip(monkeypatch):
-    calls = []
-
-    def run(argv, what, hint=""):
-        calls.append(argv)
-        if argv[1:3] == ["-m", "venv"]:
-            os.makedirs(argv[-1] + "/bin", exist_ok=True)
-            open(argv[-1] + "/bin/python", "w").close()
-        if argv[1:] == ["runtime", "install-links", "--prefix", argv[4], "--json"]:
-            return json.dumps({"changed": False, "changes": []})
-        return ""
-
-    monkeypatch.setattr(venv, "_run", run)
-    return calls
-
-
-def test_install_only_when_the_wheels_differ(tmp_path, fake_pip):
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    (wheels / "gpunode-0.1.0-py3-none-any.whl").write_bytes(b"one")
-    target = tmp_path / "venv"
-    out = venv.install(target, wheels, tmp_path / "bin")
-    assert out["changed"] is True
-    assert [c[1:3] for c in fake_pip[:2]] == [["-m", "venv"], ["-m", "pip"]]
-    stamp = (target / venv.STAMP).read_text()
-    fake_pip.clear()
-    again = venv.install(target, wheels, tmp_path / "bin")
-    assert again["changed"] is False and again["changes"] == []
-    assert [c[1:3] for c in fake_pip] == [["runtime", "install-links"]]  # no venv, no pip
-    (wheels / "gpunode-0.1.0-py3-none-any.whl").write_bytes(b"two")
-    fake_pip.clear()
-    dry = venv.install(target, wheels, tmp_path / "bin", dry_run=True)
-    assert dry["changed"] is True and fake_pip == []
-    assert (target / venv.STAMP).read_text() == stamp  # a dry run writes nothing
-    assert venv.install(target, wheels, tmp_path / "bin")["changed"] is True
-    assert fake_pip[0][1:3] == ["-m", "pip"]  # the venv exists: pip only
-
-
-def test_install_without_wheels_says_so(tmp_path, capsys):
-    (tmp_path / "w").mkdir()
-    assert cli_main(["provision", "install", "--wheels", str(tmp_path / "w"), "--venv",
-                     str(tmp_path / "v"), "--json"]) == 1  # fmt: skip
-    out = json.loads(capsys.readouterr().out)
-    assert out["message"].startswith(f"no gpunode wheels in {tmp_path / 'w'}")

@@ -1,9 +1,8 @@
-"""The mock NVML's PCI topology and NVLink answers, and a MIG device's index, asked the way
-NVIDIA's tools ask them (issue 25 §5): raw ctypes calls to the exported symbols go-nvml binds, in the
-order NVIDIA's device plugin makes them for GetPreferredAllocation (go-gpuallocator's
-NewDevices: go-nvlib's GetDevices, then per ordered pair of GPUs links.GetP2PLink and
-links.GetNVLink), and the order NVIDIA's runtime in jit-cdi mode resolves a MIG UUID
-(nvcdi's newMIGDeviceSpecGeneratorFromNVMLDevice)."""
+"""The mock NVML's PCI topology and NVLink answers (mocknvml/topology.c) and the profile
+layouts they come from, asked the way NVIDIA's tools ask them (issue 25 §5): raw ctypes calls
+to the exported symbols go-nvml binds, in the order NVIDIA's device plugin makes them for
+GetPreferredAllocation (go-gpuallocator's NewDevices: go-nvlib's GetDevices, then per ordered
+pair of GPUs links.GetP2PLink and links.GetNVLink)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import yaml
 
 from gpunode.sim.profiles import ProfileError, load_profile, mock_payload, parse_profile
 
-from .test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
+from ..test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
     built_lib,
     in_private_dev,
     install_lib,
@@ -183,7 +182,7 @@ def test_a_down_link_is_skipped_and_far_ends_are_cabling(built_lib, tmp_path, py
 
 
 def layout_profile(gpus: list[dict]) -> dict:
-    src = Path(__file__).resolve().parents[3] / "src/gpunode/data/profiles/a100x4.yaml"
+    src = Path(__file__).resolve().parents[4] / "src/gpunode/data/profiles/a100x4.yaml"
     data = yaml.safe_load(src.read_text())
     del data["defaults"]["nvlink_peers"]
     data["gpus"] = [
@@ -329,78 +328,3 @@ def test_bad_layouts_are_one_line():
         "p.yaml: gpus[0].nvlink_peers: 0000:c4:00.0 is no GPU of the profile, so an NVSwitch; "
         "NVSwitch boards are known for compute capability 8.0, 9.0, not 7.0"
     )
-
-
-# NVIDIA's runtime in jit-cdi mode resolving a MIG UUID (nvcdi's
-# newMIGDeviceSpecGeneratorFromNVMLDevice), and its cdi mode enumerating MIG devices
-# (go-nvlib's VisitMigDevices): both must name a MIG device "<GPU index>:<MIG index>" alike.
-MIG_INDEX = textwrap.dedent(
-    r"""
-    import ctypes, json, sys
-    from ctypes import byref, c_uint, c_void_p
-
-    SUCCESS, NOT_FOUND = 0, 6
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    assert nvml.nvmlInit_v2() == SUCCESS
-
-    def uuid_of(h):
-        buf = ctypes.create_string_buffer(96)
-        assert nvml.nvmlDeviceGetUUID(h, buf, 96) == SUCCESS
-        return buf.value.decode()
-
-    enumerated, full = {}, []
-    count = c_uint()
-    assert nvml.nvmlDeviceGetCount_v2(byref(count)) == SUCCESS
-    for i in range(count.value):
-        h = c_void_p()
-        assert nvml.nvmlDeviceGetHandleByIndex_v2(i, byref(h)) == SUCCESS
-        index = c_uint()
-        assert nvml.nvmlDeviceGetIndex(h, byref(index)) == SUCCESS
-        full.append(index.value)
-        current, pending = c_uint(), c_uint()
-        if nvml.nvmlDeviceGetMigMode(h, byref(current), byref(pending)) != SUCCESS:
-            continue
-        if current.value != 1:
-            continue
-        most = c_uint()
-        assert nvml.nvmlDeviceGetMaxMigDeviceCount(h, byref(most)) == SUCCESS
-        for j in range(most.value):
-            m = c_void_p()
-            rc = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j, byref(m))
-            if rc == NOT_FOUND:
-                continue
-            assert rc == SUCCESS
-            enumerated[uuid_of(m)] = f"{i}:{j}"
-
-    resolved = {}
-    for uuid in json.loads(sys.argv[1]):
-        m, parent = c_void_p(), c_void_p()
-        assert nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), byref(m)) == SUCCESS
-        assert nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m, byref(parent)) == SUCCESS
-        parent_index, mig_index = c_uint(), c_uint()
-        rc = nvml.nvmlDeviceGetIndex(parent, byref(parent_index))
-        assert rc == SUCCESS, f"failed to get parent device index: {rc}"
-        rc = nvml.nvmlDeviceGetIndex(m, byref(mig_index))
-        resolved[uuid] = (f"{parent_index.value}:{mig_index.value}" if rc == SUCCESS
-                          else f"failed to get MIG device index: {rc}")
-    nvml.nvmlShutdown()
-    print(json.dumps({"full": full, "enumerated": enumerated, "resolved": resolved}))
-    """
-)
-
-
-@needs_unshare
-def test_a_mig_device_index_is_its_index_within_its_parent(built_lib, tmp_path, pynvml_ready):  # noqa: F811
-    profile = load_profile("a100x2-mig")
-    uuids = [m.uuid for m in profile.gpus[0].mig_instances]
-    libdir = install_lib(built_lib, mock_payload(profile), tmp_path)
-    script = tmp_path / "mig_index.py"
-    script.write_text(MIG_INDEX)
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev([sys.executable, str(script), json.dumps(uuids)], [0, 1], env=env)
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["full"] == [0, 1]
-    # the MIG devices by GPU instance id: 3g.40gb (GI 2), 2g.20gb (GI 3), 1g.10gb (GI 9)
-    assert got["enumerated"] == {uuids[0]: "0:0", uuids[1]: "0:1", uuids[2]: "0:2"}
-    assert got["resolved"] == got["enumerated"]

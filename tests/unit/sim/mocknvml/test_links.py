@@ -20,7 +20,7 @@ from gpunode.sim.profiles import (
     parse_profile,
 )
 
-from .test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
+from ..test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
     built_lib,
     in_private_dev,
     install_lib,
@@ -129,7 +129,7 @@ def test_gpus_without_nvlink_or_fabric(built_lib, tmp_path, pynvml_ready):  # no
 
 
 def h100(**gpu) -> dict:
-    src = Path(__file__).resolve().parents[3] / "src/gpunode/data/profiles/h100x8.yaml"
+    src = Path(__file__).resolve().parents[4] / "src/gpunode/data/profiles/h100x8.yaml"
     data = yaml.safe_load(src.read_text())
     data["gpus"] = [data["gpus"][0] | gpu]
     return data

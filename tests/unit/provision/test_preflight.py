@@ -1,59 +1,11 @@
-"""Matching-version check, preflight facts from a fake host, the CLI's exit codes."""
+"""Preflight facts from a fake host: GPUs, OS and architecture, the kernel module, disk,
+containerd's CDI."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from gpunode.cli.main import main as cli_main
-from gpunode.provision import matching, preflight
-
-
-def cmp(**kw):
-    base = {
-        "nvml": "535.261.03",
-        "nvml_error": None,
-        "loaded": "535.261.03",
-        "installed": "535.261.03-1",
-        "package": "libnvidia-ml1",
-        "pin": "535.261.03",
-    }
-    return matching.compare(**{**base, **kw})
-
-
-def test_all_agree():
-    m = cmp()
-    assert m.ok and not m.reboot_needed
-
-
-def test_loaded_module_older_than_package_needs_reboot():
-    m = cmp(nvml="535.247.01", loaded="535.247.01")
-    assert not m.ok and m.reboot_needed
-    assert "535.247.01, older than the installed package libnvidia-ml1 535.261.03" in m.message
-    assert "reboot the node" in m.message and "modprobe nvidia" in m.message
-
-
-def test_package_differs_from_pin():
-    m = cmp(installed="535.309.01-0+deb12u1", nvml="535.309.01", loaded="535.309.01")
-    assert not m.ok and not m.reboot_needed
-    assert (
-        "installed libnvidia-ml1 is 535.309.01 but the pinned version is 535.261.03: install the pin"
-        in m.message
-    )
-
-
-def test_nvml_differs():
-    m = cmp(nvml="550.163.01")
-    assert (
-        not m.ok
-        and "NVML reports driver 550.163.01 but the installed package libnvidia-ml1 is 535.261.03"
-        in m.message
-    )
-
-
-def test_not_installed():
-    assert "is not installed" in cmp(installed=None).message
+from gpunode.provision import preflight
 
 
 def _host(tmp_path, os_id="debian", ver="12", pci=(), gpus=(), efi=None, files=()):
@@ -155,114 +107,6 @@ def test_kernel_module_checks(tmp_path):
 def test_disk(tmp_path):
     f = preflight.collect(_host(tmp_path), kernel="k", arch="x86_64", min_free_mib=10**9)
     assert not f.ok and "gpu_preflight_min_free_mib" in f.to_dict()["message"]
-
-
-D12 = ["--distro", "debian", "--release", "12", "--driver-branch", "535"]
-
-
-@pytest.mark.parametrize(
-    ("argv", "line"),
-    [
-        (
-            ["--cuda", "12.7"],
-            "gpunode: error: cuda_toolkit_versions: CUDA '12.7' is not a known release",
-        ),
-        (
-            [
-                "--distro",
-                "ubuntu",
-                "--release",
-                "24.04",
-                "--driver-branch",
-                "515",
-                "--driver-source",
-                "cuda-repo",
-            ],
-            "gpunode: error: nvidia_driver_branch: 515 is not available from NVIDIA's CUDA repository",
-        ),
-        (
-            [
-                *D12,
-                "--driver-version",
-                "535.2x",
-            ],
-            "gpunode: error: nvidia_driver_version: '535.2x' is not a driver version",
-        ),
-        (
-            # the gate speaks before the package plan (which would say "ships CUDA 11.8 only")
-            [
-                "--cuda",
-                "12.4",
-                "--driver-version",
-                "535.261.03",
-                *D12,
-            ],
-            "gpunode: error: cuda_toolkit_versions: CUDA 12.4 needs NVIDIA driver >= 550.54.14 (strict policy)",
-        ),
-    ],
-)
-def test_validate_cli_one_line_exit_2(capsys, argv, line):
-    assert cli_main(["provision", "validate", *argv]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(line) and err.count("\n") == 1
-
-
-def test_validate_cli_ok_json(capsys):
-    assert (
-        cli_main(
-            [
-                "provision",
-                "validate",
-                "--json",
-                "--cuda",
-                "11.8",
-                "--driver-version",
-                "535.261.03",
-                "--distro",
-                "debian",
-                "--release",
-                "12",
-                "--driver-branch",
-                "535",
-            ]
-        )
-        == 0
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is True and out["changed"] is False
-
-
-def test_cuda_gate_cli_exit_1_with_driver(capsys):
-    assert (
-        cli_main(["provision", "cuda-gate", "--cuda", "12.4", "--driver", "535.261.03", "--json"])
-        == 1
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is False and "550.54.14" in out["message"]
-
-
-def test_driver_check_cli_reads_the_loaded_module_and_packages(tmp_path, monkeypatch, capsys):
-    """`provision driver-check` end to end through the CLI: the loaded module from procfs,
-    the package from the package manager, NVML from the inventory (here: no driver)."""
-    from gpunode.nvidia import inventory
-    from gpunode.provision import packages
-
-    def no_driver(**_kw):
-        raise inventory.NoDriver("no NVIDIA driver: /proc/driver/nvidia is missing")
-
-    monkeypatch.setattr(inventory, "collect", no_driver)
-    monkeypatch.setattr(packages, "installed", lambda family, name: "535.261.03-1")
-    version = tmp_path / "version"
-    version.write_text(
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.247.01  Tue Jun 10 2025\n"
-        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
-    )
-    argv = ["provision", "driver-check", "--package", "libnvidia-ml1", "--pin", "535.261.03"]
-    code = cli_main([*argv, "--proc-version", str(version), "--json"])
-    out = json.loads(capsys.readouterr().out)
-    assert code != 0 and out["ok"] is False
-    assert out["loaded"] == "535.247.01" and out["installed"] == "535.261.03-1"
-    assert "535.247.01" in out["message"] and "535.261.03" in out["message"]
 
 
 @pytest.mark.parametrize(

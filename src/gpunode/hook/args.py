@@ -33,7 +33,7 @@ OPTIONS = {
     },
 }
 
-# NVIDIA's hook command line (``nvidia-cdi-hook <sub>``, ``nvidia-ctk hook <sub>``): the five
+# NVIDIA's hook command line (``nvidia-cdi-hook <sub>``, ``nvidia-ctk hook <sub>``): the
 # subcommands NVIDIA's CDI specs call, with NVIDIA's option names (gpunode.hook.nvcli).
 NVIDIA_OPTIONS = {
     "create-symlinks": {"--link": "list"},
@@ -43,6 +43,9 @@ NVIDIA_OPTIONS = {
     # --driver-root: gpunode's (where the driver's /proc/driver/nvidia is; default /)
     "disable-device-node-modification": {"--driver-root": "value"},
     "update-application-profile": {},
+    "chmod": {"--path": "list", "--mode": "value"},
+    # NVIDIA's v1.18.0-rc.1 only; --ldconfig-path accepted and ignored as update-ldcache's
+    "create-soname-symlinks": {"--folder": "list", "--ldconfig-path": "value"},
 }
 
 
@@ -63,6 +66,8 @@ class Args:
         self.driver_root = "/"
         self.host_driver_version = ""
         self.ldconfig_path = ""
+        self.path: list[str] = []
+        self.mode: str | None = None
 
 
 def parse_args(argv: list[str], options: dict = OPTIONS) -> Args:

@@ -54,7 +54,7 @@ COMPAT_DROPIN = "00-gpunode-cuda-compat.conf"
 CUDA_COMPAT_DIR = "/usr/local/cuda/compat"
 
 
-def _clean_folders(folders: list[str]) -> list[str]:
+def clean_folders(folders: list[str]) -> list[str]:
     out: list[str] = []
     for folder in folders:
         if not folder.startswith("/") or any(c in folder for c in "\0\n\r"):
@@ -136,7 +136,7 @@ def update_container_cache(
             raise HookError(f"invalid SONAME {soname!r} (want a file name)")
         split_container_path(path)
         added.append(ldsocache.Entry(soname.encode(), os.path.normpath(path).encode(), flags))
-    folders = _clean_folders(folders)
+    folders = clean_folders(folders)
     root_fd = open_root(root) if isinstance(root, str) else root
     try:
         try:
@@ -211,7 +211,7 @@ def libraries_in_folders(root_fd: int, folders: list[str]) -> list[tuple[str, st
     ldconfig does."""
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for folder in _clean_folders(folders):
+    for folder in clean_folders(folders):
         try:
             fd = open_in_root(root_fd, folder, os.O_RDONLY | os.O_DIRECTORY, follow_last=True)
         except (FileNotFoundError, NotADirectoryError):

@@ -6,7 +6,15 @@ by ``gpunode runtime install-links``: gpunode.launch.firststage) imports this mo
 Forms, by the program name (argv[0]'s basename): ``nvidia-ctk hook SUBCOMMAND [OPTIONS]``
 and, for any other name (``nvidia-cdi-hook``), ``SUBCOMMAND [OPTIONS]``. Options as
 ``--opt value`` or ``--opt=value``; gpunode's ``--root ROOTFS`` is also accepted (instead of
-the OCI state on stdin). An unknown subcommand or option is one line on stderr, exit 1.
+the OCI state on stdin).
+
+Forward-compatible as NVIDIA's (cmd/nvidia-cdi-hook/commands: its CLI's default action and
+CommandNotFound log "Unsupported CDI hook" and return nil): a subcommand gpunode does not
+serve, or none, is one warning line on stderr naming it and what gpunode serves, exit 0,
+nothing read or changed, so a spec from a newer generator (a hook added) or an older one
+(a hook removed) never fails every container. A served subcommand with an option it does
+not take, or a bad value, keeps failing (one line, exit 1): NVIDIA's OnUsageError returns
+the flag error as is when the first word is a known hook, and its main exits 1 on it.
 
 Subcommands (gpunode.hook.args.NVIDIA_OPTIONS), each with the protections of gpunode's own:
 
@@ -26,6 +34,14 @@ Subcommands (gpunode.hook.args.NVIDIA_OPTIONS), each with the protections of gpu
   application profile limiting EGL to the container's GPUs, which only matters to graphics;
   EGL cannot open a GPU whose device node the container lacks, so nothing is exposed
   without it, and gpunode writes no profile for its own containers either.
+* ``chmod --mode MODE --path PATH...``: gpunode.hook.chmod (each PATH resolved inside the
+  container root, a symlink at its last component not followed, MODE strictly octal, at
+  most 777). Imported only when called.
+* ``create-soname-symlinks --folder DIR... [--ldconfig-path PATH]``: the SONAME link of
+  each library in the folders, as ``ldconfig -N -n`` would (gpunode.hook.sonamelinks:
+  folders resolved inside the root, the SONAMEs read bounded, the links made as
+  create-symlinks makes them). ``--ldconfig-path`` accepted and ignored. Imported only
+  when called.
 """
 
 from __future__ import annotations
@@ -57,12 +73,26 @@ def cmd_update_application_profile(args, root_path: str) -> int:
     return 0  # see the module docstring
 
 
+def cmd_chmod(args, root_path: str) -> int:
+    from .chmod import cmd_chmod  # off the other hooks' start path
+
+    return cmd_chmod(args, root_path)
+
+
+def cmd_create_soname_symlinks(args, root_path: str) -> int:
+    from .sonamelinks import cmd_create_soname_symlinks  # ELF reading: this hook's only
+
+    return cmd_create_soname_symlinks(args, root_path)
+
+
 COMMANDS = {
     "create-symlinks": cmd_create_symlinks,
     "enable-cuda-compat": cmd_enable_cuda_compat,
     "update-ldcache": cmd_nvidia_update_ldcache,
     "disable-device-node-modification": cmd_disable_device_node_modification,
     "update-application-profile": cmd_update_application_profile,
+    "chmod": cmd_chmod,
+    "create-soname-symlinks": cmd_create_soname_symlinks,
 }
 USAGE = f"""usage: {NVIDIA_CDI_HOOK} SUBCOMMAND [OPTIONS]  or  {NVIDIA_CTK} hook SUBCOMMAND [OPTIONS]
 NVIDIA's CDI hook command line, served by gpunode-hook (the OCI state on stdin, or --root).
@@ -70,7 +100,10 @@ NVIDIA's CDI hook command line, served by gpunode-hook (the OCI state on stdin, 
   enable-cuda-compat --host-driver-version=VERSION
   update-ldcache --folder DIR... [--ldconfig-path PATH (ignored: no ldconfig is run)]
   disable-device-node-modification
-  update-application-profile   (no-op)"""
+  update-application-profile   (no-op)
+  chmod --mode MODE --path PATH...   (MODE: octal, 0 to 777)
+  create-soname-symlinks --folder DIR... [--ldconfig-path PATH (ignored)]
+Another subcommand (a hook gpunode does not serve) is a warning, exit 0, as NVIDIA's."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +120,31 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         rest, prog = rest[1:], f"{NVIDIA_CTK} hook"
+    hook = subcommand(rest)
+    if hook not in COMMANDS and not (hook is None and HELP.intersection(rest)):
+        what = "no hook given" if hook is None else f"unsupported hook {hook[:60]!r}"
+        print(
+            f"{prog}: warning: {what}, ignored (gpunode serves {', '.join(COMMANDS)})",
+            file=sys.stderr,
+        )
+        return 0
     return run(rest, prog, NVIDIA_OPTIONS, COMMANDS, USAGE)
+
+
+HELP = frozenset(("-h", "--help", "--version"))
+
+
+def subcommand(argv: list[str]) -> str | None:
+    """The first word of *argv* that is not an option (nor --root's value): the hook."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--root":
+            i += 2
+        elif argv[i].startswith("-"):
+            i += 1
+        else:
+            return argv[i]
+    return None
 
 
 if __name__ == "__main__":

@@ -22,6 +22,18 @@ def create_symlink(root_fd: int, target: str, link: str) -> str:
     except OSError as exc:
         raise HookError(f"{link}: cannot open parent directory: {describe(exc)}") from None
     try:
+        return symlink_at(dir_fd, name, target, link)
+    finally:
+        os.close(dir_fd)
+
+
+def symlink_at(dir_fd: int, name: str, target: str, shown: str, links_only: bool = False) -> str:
+    """Make ``name`` in the directory ``dir_fd`` (resolved inside the root by the caller) a
+    symlink with text ``target``: under a temporary name, renamed over it (never following
+    what is there). Returns "exists", "created", "replaced" or, with ``links_only``, "kept"
+    for an entry there that is not a symlink (what ldconfig leaves). ``shown``: the path
+    errors name."""
+    try:
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -29,15 +41,15 @@ def create_symlink(root_fd: int, target: str, link: str) -> str:
         if st is not None:
             if stat.S_ISLNK(st.st_mode) and os.readlink(name, dir_fd=dir_fd) == target:
                 return "exists"
+            if links_only and not stat.S_ISLNK(st.st_mode):
+                return "kept"
             if stat.S_ISDIR(st.st_mode):
-                raise HookError(f"{link}: exists and is a directory")
+                raise HookError(f"{shown}: exists and is a directory")
         # rename(2) replaces a non-directory LINK itself; it never follows it.
         replace_at(dir_fd, name, lambda tmp: os.symlink(target, tmp, dir_fd=dir_fd))
         return "replaced" if st is not None else "created"
     except OSError as exc:
-        raise HookError(f"{link}: {describe(exc)}") from None
-    finally:
-        os.close(dir_fd)
+        raise HookError(f"{shown}: {describe(exc)}") from None
 
 
 def cmd_create_symlinks(args, root_path: str) -> int:

@@ -20,7 +20,9 @@ class ElfError(ValueError):
     """Not an ELF file this module can read."""
 
 
-def _program_headers(fd: int) -> tuple[str, bool, list[tuple[int, int, int, int]]]:
+def _program_headers(
+    fd: int, max_table: int = MAX_TABLE
+) -> tuple[str, bool, list[tuple[int, int, int, int]]]:
     """(endianness, is 64-bit, [(p_type, p_offset, p_vaddr, p_filesz)])."""
     head = os.pread(fd, 64, 0)
     if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
@@ -37,7 +39,7 @@ def _program_headers(fd: int) -> tuple[str, bool, list[tuple[int, int, int, int]
         (phoff,) = struct.unpack_from(end + "I", head, 28)
         phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
         fmt, need = end + "IIIIII", 24  # type, offset, vaddr, paddr, filesz, memsz
-    if phnum and (phentsize < need or phentsize * phnum > MAX_TABLE):
+    if phnum and (phentsize < need or phentsize * phnum > max_table):
         raise ElfError("bad program header table")
     table = os.pread(fd, phentsize * phnum, phoff)
     if len(table) < phentsize * phnum:
@@ -60,32 +62,41 @@ def soname(path: str) -> str | None:
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        end, is64, phdrs = _program_headers(fd)
-        dyn = next((p for p in phdrs if p[0] == PT_DYNAMIC), None)
-        if dyn is None:
-            return None
-        data = os.pread(fd, min(dyn[3], MAX_TABLE), dyn[1])
-        fmt = end + ("qQ" if is64 else "iI")
-        size = struct.calcsize(fmt)
-        strtab = name_off = None
-        for off in range(0, len(data) - size + 1, size):
-            tag, val = struct.unpack_from(fmt, data, off)
-            if tag == DT_NULL:
-                break
-            if tag == DT_STRTAB:
-                strtab = val
-            elif tag == DT_SONAME:
-                name_off = val
-        if strtab is None or name_off is None:
-            return None
-        for p_type, p_offset, p_vaddr, p_filesz in phdrs:
-            if p_type == PT_LOAD and p_vaddr <= strtab < p_vaddr + p_filesz:
-                raw = os.pread(fd, MAX_NAME + 1, strtab - p_vaddr + p_offset + name_off)
-                break
-        else:
-            raise ElfError("DT_STRTAB outside the loaded segments")
+        return soname_fd(fd)
     finally:
         os.close(fd)
+
+
+def soname_fd(fd: int, max_table: int = MAX_TABLE) -> str | None:
+    """soname() of the file open at ``fd``, reading at most ``max_table`` bytes of its
+    program header table and of its dynamic segment (plus the 64-byte ELF header and
+    MAX_NAME + 1 bytes of the name): what one file costs, whatever it claims. A table
+    larger than that is an ElfError; a dynamic segment is read only that far (a SONAME
+    entry past it counts as none). Also OverflowError for offsets past what pread takes."""
+    end, is64, phdrs = _program_headers(fd, max_table)
+    dyn = next((p for p in phdrs if p[0] == PT_DYNAMIC), None)
+    if dyn is None:
+        return None
+    data = os.pread(fd, min(dyn[3], max_table), dyn[1])
+    fmt = end + ("qQ" if is64 else "iI")
+    size = struct.calcsize(fmt)
+    strtab = name_off = None
+    for off in range(0, len(data) - size + 1, size):
+        tag, val = struct.unpack_from(fmt, data, off)
+        if tag == DT_NULL:
+            break
+        if tag == DT_STRTAB:
+            strtab = val
+        elif tag == DT_SONAME:
+            name_off = val
+    if strtab is None or name_off is None:
+        return None
+    for p_type, p_offset, p_vaddr, p_filesz in phdrs:
+        if p_type == PT_LOAD and p_vaddr <= strtab < p_vaddr + p_filesz:
+            raw = os.pread(fd, MAX_NAME + 1, strtab - p_vaddr + p_offset + name_off)
+            break
+    else:
+        raise ElfError("DT_STRTAB outside the loaded segments")
     name, nul, _ = raw.partition(b"\0")
     text = name.decode("ascii", "replace")
     if (

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "up":
         inventory = Path(args.inventory)
+        cluster.check_profiles(cluster.read_inventory(inventory))  # before anything is built
         art = cluster.Artifacts.build(Path(args.build_dir), Path(args.project))
         nodes = cluster.up(inventory, art)
         print(f"simulated cluster up: {', '.join(n.name for n in nodes)}")

@@ -20,7 +20,18 @@ timestamp (``[  9.123456]``, ``-T``'s date, ``-r``'s ``<prio>`` below 8, ``-x``'
 facility), a syslog/journal timestamp and host with the ``kernel:`` tag, or nothing. A
 plain-text export cannot tell the kernel's lines from a process that tags itself
 ``kernel`` (``logger -t kernel``): read /dev/kmsg (the default) or ``journalctl -k``
-(kernel transport only) where that matters. NVML's Xid events (gpunode.nvidia.xidevents)
+(kernel transport only) where that matters.
+
+The kernel also writes text others chose at facility 0 at the start of a record: a
+netfilter ``LOG`` rule's prefix (iptables: 29 characters, nft: 127), set by whoever holds
+CAP_NET_ADMIN in the host network namespace (a hostNetwork pod given NET_ADMIN). The kernel
+follows the prefix with the packet's fields, always starting ``IN=<interface> OUT=<interface> ``
+(then MAC=, SRC=, DST=, PROTO=… or ARP's, nf_log_syslog.c); the driver's Xid lines never
+carry them. So a message holding ``IN=… OUT=… `` (interface names: at most 15 characters, no
+blank) is netfilter's and never an Xid, wherever it stands (a longer prefix may put it in
+``name=``). What that costs: a process named to hold ``IN= OUT= `` (a name is 15
+characters) hides its own Xid from the log; NVML's events (gpunode.nvidia.xidevents) still
+report it while validate runs. NVML's Xid events (gpunode.nvidia.xidevents)
 need no log at all: the driver delivers them to a registered process, so ``validate`` takes
 the ones raised while it runs from NVML; the history before it (the log since boot) has no
 second source, NVML delivering only events raised after registration.
@@ -48,6 +59,8 @@ _XID = re.compile(
 )
 _PID = re.compile(r"\bpid=(?P<pid>'?[^,\s']*'?)")
 _NAME = re.compile(r"\bname=(?P<name>[^,]*)")
+# netfilter's LOG record: the prefix, then "IN=%s OUT=%s " (nf_log_dump_packet_common)
+_NETFILTER = re.compile(r"IN=\S{0,15} OUT=\S{0,15}(?: |$)")
 _KMSG_RECORD = re.compile(r"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)")
 KERNEL_PRIO_END = 8  # prio = facility << 3 | level: below 8 is facility 0, the kernel's own
 # What may come before the driver's text on a plain-text line (see the module docstring):
@@ -135,9 +148,10 @@ class XidEvent:
 
 
 def parse_line(text: str, usec: int | None = None) -> XidEvent | None:
-    """The Xid event a kernel message reports: one that starts with the driver's prefix."""
+    """The Xid event a kernel message reports: one that starts with the driver's prefix and
+    is not a netfilter LOG record (see the module docstring)."""
     m = _XID.match(text)
-    if m is None:
+    if m is None or _NETFILTER.search(text, m.end("xid")):
         return None
     bus = BusId.parse(m["bus"] + ".0")
     rest = m["rest"].lstrip(",").strip()

@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 
+from ..util.boundedyaml import describe
 from . import ProvisionError
 from .versions import at_least, check_cuda, key, major_minor
 
@@ -194,6 +195,6 @@ def gate(
 def check_policy(value: str) -> str:
     if value not in POLICIES:
         raise ProvisionError(
-            f"cuda_toolkit_compat_policy: {value!r} is not one of {', '.join(POLICIES)}"
+            f"cuda_toolkit_compat_policy: {describe(value)} is not one of {', '.join(POLICIES)}"
         )
     return value

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from ..util.boundedyaml import describe
 from ..util.versions import at_least, key
 from . import ProvisionError
 
@@ -40,7 +41,7 @@ def _checked(variable: str, value: str, ok, expected: str) -> str:
     value = str(value).strip()
     if ok(value):
         return value
-    raise ProvisionError(f"{variable}: {value!r} is not {expected}")
+    raise ProvisionError(f"{variable}: {describe(value)} is not {expected}")
 
 
 def check_pin(variable: str, value: str) -> str:

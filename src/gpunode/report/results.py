@@ -21,7 +21,9 @@ MIG have neither and read as GPUs without MIG devices, checks with ``mig`` null.
 
 Any file that is not such a document is refused with one line naming the file and what is
 wrong (in a results file, also the entry: FILE results[i] (node NAME)); nothing is merged
-from a file with one bad entry.
+from a file with one bad entry. A JSON object that names no node is said for what it is:
+the report's own report.json (gpunode.report/v1, or its shape: nodes and summary), another
+schema, or an object with neither, each with what is accepted.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
 REACHABLE = "node.reachable"
 RAN = "node.validate"  # the backward-compatible "error" entry: validate could not run
 NO_GPU = "no NVIDIA GPU: engine only"
+
+
+ACCEPTED = (f"accepted: a node's `gpunode validate --json` result ({SCHEMA}) or a results "
+            f"file ({RESULTS_SCHEMA}, what playbooks/validate.yml writes)")
 
 
 class ResultError(ValueError):
@@ -219,6 +225,8 @@ def load(path: str) -> list[tuple[str, dict]]:
     except RecursionError:
         raise _fail(name, "is nested too deeply to be a result") from None
     if not (isinstance(doc, dict) and ("results" in doc or doc.get("schema") == RESULTS_SCHEMA)):
+        if isinstance(doc, dict) and "node" not in doc:
+            _not_a_result(name, doc)
         return [(name, check_result(doc, name))]
     if doc.get("schema") != RESULTS_SCHEMA:
         raise _fail(name, f"schema is {json.dumps(doc.get('schema'))}; expected "
@@ -234,6 +242,25 @@ def load(path: str) -> list[tuple[str, dict]]:
         named = f"{source} (node {node!r})" if isinstance(node, str) and node.strip() else source
         out.append((source, check_result(entry, named)))
     return out
+
+
+def _not_a_result(name: str, doc: dict) -> None:
+    """One line saying what a JSON object without a node is, when it is not a result that
+    lost its node (schema gpunode.validate/v1: check_result names the missing node)."""
+    schema = doc.get("schema")
+    shown = json.dumps(schema)[:60] if isinstance(schema, str) else None
+    if (isinstance(schema, str) and schema.startswith("gpunode.report/")) or (
+        schema is None and isinstance(doc.get("nodes"), list) and "summary" in doc
+    ):
+        given = f"schema {shown}" if shown else "nodes and summary"
+        raise _fail(name, f"is a cluster report ({given}: `gpunode report`'s report.json), not "
+                          f"results; {ACCEPTED}; a report goes to --previous")  # fmt: skip
+    if shown is not None and schema != SCHEMA:
+        raise _fail(name, f"is a document of schema {shown} without a node; {ACCEPTED}")
+    if schema is None:
+        keys = ", ".join(sorted(str(k) for k in doc)[:5]) or "none"
+        raise _fail(name, f"is a JSON object with no node and no schema (keys: {keys[:80]}); "
+                          f"{ACCEPTED}")  # fmt: skip
 
 
 def result_files(paths: list[str]) -> list[str]:

@@ -30,6 +30,7 @@ from ..util.command import OperationError
 from . import images, mocknvml, procdriver
 from .docker import docker, exec_
 from .procfs import CAPS_MAJOR, UVM_MAJOR
+from .profiles import ProfileError, load_profile
 
 LABEL = "gpunode.sim"
 NODE_CAPS = [
@@ -86,6 +87,20 @@ def read_inventory(path: Path) -> list[NodeSpec]:
     if not nodes:
         raise SimError(f"{path}: no host has gpunode_sim_profile set; nothing to simulate")
     return nodes
+
+
+def check_profiles(nodes: list[NodeSpec]) -> None:
+    """Every node's profile loads as `sim apply-local` will load it in the node (a built-in
+    name or a host path), or one ProfileError naming each node whose profile does not, and
+    why: run before anything is built or started, so a bad profile leaves nothing behind."""
+    bad = []
+    for spec in nodes:
+        try:
+            load_profile(spec.profile)
+        except ProfileError as exc:
+            bad.append(f"{spec.name}: {exc}")
+    if bad:
+        raise ProfileError("; ".join(bad))
 
 
 INSTALL_ROLE = "roles/gpunode_install"  # relative to the project
@@ -480,6 +495,7 @@ def raise_xid(name: str, bus: str, code: str) -> str:
 
 def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
     nodes = read_inventory(inventory)
+    check_profiles(nodes)  # before any image, container or install
     releases = sorted({n.release for n in nodes})
     # debootstrap is mostly waiting on the mirror: build the releases side by side.
     with ThreadPoolExecutor(max_workers=len(releases)) as pool:

@@ -130,6 +130,13 @@ FAULTS = {
         "fabric training completed with an error (NVSwitch GPUs only)",
         {"gpu.fabric_manager": "fail"}),
 }  # fmt: skip
+# Faults renamed to the flag they raise (commit 524d374): a profile naming the old name is
+# told the new one.
+RENAMED_FAULTS = {
+    "pcie_degraded": "pcie_link_degraded",
+    "xid_application": "xid_application_error",
+    "xid_nvlink": "xid_error",
+}
 
 # nvmlDeviceArchitecture_t by compute-capability major (and 7.5 for Turing).
 _ARCH_BY_CC = {3: 2, 5: 3, 6: 4, 7: 5, 8: 7, 9: 9, 10: 10, 12: 10}
@@ -398,9 +405,7 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
     faults_raw = raw.get("faults", [])
     if not isinstance(faults_raw, list):
         raise _err(f"{where}.faults", faults_raw, "a list")
-    for fault in faults_raw:
-        if fault not in FAULTS:
-            raise _err(f"{where}.faults", fault, f"one of {', '.join(sorted(FAULTS))}")
+    # each name is in FAULTS: parse_profile checked every GPU's first (_check_faults)
     memory = _int(f"{where}.memory_mib", raw["memory_mib"], 1)
     compute_capability = (int(cc[1]), int(cc[2]))
     mig, instances = _parse_mig(f"{where}.mig", raw.get("mig", False), memory, compute_capability)
@@ -630,6 +635,20 @@ def _parse_mig(
     return enabled, tuple(instances)
 
 
+def _check_faults(where: str, lists: list[tuple[str, Any]]) -> None:
+    """One ProfileError naming every fault of ``lists`` ((where, the faults given)) that is
+    not in FAULTS, each renamed one with its new name."""
+    bad = []
+    for at, faults in lists:
+        for fault in faults if isinstance(faults, list) else []:
+            if not isinstance(fault, str) or fault not in FAULTS:
+                new = RENAMED_FAULTS.get(fault) if isinstance(fault, str) else None
+                bad.append(f"{at} {fault!r}" + (f" (renamed {new})" if new else ""))
+    if bad:
+        raise ProfileError(f"{where}: unknown faults: {', '.join(bad)}; accepted: one of "
+                           f"{', '.join(sorted(FAULTS))}")  # fmt: skip
+
+
 def parse_profile(data: Any, source: str = "<memory>") -> Profile:
     """Validate a loaded YAML document and return a Profile, or raise ProfileError."""
     where = source
@@ -646,6 +665,9 @@ def parse_profile(data: Any, source: str = "<memory>") -> Profile:
         raise _err(f"{where}: gpus", gpus_raw, "a list of GPUs")
     if gpus_raw and driver is None:
         raise ProfileError(f"{where}: GPUs are listed but 'driver' is missing; GPUs need a driver")
+    # every GPU's faults at once: a list of names is what an old profile gets wrong most
+    _check_faults(where, [(f"gpus[{i}].faults", g.get("faults")) for i, g in
+                          enumerate(gpus_raw) if isinstance(g, dict)])  # fmt: skip
     gpus: list[Gpu] = []
     for i, entry in enumerate(gpus_raw):
         entry = _mapping(f"{where}: gpus[{i}]", entry, GPU_KEYS)

@@ -45,6 +45,7 @@ from ..mig.config import document
 from ..provision import ProvisionError
 from ..provision.cuda import check_policy
 from ..provision.versions import check_cuda, check_pin
+from ..util.boundedyaml import describe
 from .mig import Layout, load_layout, parse_layout
 
 ENGINES = ("docker", "podman", "cri", "none")
@@ -54,6 +55,17 @@ MIG_CONFIG_PATH = "/etc/gpunode/mig-config.yaml"  # where the gpu_mig role write
 
 class BadInput(ValueError):
     """An expectation or path the operator must fix: one line, exit 2."""
+
+
+# A vars file's values are shown with describe and converted with _scalar, never with
+# repr()/str(): boundedyaml counts an alias once per use, but a YAML alias nine times per
+# level is 9**n items as text (495 bytes: a 2 GB message).
+def _scalar(where: str, value: Any, accepted: str) -> str:
+    """A string, number or boolean value as text; anything else (a list, a mapping) is
+    BadInput naming ``where``, the value's start and size, and ``accepted``."""
+    if isinstance(value, str | int | float):
+        return value if isinstance(value, str) else str(value)
+    raise BadInput(f"{where}: {describe(value)} is not {accepted}")
 
 
 @dataclass
@@ -83,14 +95,15 @@ class Expectations:
 
 
 def _gpus(where: str, value: Any) -> int:
+    bad = BadInput(f"{where}: {describe(value)} is not a GPU count; expected an integer >= 0")
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise BadInput(f"{where}: {value!r} is not a GPU count; expected an integer >= 0")
+        raise bad
     try:
         n = int(value)
     except ValueError:
-        raise BadInput(f"{where}: {value!r} is not a GPU count; expected an integer >= 0") from None
+        raise bad from None
     if n < 0:
-        raise BadInput(f"{where}: {value!r} is not a GPU count; expected an integer >= 0")
+        raise bad
     return n
 
 
@@ -99,7 +112,7 @@ def _bool(where: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
         return value.lower() in ("true", "yes", "1")
-    raise BadInput(f"{where}: {value!r} is not a boolean; expected true or false")
+    raise BadInput(f"{where}: {describe(value)} is not a boolean; expected true or false")
 
 
 def _provision(fn, *args: Any) -> Any:
@@ -179,18 +192,23 @@ def build(
         )
     if got := pick(driver_pin, "nvidia_driver_version", "nvidia_driver_branch"):
         where = "--driver-pin" if got[1] == "flag" else got[1]
-        e.driver_pin = _provision(check_pin, where, str(got[0]))
+        pin = _scalar(where, got[0], "a driver version (e.g. 535.261.03) or branch (e.g. 535)")
+        e.driver_pin = _provision(check_pin, where, pin)
         e.sources["driver_pin"] = got[1]
     if driver_package:
         e.driver_package = driver_package
     if got := pick(cuda, "cuda_toolkit_versions"):
         where = "--cuda" if got[1] == "flag" else got[1]
         values = got[0] if isinstance(got[0], list) else [got[0]]
-        flat = [x.strip() for item in values for x in str(item).split(",") if x.strip()]
+        texts = [_scalar(where, item, "a CUDA version (e.g. 12.4) or a list of them")
+                 for item in values]  # fmt: skip
+        flat = [x.strip() for text in texts for x in text.split(",") if x.strip()]
         e.cuda = [_provision(check_cuda, where, x) for x in flat]
         e.sources["cuda"] = got[1]
     if got := pick(policy, "cuda_toolkit_compat_policy"):
-        e.policy = _provision(check_policy, str(got[0]))
+        where = "--policy" if got[1] == "flag" else got[1]
+        policy = _scalar(where, got[0], "one of strict, minor, forward")
+        e.policy = _provision(check_policy, policy)
     if runtime_default:
         e.runtime_default = True
     else:
@@ -202,14 +220,16 @@ def build(
                 e.runtime_default = _bool(k, v[k])
                 break
     if got := pick(runtime_name, "container_engine_runtime_name"):
-        name = str(got[0])
+        where = "--runtime-name" if got[1] == "flag" else got[1]
+        accepted = "a runtime name (letters, digits, - _ .)"
+        name = _scalar(where, got[0], accepted)
         if not name or not all(c.isalnum() or c in "-_." for c in name):
-            raise BadInput(f"runtime name {name!r} is not valid; expected letters, digits, - _ .")
+            raise BadInput(f"{where}: {describe(name)} is not {accepted}")
         e.runtime_name = name
     if got := pick(engine, "gpunode_validate_engine"):
         if got[0] not in ENGINES:
             where = "--engine" if got[1] == "flag" else got[1]
-            raise BadInput(f"{where}: {got[0]!r} is not one of {', '.join(ENGINES)}")
+            raise BadInput(f"{where}: {describe(got[0])} is not one of {', '.join(ENGINES)}")
         e.engine = got[0]
     e.mig_layout = _mig_layout(v, mig_config_file, mig_config_name)
     if e.mig_layout is not None:
@@ -231,12 +251,14 @@ def _mig_layout(v: dict[str, Any], path: str | None, name: str | None) -> Layout
                            "--expect-mig-name NAME (or gpu_mig_config)")  # fmt: skip
         return None
     if not isinstance(name, str):
-        raise BadInput(f"{name_where}: {name!r} is not a config name; expected a string")
+        raise BadInput(f"{name_where}: {describe(name)} is not a config name; expected a string")
     try:
         if doc is not None:
             if isinstance(doc, dict) and not {"version", "mig-configs"} & set(doc):
                 doc = document(doc)  # mig-configs alone, as the role has them
             return parse_layout(doc, name, "gpu_mig_configs")
-        return load_layout(str(path or v.get("gpu_mig_config_path") or MIG_CONFIG_PATH), name)
+        if path is None and v.get("gpu_mig_config_path"):
+            path = _scalar("gpu_mig_config_path", v["gpu_mig_config_path"], "a file's path")
+        return load_layout(path or MIG_CONFIG_PATH, name)
     except MigConfigError as exc:
         raise BadInput(str(exc)) from None

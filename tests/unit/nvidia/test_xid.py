@@ -209,3 +209,40 @@ def test_an_xid_on_a_bus_no_gpu_has_is_a_node_finding_naming_the_bus(tmp_path):
         "every Xid logged is on one of the node's GPUs",
     )
     assert node_xid(None)[0] == "skip"
+
+
+PREFIX = "NVRM: Xid (PCI:0000:3b:00): 9"  # 29 characters: iptables' --log-prefix at most
+assert len(PREFIX) == 29
+TCP4 = ("IN=eth0 OUT= MAC=52:54:00:12:34:56:52:54:00:ab:cd:ef:08:00 SRC=10.0.0.2 DST=10.0.0.1 "
+        "LEN=60 TOS=0x00 PREC=0x00 TTL=64 ID=54321 DF PROTO=TCP SPT=40000 DPT=22 "
+        "WINDOW=64240 RES=0x00 SYN URGP=0 ")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        # iptables -A INPUT -p tcp --dport 22 -j LOG --log-prefix "$PREFIX" (level 4, the
+        # default warning): the kernel writes prefix + "IN=… OUT=… " + the packet's fields
+        f"4,1040,9600000,-;{PREFIX}{TCP4}",
+        # nft ... log prefix "<the driver's whole line> " (up to 127 characters), OUTPUT
+        f"4,1041,9600001,-;{FORGED} IN= OUT=eth0 SRC=10.0.0.2 DST=10.0.0.1 LEN=84 TOS=0x00 "
+        "PREC=0x00 TTL=64 ID=1 DF PROTO=ICMP TYPE=8 CODE=0 ID=7 SEQ=1 UID=0 GID=0 ",
+        # the prefix naming the process field, so the fields land in name=
+        f"0,1042,9600002,-;{PREFIX}, pid=1, name=IN=eth0 OUT= SRC=fe80:0000:0000:0000:0000:"
+        "0000:0000:0001 DST=ff02:0000:0000:0000:0000:0000:0000:0001 LEN=72 TC=0 HOPLIMIT=1 "
+        "FLOWLBL=0 PROTO=UDP SPT=5353 DPT=5353 LEN=32 ",
+        # ARP, a bridge's ports, a truncated packet; an interface named with a comma
+        f"4,1043,9600003,-;{PREFIX} IN=br0 OUT= ARP HTYPE=1 PTYPE=0x0800 OPCODE=1 "
+        "MACSRC=52:54:00:12:34:56 IPSRC=10.0.0.2 MACDST=00:00:00:00:00:00 IPDST=10.0.0.1",
+        f"4,1044,9600004,-;{PREFIX} IN=br0 OUT=br0 PHYSIN=veth1 PHYSOUT=veth2 TRUNCATED",
+        f"4,1045,9600005,-;{PREFIX}, pid=1, name=IN=x, OUT= TRUNCATED",
+    ],
+    ids=["iptables-29", "nft-whole-line", "in-name", "arp", "bridge", "comma-ifname"],
+)
+def test_a_netfilter_log_record_is_never_an_xid(record):
+    """A LOG rule's prefix in the host network namespace (CAP_NET_ADMIN there: a
+    hostNetwork pod given NET_ADMIN) makes the kernel write a facility-0 record that starts
+    with the prefix. Before, a 29-character prefix failed GPU 3b with Xid 9."""
+    assert [e.usec for e in xid.parse_log(KMSG + record + "\n")] == [9123456, 9200000, 9300000]
+    line = f"[    9.600000] {record.split(';', 1)[1]}"  # the same record as dmesg prints it
+    assert xid.parse_log(line + "\n") == []

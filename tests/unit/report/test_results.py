@@ -288,3 +288,50 @@ def test_a_result_file_nested_without_end_is_one_line(tmp_path):
         results.load(str(f))
     assert "is nested too deeply to be a result" in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_the_reports_own_json_is_named_for_what_it_is(tmp_path, capsys):
+    """Before: `gpunode report report.json` said "node is null; expected the node's name"."""
+    from gpunode.cli.main import main
+
+    out = tmp_path / "o"
+    assert main(["report", str(write_cluster(tmp_path / "r")), "-o", str(out), "-q"]) == 1
+    report = out / "report.json"
+    capsys.readouterr()
+    for given in (report, out):  # the file, or the report directory holding it
+        assert main(["report", str(given), "-o", str(tmp_path / "o2")]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"gpunode: error: {report}: is a cluster report (schema \"gpunode.report/v1\": "
+            "`gpunode report`'s report.json), not results; accepted: a node's `gpunode "
+            "validate --json` result (gpunode.validate/v1) or a results file "
+            "(gpunode.results/v1, what playbooks/validate.yml writes); a report goes to "
+            "--previous\n"
+        )
+    assert not (tmp_path / "o2").exists()
+    doc = json.loads(report.read_text())
+    del doc["schema"]  # by its shape too
+    report.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultError, match=r"is a cluster report \(nodes and summary:"):
+        results.load(str(report))
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"schema": "gpunode.report/v2", "nodes": []}, 'is a cluster report (schema "gpunode.'
+                                                       'report/v2": `gpunode report`'),
+        ({"schema": "x/v9", "checks": []}, 'is a document of schema "x/v9" without a node; '
+                                           "accepted: a node's `gpunode validate --json` result"),
+        ({"checks": [], "gpus": []}, "is a JSON object with no node and no schema (keys: "
+                                     "checks, gpus); accepted: a node's"),
+        ({}, "is a JSON object with no node and no schema (keys: none); accepted: a node's"),
+    ],
+)
+def test_an_object_that_names_no_node_is_said_for_what_it_is(tmp_path, doc, message):
+    f = tmp_path / "x.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultError) as exc:
+        results.load(str(f))
+    line = str(exc.value)
+    assert line.startswith(f"{f}: {message}") and "\n" not in line, line

@@ -73,7 +73,7 @@ def test_defaults_apply_and_minor_defaults_to_position():
         (lambda d: d["gpus"][0].update(bus_id="07:00"), "gpus[0].bus_id: '07:00'"),
         (
             lambda d: d["gpus"][1].update(faults=["on_fire"]),
-            "'on_fire' is not valid; expected one of",
+            "unknown faults: gpus[1].faults 'on_fire'; accepted: one of",
         ),
         (lambda d: d["gpus"][1].update(minor=0), "gpus[1].minor 0 duplicates gpus[0]"),
         (lambda d: d["gpus"][1].update(uuid=d["gpus"][0]["uuid"].upper()), "duplicates gpus[0]"),
@@ -268,3 +268,70 @@ def test_bad_mig_is_one_clear_line(mig, defaults, expect):
     msg = str(err.value)
     assert expect in msg, msg
     assert "\n" not in msg and msg.startswith("x.yaml")
+
+
+def renamed_profile() -> dict:
+    """GOOD with three GPUs naming faults by their names before commit 524d374, and one
+    name that never was a fault."""
+    data = copy.deepcopy(GOOD)
+    data["gpus"][0]["faults"] = ["pcie_degraded", "persistence_off"]
+    data["gpus"][1]["faults"] = ["xid_nvlink", "on_fire"]
+    data["gpus"].append({"uuid": "GPU-1c5f8d3e-c942-4a7b-8e1d-6f3a9c27e513",
+                         "bus_id": "0000:af:00.0", "faults": ["xid_application"]})  # fmt: skip
+    return data
+
+
+def test_every_bad_fault_is_listed_with_its_new_name():
+    """Before: only the first bad name (gpus[0]'s pcie_degraded), without its new name."""
+    with pytest.raises(ProfileError) as err:
+        parse_profile(renamed_profile(), "x.yaml")
+    msg = str(err.value)
+    assert msg == (
+        "x.yaml: unknown faults: gpus[0].faults 'pcie_degraded' (renamed "
+        "pcie_link_degraded), gpus[1].faults 'xid_nvlink' (renamed xid_error), "
+        "gpus[1].faults 'on_fire', gpus[2].faults 'xid_application' (renamed "
+        f"xid_application_error); accepted: one of {', '.join(sorted(FAULTS))}"
+    )
+
+
+def sim_inventory(tmp_path, profiles: dict[str, str]):
+    """An inventory of simulated nodes, each with its profile file written from ``profiles``."""
+    hosts = {}
+    for node, text in profiles.items():
+        (tmp_path / f"{node}.yaml").write_text(text)
+        hosts[node] = {"gpunode_sim_profile": str(tmp_path / f"{node}.yaml")}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    return inv
+
+
+def test_profiles_are_checked_before_any_node_starts(tmp_path, monkeypatch, capsys):
+    """Before: `gpunode sim up` built the wheels, started node1, installed gpunode and failed
+    applying the profile in it, leaving the container running, naming one bad fault."""
+    from gpunode.cli.main import main
+    from gpunode.sim import cluster, images
+
+    def reached(*args, **kwargs):
+        raise AssertionError("reached a build or a docker call with an invalid profile")
+
+    for module, name in ((cluster.Artifacts, "build"), (images, "build"), (cluster, "docker"),
+                         (cluster, "exec_"), (cluster, "start_node")):  # fmt: skip
+        monkeypatch.setattr(module, name, reached)
+    bad = renamed_profile()
+    good = copy.deepcopy(GOOD)
+    good["name"] = "fine"
+    inv = sim_inventory(tmp_path, {"node1": yaml.safe_dump(good), "node2": yaml.safe_dump(bad),
+                                   "node3": "name: [unclosed\n"})  # fmt: skip
+    with pytest.raises(ProfileError) as err:
+        cluster.up(inv, artifacts=None)
+    msg = str(err.value)
+    assert "\n" not in msg and "node1" not in msg
+    assert msg.startswith("node2: node2.yaml: unknown faults: gpus[0].faults 'pcie_degraded' "
+                          "(renamed pcie_link_degraded), ")  # fmt: skip
+    assert "(renamed xid_application_error)" in msg
+    assert "; node3: node3.yaml: not valid YAML at line 2" in msg
+
+    capsys.readouterr()
+    rc = main(["sim", "up", "-i", str(inv)])  # the CLI's path checks before building
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"gpunode: error: {msg}\n"

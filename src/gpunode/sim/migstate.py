@@ -147,17 +147,27 @@ def _c_string(text: str) -> str:
 def c_header() -> str:
     """``migstate.h`` for the mock NVML: this module's definition of the state, its files
     (the Xid event log's, which sim/xidraise appends to, among them) and the cap minors as
-    C macros (generated at build time; nothing else defines them)."""
+    C macros (generated at build time; nothing else defines them). The roots
+    (``PROC_DRIVER``, ``DEV_DIR``, ``MODE_DIR``) are a node's; the files under them have a
+    ``*_SUB`` or ``*_NAME`` form too, for the mock's paths under other roots."""
     defines = {
-        "SIM_DIR": _c_string(f"{PROC_DRIVER}/{SIM_DIR}"),
-        "STATE_FILE": f'SIM_DIR "/{STATE_NAME}"',
-        "LOCK_FILE": f'SIM_DIR "/{LOCK_NAME}"',
+        "PROC_DRIVER": _c_string(PROC_DRIVER),
+        "DEV_DIR": _c_string(DEV),
+        "MODE_DIR": _c_string(NODE_DISK),
+        "SIM_SUB": _c_string(SIM_DIR),
+        "STATE_NAME": _c_string(STATE_NAME),
+        "LOCK_NAME": _c_string(LOCK_NAME),
+        "MODE_NAME": _c_string(MODE_NAME),
+        "CAPS_SUB": _c_string(CAPS_DIR),
+        "DEVCAPS_SUB": _c_string(DEVCAPS_DIR),
+        "SIM_DIR": 'PROC_DRIVER "/" SIM_SUB',
+        "STATE_FILE": 'SIM_DIR "/" STATE_NAME',
+        "LOCK_FILE": 'SIM_DIR "/" LOCK_NAME',
         "EVENT_LOG": f'SIM_DIR "/{EVENT_NAME}"',
         "STATE_MAGIC": _c_string(MAGIC),
-        "MODE_DIR": _c_string(NODE_DISK),
-        "MODE_FILE": f'MODE_DIR "/{MODE_NAME}"',
-        "CAPS_PROC": _c_string(f"{PROC_DRIVER}/{CAPS_DIR}"),
-        "CAPS_DEV": _c_string(f"{DEV}/{DEVCAPS_DIR}"),
+        "MODE_FILE": 'MODE_DIR "/" MODE_NAME',
+        "CAPS_PROC": 'PROC_DRIVER "/" CAPS_SUB',
+        "CAPS_DEV": 'DEV_DIR "/" DEVCAPS_SUB',
         "CAPS_MAJOR": str(CAPS_MAJOR),
         "CAP_CONFIG_MINOR": str(CAP_CONFIG_MINOR),
         "CAP_MONITOR_MINOR": str(CAP_MONITOR_MINOR),

@@ -533,6 +533,14 @@ typedef struct {
 extern state_t g_st;
 extern pthread_mutex_t g_mig_lock;
 
+/* Where the node's MIG files are (migstate.h's, under a node's roots). */
+#define PATH_LEN 256
+typedef struct {
+    char sim_dir[PATH_LEN], state[PATH_LEN], lock[PATH_LEN], mode_dir[PATH_LEN],
+        mode[PATH_LEN], caps_proc[PATH_LEN], caps_dev[PATH_LEN];
+} sim_paths_t;
+extern sim_paths_t g_paths;
+
 #define NVLINK_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
 
 /* profile.c */
@@ -542,6 +550,7 @@ int parse_bus_id(const char *s, unsigned int *dom, unsigned int *bus,
                         unsigned int *dev, unsigned int *fn);
 void for_each_field(char *rest, void (*set)(void *, const char *, const char *), void *obj);
 void parse_profile(void);
+void parse_payload(const char *text, size_t size);
 /* init.c */
 int initialized(void);
 /* system.c */
@@ -572,6 +581,7 @@ int ci_placement_valid(const gip_t *p, unsigned int profile, unsigned int start)
 int ci_fits(const gip_t *p, unsigned int profile, unsigned int start, unsigned int taken,
                    unsigned int same);
 int write_atomically(const char *path, const char *text, mode_t mode);
+int node_lock(void);
 void mig_uuid(char *out, size_t cap, const char *parent, unsigned int gi, unsigned int ci,
                      unsigned int counter);
 

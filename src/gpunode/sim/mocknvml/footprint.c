@@ -92,9 +92,9 @@ static int keep_ci(unsigned int id, const void *arg)
 
 static void ensure_cap_node(unsigned int minor, int want)
 {
-    char path[64];
+    char path[PATH_LEN + 32];
     struct stat sb;
-    snprintf(path, sizeof(path), CAPS_DEV "/nvidia-cap%u", minor);
+    snprintf(path, sizeof(path), "%s/nvidia-cap%u", g_paths.caps_dev, minor);
     int have = lstat(path, &sb) == 0;
     int right = have && S_ISCHR(sb.st_mode) && sb.st_rdev == makedev(CAPS_MAJOR, minor);
     if (have && (!want || !right))
@@ -108,16 +108,16 @@ static void ensure_cap_node(unsigned int minor, int want)
 
 void footprint_sync(void)
 {
-    char dir[256], sub[320];
-    mkdir(CAPS_PROC, 0555);
-    mkdir(CAPS_DEV, 0755);
+    char dir[PATH_LEN + 32], sub[PATH_LEN + 64];
+    mkdir(g_paths.caps_proc, 0555);
+    mkdir(g_paths.caps_dev, 0755);
     for (unsigned int i = 0; i < g_ngpus; i++) {
         const gpu_t *g = &g_gpus[i].gpu;
         if (!g->mig_capable)
             continue;
-        snprintf(dir, sizeof(dir), CAPS_PROC "/gpu%u", g->minor);
+        snprintf(dir, sizeof(dir), "%s/gpu%u", g_paths.caps_proc, g->minor);
         make_dir(dir);
-        snprintf(dir, sizeof(dir), CAPS_PROC "/gpu%u/mig", g->minor);
+        snprintf(dir, sizeof(dir), "%s/gpu%u/mig", g_paths.caps_proc, g->minor);
         make_dir(dir);
         prune_arg_t arg = {g->uuid, 0};
         prune(dir, "gi", keep_gi, &arg);
@@ -134,7 +134,7 @@ void footprint_sync(void)
                 const st_ci_t *ci = &g_st.cis[c];
                 if (ci->gi != gi->id || strcmp(ci->parent, g->uuid) != 0)
                     continue;
-                char cdir[400];
+                char cdir[PATH_LEN + 96];
                 snprintf(cdir, sizeof(cdir), "%s/ci%u", sub, ci->id);
                 make_dir(cdir);
                 write_access(cdir, CI_MINOR(g->minor, gi->id, ci->id));

@@ -43,6 +43,7 @@
  */
 
 state_t g_st;
+sim_paths_t g_paths = {SIM_DIR, STATE_FILE, LOCK_FILE, MODE_DIR, MODE_FILE, CAPS_PROC, CAPS_DEV};
 static struct {
     int valid, exists;
     dev_t dev;
@@ -53,6 +54,25 @@ static struct {
 pthread_mutex_t g_mig_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int g_gi_cursor, g_mig_cursor;
 static char g_buf[STATE_BUF];
+
+/* Take the node's MIG lock (flock on the lock file): its fd, or -1 (errno). */
+int node_lock(void)
+{
+    if (mkdir(g_paths.sim_dir, 0755) != 0 && errno != EEXIST)
+        return -1;
+    int fd = open(g_paths.lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+    }
+    return fd;
+}
 
 unsigned int mig_ci_slices(const mig_t *m)
 {
@@ -208,7 +228,7 @@ static void st_ci_setter(void *o, const char *k, const char *v)
 /* Read STATE_FILE into *st: 1 when read, 0 when absent or not ours. */
 static int state_read(state_t *st)
 {
-    int fd = open(STATE_FILE, O_RDONLY | O_CLOEXEC);
+    int fd = open(g_paths.state, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
     size_t len = 0;
@@ -317,20 +337,20 @@ static int state_write(const state_t *st)
                     st->cis[i].start, st->cis[i].uuid);
     if (at >= sizeof(g_buf) - 1)
         return -1;
-    return write_atomically(STATE_FILE, g_buf, 0644);
+    return write_atomically(g_paths.state, g_buf, 0644);
 }
 
 /* MIG mode survives a reboot: keep it on the node's disk too (best effort). */
 static void persist_modes(const state_t *st)
 {
     struct stat sb;
-    if (stat(MODE_DIR, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (stat(g_paths.mode_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return;
     size_t at = append(0, STATE_KEY_FORMAT, st->key);
     for (unsigned int i = 0; i < st->ngpus; i++)
         at = append(at, MODE_LINE_FORMAT, st->gpus[i].uuid, st->gpus[i].mode);
     if (at < sizeof(g_buf) - 1)
-        (void)write_atomically(MODE_FILE, g_buf, 0644);
+        (void)write_atomically(g_paths.mode, g_buf, 0644);
 }
 
 /* ---- this process's view: handle slots and visibility ---- */
@@ -340,9 +360,9 @@ static void persist_modes(const state_t *st)
  * driver behind the major). */
 static int cap_ok(unsigned int minor)
 {
-    char path[64];
+    char path[PATH_LEN + 32];
     struct stat sb;
-    snprintf(path, sizeof(path), CAPS_DEV "/nvidia-cap%u", minor);
+    snprintf(path, sizeof(path), "%s/nvidia-cap%u", g_paths.caps_dev, minor);
     if (stat(path, &sb) != 0 || !S_ISCHR(sb.st_mode) || major(sb.st_rdev) != CAPS_MAJOR ||
         minor(sb.st_rdev) != minor)
         return 0;
@@ -477,7 +497,7 @@ static void reconcile(void)
 static void mig_load(void)
 {
     struct stat sb;
-    int exists = stat(STATE_FILE, &sb) == 0;
+    int exists = stat(g_paths.state, &sb) == 0;
     if (g_seen.valid && exists == g_seen.exists &&
         (!exists || (sb.st_dev == g_seen.dev && sb.st_ino == g_seen.ino &&
                      sb.st_size == g_seen.size && sb.st_mtim.tv_sec == g_seen.mtim.tv_sec &&

@@ -7,7 +7,7 @@ profiles (slices, placement step). Everything in the simulator that needs the ge
 it from here: the profiles (``sim/profiles``: MIG instance names and placements), the mock
 NVML (through the profile payload's ``gip``, ``cip`` and ``migspace`` records that
 ``profiles.mock_payload`` writes from this table; ``mocknvml/profile.c`` parses them at
-start), the initial MIG state (``sim/migstate``) and the unit MIG tests' fake NVML. Data, not
+start, the initial MIG state among it) and the unit MIG tests' fake NVML. Data, not
 code, so that the C mock and Python read the same values instead of keeping copies.
 """
 

@@ -15,6 +15,7 @@ from gpunode.sim.apply import Paths, Result, apply_proc_devices
 from gpunode.sim.profiles import load_profile, mock_payload
 
 from ...proc_devices import get, nvidia_devices
+from .test_mocknvml import built_lib  # noqa: F401  (fixture: the mock does sim apply's MIG part)
 from .test_procfs import KERNEL
 
 
@@ -80,20 +81,22 @@ def test_the_kernel_log_holds_the_drivers_xid_for_each_fault(tmp_path):
     res = Result()
     apply_kernel_log(load_profile("nogpu"), where, res)
     assert not kmsg.exists() and res.changed == [f"removed {kmsg}"]
-# ---- MIG state and footprint (gpunode.sim.migstate) ----
+# ---- MIG state and footprint (gpunode.sim.migstate, done by the mock's setup.c) ----
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="makes device nodes (mknod)")
 MIG_GPU = "GPU-7c41e0a2-5f3b-4d19-a8e6-2b9d0c4f6a51"  # a100x2-mig: minor 0, MIG on
 OFF_GPU = "GPU-7c41e0a2-5f3b-4d19-a8e6-2b9d0c4f6a52"  # minor 1, MIG-capable, off
 
 
-def mig_paths(tmp_path) -> Paths:
+@pytest.fixture
+def where(tmp_path, built_lib) -> Paths:  # noqa: F811
     for sub in ("proc/nvidia", "dev", "var"):
         (tmp_path / sub).mkdir(parents=True, exist_ok=True)
     return Paths(
         dev=tmp_path / "dev",
         proc_driver=tmp_path / "proc",
         state=tmp_path / "var" / "profile.json",
+        mock_base=built_lib,
         real_system=False,
     )
 
@@ -123,8 +126,7 @@ ACCESS = "DeviceFileMinor: {}\nDeviceFileMode: {}\nDeviceFileModify: 1\n"
 
 
 @needs_root
-def test_mig_state_and_footprint_from_the_profile(tmp_path):
-    where = mig_paths(tmp_path)
+def test_mig_state_and_footprint_from_the_profile(where):
     changed = apply_mig("a100x2-mig", where)
     assert changed
     state = (where.proc_driver / ".gpunode-sim" / "mig-state").read_text()
@@ -175,11 +177,13 @@ def test_mig_state_and_footprint_from_the_profile(tmp_path):
         )
     }
     assert apply_mig("a100x2-mig", where) == []  # idempotent
+    # the mock did it and is unloaded again: a later libnvidia-ml.so.1 load here is not it
+    with open("/proc/self/maps") as maps:
+        assert str(where.mock_base) not in maps.read()
 
 
 @needs_root
-def test_reapplying_keeps_instances_processes_made_another_profile_replaces(tmp_path):
-    where = mig_paths(tmp_path)
+def test_reapplying_keeps_instances_processes_made_another_profile_replaces(where):
     apply_mig("a100x2-mig", where)
     state_file = where.proc_driver / ".gpunode-sim" / "mig-state"
     # what the mock NVML writes after a process enabled MIG on GPU 1 and made a 7g instance
@@ -207,8 +211,7 @@ def test_reapplying_keeps_instances_processes_made_another_profile_replaces(tmp_
 
 
 @needs_root
-def test_mig_mode_survives_a_node_restart(tmp_path):
-    where = mig_paths(tmp_path)
+def test_mig_mode_survives_a_node_restart(tmp_path, where):
     apply_mig("a100x2-mig", where)
     key = migstate.profile_key(mock_payload(load_profile("a100x2-mig")))
     # a process disabled MIG on GPU 0 and enabled it on GPU 1 (the mock records the modes)

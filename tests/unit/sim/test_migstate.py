@@ -368,8 +368,8 @@ def test_changes_from_many_processes_are_serialized(built_lib, tmp_path, pynvml_
 
 def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
     """The mock's files, record formats and cap minors come from gpunode.sim.migstate
-    (c_header, generated at build time): a C program using the header writes what the
-    Python side writes and reads."""
+    (c_header, generated at build time): a C program using the header writes the state,
+    the capability files and mig-minors in the formats the module defines."""
     from gpunode.sim import migstate, xidraise
     from gpunode.sim.mocknvml import compile_c
 
@@ -387,8 +387,13 @@ def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
                 printf(STATE_GPU_FORMAT, "GPU-a", 1u, 3u);
                 printf(STATE_GI_FORMAT, "GPU-a", 2u, 9u, 4u);
                 printf(STATE_CI_FORMAT, "GPU-a", 2u, 0u, 2u, 0u, "MIG-b");
-                printf(ACCESS_FORMAT, 21u, 292u);
-                printf("%s %s %s %s %u\n", STATE_FILE, LOCK_FILE, MODE_FILE, CAPS_PROC, CAPS_MAJOR);
+                printf(ACCESS_FORMAT, 21u, ACCESS_MODE);
+                printf(ACCESS_FORMAT, CAP_CONFIG_MINOR, CONFIG_ACCESS_MODE);
+                printf(MIG_MINORS_CONFIG_FORMAT MIG_MINORS_MONITOR_FORMAT, 1, 2);
+                printf(MIG_MINORS_GI_FORMAT MIG_MINORS_CI_FORMAT, 3, 3, 435, 6, 11, 7, 920);
+                printf("%o %o %d\n", CAP_CONFIG_NODE_MODE, CAP_NODE_MODE, MIG_MINORS_GPUS);
+                printf("%s %s %s %s %s %u\n", STATE_FILE, LOCK_FILE, MODE_FILE, CAPS_PROC,
+                       CAPS_DEV, CAPS_MAJOR);
                 printf("%s\n", EVENT_LOG);
                 return 0;
             }
@@ -397,32 +402,28 @@ def test_the_mocks_migstate_h_is_this_modules_definition(tmp_path):
     )
     exe = compile_c([prog], tmp_path / "probe", [f"-I{tmp_path}"])
     out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
-    minors, state_and_access = out.split("\n", 1)
-    assert minors == f"{migstate.gi_minor(0, 0)} {migstate.gi_minor(3, 3)} " + str(
-        migstate.ci_minor(6, 11, 7)
-    )
+    minors, rest = out.split("\n", 1)
     assert minors == "3 435 920"  # NVIDIA's sample mig-minors lines (gpu6/gi11/ci7 920)
-    state = migstate.render_state(
-        "k1",
-        [
-            migstate.record("gpu", uuid="GPU-a", mode=1, counter=3),
-            migstate.record("gi", parent="GPU-a", id=2, profile=9, start=4),
-            migstate.record("ci", parent="GPU-a", gi=2, id=0, profile=2, start=0, uuid="MIG-b"),
-        ],
+    state = (
+        "gpunode-sim-mig-state v1\nkey\tk1\n"
+        "gpu\tuuid=GPU-a\tmode=1\tcounter=3\n"
+        "gi\tparent=GPU-a\tid=2\tprofile=9\tstart=4\n"
+        "ci\tparent=GPU-a\tgi=2\tid=0\tprofile=2\tstart=0\tuuid=MIG-b\n"
     )
+    access = migstate.ACCESS.format(minor=21, mode=292) + migstate.ACCESS.format(minor=1, mode=256)
+    mig_minors = "config 1\nmonitor 2\ngpu3/gi3/access 435\ngpu6/gi11/ci7/access 920\n"
     paths = " ".join(
         [
             f"/proc/driver/{migstate.SIM_DIR}/{migstate.STATE_NAME}",
             f"/proc/driver/{migstate.SIM_DIR}/{migstate.LOCK_NAME}",
             f"{migstate.NODE_DISK}/{migstate.MODE_NAME}",
             "/proc/driver/nvidia/capabilities",
+            "/dev/nvidia-caps",
             "511",
         ]
     )
     event_log = f"{xidraise.EVENT_LOG}\n"  # the log sim xid appends to is the one the mock reads
-    assert state_and_access == state + migstate.render_access(21) + paths + "\n" + event_log
-    assert migstate.state_key(state) == "k1"
-    assert migstate.instances_of(state) == [("GPU-a", 2, None), ("GPU-a", 2, 0)]
+    assert rest == state + access + mig_minors + "400 444 32\n" + paths + "\n" + event_log
 
 
 # NVIDIA's runtime in jit-cdi mode resolving a MIG UUID (nvcdi's

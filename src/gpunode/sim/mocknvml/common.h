@@ -42,6 +42,7 @@
  *   migstate.c   MIG as driver state: the node's state file, this process's view
  *   footprint.c  the driver's footprint of the MIG state (capability files, cap nodes)
  *   mig.c        the MIG API: mode, GPU and compute instances, MIG devices
+ *   setup.c      sim apply's setup of the MIG state and footprint (it calls it)
  *   modes.c      ECC mode, display, compute capability
  *   processes.c  processes (none run on a simulated GPU)
  *   events.c     events: the Xid errors the simulator raises
@@ -56,7 +57,8 @@
  * NVML_ERROR_UNINITIALIZED before nvmlInit and NVML_ERROR_NOT_SUPPORTED after;
  * a definition here overrides the stub of the same name.
  *
- * Only nvml* functions (EXPORT) and gpunode_profile_blob are exported;
+ * Only nvml* functions (EXPORT), gpunode_profile_blob and sim apply's
+ * gpunode_sim_mig_setup (setup.c) are exported;
  * everything else is static or, when the files share it, hidden (the pragma
  * below; tests/unit/sim/test_mocknvml.py compares the exported names with
  * nvml_names()).  No heap allocations.
@@ -533,6 +535,15 @@ typedef struct {
 extern state_t g_st;
 extern pthread_mutex_t g_mig_lock;
 
+/* Where the node's MIG files are: a node's (migstate.h's roots) unless sim apply's
+ * setup (setup.c) names a test root. */
+#define PATH_LEN 256
+typedef struct {
+    char sim_dir[PATH_LEN], state[PATH_LEN], lock[PATH_LEN], mode_dir[PATH_LEN],
+        mode[PATH_LEN], caps_proc[PATH_LEN], caps_dev[PATH_LEN], mig_minors[PATH_LEN];
+} sim_paths_t;
+extern sim_paths_t g_paths;
+
 #define NVLINK_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
 
 /* profile.c */
@@ -542,6 +553,7 @@ int parse_bus_id(const char *s, unsigned int *dom, unsigned int *bus,
                         unsigned int *dev, unsigned int *fn);
 void for_each_field(char *rest, void (*set)(void *, const char *, const char *), void *obj);
 void parse_profile(void);
+void parse_payload(const char *text, size_t size);
 /* init.c */
 int initialized(void);
 /* system.c */
@@ -572,10 +584,17 @@ int ci_placement_valid(const gip_t *p, unsigned int profile, unsigned int start)
 int ci_fits(const gip_t *p, unsigned int profile, unsigned int start, unsigned int taken,
                    unsigned int same);
 int write_atomically(const char *path, const char *text, mode_t mode);
+void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+extern void (*g_note)(const char *what);
+void sim_paths_at(const char *proc_driver, const char *dev, const char *mode_dir);
+int node_lock(void);
+int mig_setup_state(const char *key);
 void mig_uuid(char *out, size_t cap, const char *parent, unsigned int gi, unsigned int ci,
                      unsigned int counter);
 
-/* footprint.c (it reads migstate.c's state; mig.c calls it after a change) */
+/* footprint.c (it reads migstate.c's state; mig.c calls it after a change, setup.c at
+ * setup with the static part first) */
+void footprint_static(void);
 void footprint_sync(void);
 
 #pragma GCC visibility pop

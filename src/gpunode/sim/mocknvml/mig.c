@@ -18,17 +18,9 @@ static nvmlReturn_t change_begin(void)
 {
     if (geteuid() != 0)
         return NVML_ERROR_NO_PERMISSION;
-    if (mkdir(SIM_DIR, 0755) != 0 && errno != EEXIST)
-        return NVML_ERROR_NO_PERMISSION;
-    int fd = open(LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = node_lock();
     if (fd < 0)
         return NVML_ERROR_NO_PERMISSION;
-    while (flock(fd, LOCK_EX) != 0) {
-        if (errno != EINTR) {
-            close(fd);
-            return NVML_ERROR_UNKNOWN;
-        }
-    }
     pthread_mutex_lock(&g_mig_lock);
     g_lock_fd = fd;
     mig_reload();

@@ -15,8 +15,10 @@
  * file renamed over STATE_FILE. Without the file (a container without the
  * node's /proc/driver, a test root) the state is the profile's (the "mig"
  * lines). MIG mode survives a reboot on real GPUs: each change of it is also
- * written to MODE_FILE on the node's disk (best effort), which
- * gpunode.sim.apply reads when it sets up a fresh state for the same profile.
+ * written to MODE_FILE on the node's disk (best effort), which sim apply's
+ * setup (mig_setup_state, called by setup.c) reads when it sets up a fresh
+ * state for the same profile. This file is the state's one reader and writer:
+ * sim apply calls it too (gpunode.sim.migstate says why).
  *
  * Format (gpunode.sim.migstate.RECORDS, as STATE_*_FORMAT in the generated
  * migstate.h; "key" names the profile the state was set up for):
@@ -43,6 +45,9 @@
  */
 
 state_t g_st;
+sim_paths_t g_paths = {SIM_DIR, STATE_FILE, LOCK_FILE, MODE_DIR, MODE_FILE,
+                       CAPS_PROC, CAPS_DEV, PROC_DRIVER "/" MIG_MINORS_SUB};
+void (*g_note)(const char *what);
 static struct {
     int valid, exists;
     dev_t dev;
@@ -53,6 +58,52 @@ static struct {
 pthread_mutex_t g_mig_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int g_gi_cursor, g_mig_cursor;
 static char g_buf[STATE_BUF];
+
+/* The node's MIG files under other roots (sim apply's, a test root's). */
+void sim_paths_at(const char *proc_driver, const char *dev, const char *mode_dir)
+{
+    sim_paths_t *p = &g_paths;
+    snprintf(p->sim_dir, PATH_LEN, "%s/" SIM_SUB, proc_driver);
+    snprintf(p->state, PATH_LEN, "%s/" SIM_SUB "/" STATE_NAME, proc_driver);
+    snprintf(p->lock, PATH_LEN, "%s/" SIM_SUB "/" LOCK_NAME, proc_driver);
+    snprintf(p->mode_dir, PATH_LEN, "%s", mode_dir);
+    snprintf(p->mode, PATH_LEN, "%s/" MODE_NAME, mode_dir);
+    snprintf(p->caps_proc, PATH_LEN, "%s/" CAPS_SUB, proc_driver);
+    snprintf(p->caps_dev, PATH_LEN, "%s/" DEVCAPS_SUB, dev);
+    snprintf(p->mig_minors, PATH_LEN, "%s/" MIG_MINORS_SUB, proc_driver);
+}
+
+/* Tell sim apply what changed (nothing in an NVML process: g_note is unset). */
+void note(const char *fmt, ...)
+{
+    if (!g_note)
+        return;
+    char what[2 * PATH_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    g_note(what);
+}
+
+/* Take the node's MIG lock (flock on the lock file): its fd, or -1 (errno). */
+int node_lock(void)
+{
+    if (mkdir(g_paths.sim_dir, 0755) != 0 && errno != EEXIST)
+        return -1;
+    int fd = open(g_paths.lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+    }
+    return fd;
+}
 
 unsigned int mig_ci_slices(const mig_t *m)
 {
@@ -208,7 +259,7 @@ static void st_ci_setter(void *o, const char *k, const char *v)
 /* Read STATE_FILE into *st: 1 when read, 0 when absent or not ours. */
 static int state_read(state_t *st)
 {
-    int fd = open(STATE_FILE, O_RDONLY | O_CLOEXEC);
+    int fd = open(g_paths.state, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
     size_t len = 0;
@@ -317,20 +368,20 @@ static int state_write(const state_t *st)
                     st->cis[i].start, st->cis[i].uuid);
     if (at >= sizeof(g_buf) - 1)
         return -1;
-    return write_atomically(STATE_FILE, g_buf, 0644);
+    return write_atomically(g_paths.state, g_buf, 0644);
 }
 
 /* MIG mode survives a reboot: keep it on the node's disk too (best effort). */
 static void persist_modes(const state_t *st)
 {
     struct stat sb;
-    if (stat(MODE_DIR, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (stat(g_paths.mode_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return;
     size_t at = append(0, STATE_KEY_FORMAT, st->key);
     for (unsigned int i = 0; i < st->ngpus; i++)
         at = append(at, MODE_LINE_FORMAT, st->gpus[i].uuid, st->gpus[i].mode);
     if (at < sizeof(g_buf) - 1)
-        (void)write_atomically(MODE_FILE, g_buf, 0644);
+        (void)write_atomically(g_paths.mode, g_buf, 0644);
 }
 
 /* ---- this process's view: handle slots and visibility ---- */
@@ -340,9 +391,9 @@ static void persist_modes(const state_t *st)
  * driver behind the major). */
 static int cap_ok(unsigned int minor)
 {
-    char path[64];
+    char path[PATH_LEN + 32];
     struct stat sb;
-    snprintf(path, sizeof(path), CAPS_DEV "/nvidia-cap%u", minor);
+    snprintf(path, sizeof(path), "%s/nvidia-cap%u", g_paths.caps_dev, minor);
     if (stat(path, &sb) != 0 || !S_ISCHR(sb.st_mode) || major(sb.st_rdev) != CAPS_MAJOR ||
         minor(sb.st_rdev) != minor)
         return 0;
@@ -477,7 +528,7 @@ static void reconcile(void)
 static void mig_load(void)
 {
     struct stat sb;
-    int exists = stat(STATE_FILE, &sb) == 0;
+    int exists = stat(g_paths.state, &sb) == 0;
     if (g_seen.valid && exists == g_seen.exists &&
         (!exists || (sb.st_dev == g_seen.dev && sb.st_ino == g_seen.ino &&
                      sb.st_size == g_seen.size && sb.st_mtim.tv_sec == g_seen.mtim.tv_sec &&
@@ -528,6 +579,74 @@ int mig_save(void)
 {
     if (state_write(&g_st) != 0)
         return -1;
+    persist_modes(&g_st);
+    return 0;
+}
+
+/* ---- sim apply's setup (setup.c, under the node's flock) ---- */
+
+/* The MIG modes MODE_FILE keeps for the profile *key*, over st's (a node restart);
+ * the instances of a GPU whose mode is now off are gone. */
+static void restore_modes(state_t *st, const char *key)
+{
+    int fd = open(g_paths.mode, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, g_buf, sizeof(g_buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    g_buf[n] = '\0';
+    char *line = g_buf, *next = strchr(line, '\n');
+    if (!next || strncmp(line, "key\t", 4) != 0)
+        return;
+    *next++ = '\0';
+    if (strcmp(line + 4, key) != 0)
+        return;
+    for (line = next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *tab = strchr(line, '\t');
+        if (!tab || (strcmp(tab + 1, "0") != 0 && strcmp(tab + 1, "1") != 0))
+            continue;
+        *tab = '\0';
+        st_gpu_t *sg = st_gpu(st, line);
+        if (sg)
+            sg->mode = tab[1] == '1';
+    }
+    unsigned int gis = 0, cis = 0;
+    for (unsigned int i = 0; i < st->ngis; i++) {
+        const st_gpu_t *sg = st_gpu(st, st->gis[i].parent);
+        if (sg && sg->mode)
+            st->gis[gis++] = st->gis[i];
+    }
+    for (unsigned int i = 0; i < st->ncis; i++) {
+        const st_gpu_t *sg = st_gpu(st, st->cis[i].parent);
+        if (sg && sg->mode)
+            st->cis[cis++] = st->cis[i];
+    }
+    st->ngis = gis;
+    st->ncis = cis;
+}
+
+/* The state for the parsed profile named *key*: the one there when it is that
+ * profile's (processes' instances stay), else the profile's, with the modes
+ * MODE_FILE keeps when there was none (the node restarted); written then, with
+ * the modes. 0 or -1 (errno). */
+int mig_setup_state(const char *key)
+{
+    struct stat sb;
+    int exists = stat(g_paths.state, &sb) == 0;
+    if (exists && state_read(&g_st) && strcmp(g_st.key, key) == 0)
+        return 0;
+    state_initial(&g_st);
+    copy_str(g_st.key, sizeof(g_st.key), key);
+    if (!exists)
+        restore_modes(&g_st, key);
+    if (state_write(&g_st) != 0)
+        return -1;
+    note("wrote %s", g_paths.state);
     persist_modes(&g_st);
     return 0;
 }

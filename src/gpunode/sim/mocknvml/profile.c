@@ -301,10 +301,10 @@ static void parse_line(char *line)
     }
 }
 
-void parse_profile(void)
+/* Parse a payload's lines (after the magic line) into the profile's globals. */
+void parse_payload(const char *text, size_t size)
 {
     static char line[8192];
-    size_t size = sizeof(gpunode_profile_blob);
     size_t pos = 0;
 
     g_have_profile = 0;
@@ -318,26 +318,32 @@ void parse_profile(void)
     g_memory_slots = 0;
     g_ncips = 0;
 
-    /* Skip the magic header line (without keeping a second copy of it). */
-    const char *nl = memchr(gpunode_profile_blob, '\n', 64);
-    if (!nl)
-        return;
-    pos = (size_t)(nl - gpunode_profile_blob) + 1;
-
-    while (pos < size && gpunode_profile_blob[pos] != '\0') {
+    while (pos < size && text[pos] != '\0') {
         size_t start = pos;
-        while (pos < size && gpunode_profile_blob[pos] != '\0' &&
-               gpunode_profile_blob[pos] != '\n')
+        while (pos < size && text[pos] != '\0' && text[pos] != '\n')
             pos++;
         size_t len = pos - start;
-        if (len > 0 && gpunode_profile_blob[start + len - 1] == '\r')
+        if (len > 0 && text[start + len - 1] == '\r')
             len--;
         if (len < sizeof(line)) {
-            memcpy(line, gpunode_profile_blob + start, len);
+            memcpy(line, text + start, len);
             line[len] = '\0';
             parse_line(line);
         }
-        if (pos < size && gpunode_profile_blob[pos] == '\n')
+        if (pos < size && text[pos] == '\n')
             pos++;
     }
+}
+
+/* The embedded profile: the blob after its magic header line. */
+void parse_profile(void)
+{
+    /* Skip the magic header line (without keeping a second copy of it). */
+    const char *nl = memchr(gpunode_profile_blob, '\n', 64);
+    if (!nl) {
+        parse_payload("", 0);
+        return;
+    }
+    size_t pos = (size_t)(nl - gpunode_profile_blob) + 1;
+    parse_payload(gpunode_profile_blob + pos, sizeof(gpunode_profile_blob) - pos);
 }

@@ -60,7 +60,9 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
         summary = f"{kept['summary']}, prepared"
         hook_argv = kept["hook_argv"]
     else:
-        edits, hook_argv, summary = plan_edits(spec, cfg, rootfs, key, inputs)
+        edits, hook_argv, summary = plan_edits(
+            spec, cfg, rootfs, key, inputs, lambda lvl, msg: log(lvl, f"{bundle}: {msg}")
+        )
         if edits is None:  # no GPU request
             if removed_hooks:
                 # Docker's --gpus hook with no GPU request: drop the hook, nothing else.
@@ -73,7 +75,7 @@ def modify_bundle(bundle, cfg, log=lambda level, msg: None, raw=None):
     return GpuCreate(summary, bundle, rootfs, hook_argv, overlap)
 
 
-def plan_edits(spec, cfg, rootfs, key, inputs):
+def plan_edits(spec, cfg, rootfs, key, inputs, log=lambda level, msg: None):
     """The full work of a GPU create (gpunode.runtime.plan) for the request ``inputs``
     (gpunode.runtime.specinputs): (spec edits without hooks, the hook's arguments,
     summary), kept for the next create of the same request when discovery came from an
@@ -83,6 +85,15 @@ def plan_edits(spec, cfg, rootfs, key, inputs):
 
     request = plan.request_from_inputs(inputs, cfg)
     if not request.is_gpu:
+        if request.ignored_env is not None:
+            from .request import ignored_note
+
+            # info, not warning: on a secure node every CUDA-based image's own
+            # ENV NVIDIA_VISIBLE_DEVICES=all reaches this gate in each pod without a GPU,
+            # so the line is routine there, yet it is the only trace of a device plugin
+            # on its envvar strategy giving pods nothing; info is the default log-level,
+            # so it is written unless an administrator asked for warnings only.
+            log("info", ignored_note(request))
         return None, None, None
     p = plan.make(request, cfg, rootfs)
     (hook,) = p.edits.hooks

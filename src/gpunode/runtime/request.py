@@ -93,6 +93,11 @@ class Request:
     # NVIDIA_MIG_CONFIG_DEVICES=all / NVIDIA_MIG_MONITOR_DEVICES=all (privileged only)
     mig_config: bool = False
     mig_monitor: bool = False
+    # The secure gate's silent outcome, said: (variable, value) of a GPU request in an
+    # unprivileged container's env that accept-envvar-unprivileged = false ignored (its
+    # NVIDIA_VISIBLE_DEVICES, or a legacy image's CUDA_VERSION); None when nothing was.
+    # The caller logs it (ignored_note); nothing here writes.
+    ignored_env: tuple[str, str] | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -288,8 +293,10 @@ def parse_request(
     * The env is the pod's and the image's to write (a CUDA base image carries
       ``ENV NVIDIA_VISIBLE_DEVICES=all``, and an image's ENV reaches the OCI spec exactly
       as a pod's env entry does: containerd merges both into process.env), so with
-      accept-envvar-unprivileged = false it is not read for an unprivileged container,
-      silently (every CUDA-image pod without a GPU must still start). As NVIDIA's.
+      accept-envvar-unprivileged = false it is not read for an unprivileged container
+      (every CUDA-image pod without a GPU must still start). As NVIDIA's, and, as NVIDIA's
+      runtime does, not silently: the request ignored is kept in ``ignored_env`` for the
+      runtime's log (ignored_note).
     * ``engine_hook``: NVIDIA's prestart hook, which only an engine writes into a spec
       (Docker's ``--gpus``; gpunode.runtime.specinputs.engine_hook). Docker sets the env
       with it, after the image's, so the env it carries is the engine's request and is
@@ -316,6 +323,7 @@ def parse_request(
     devices: tuple[str, ...] | None = None
     cdi: tuple[str, ...] = ()
     source = "none"
+    ignored_env: tuple[str, str] | None = None
     ann_tokens: list[str] = []
     if not cdi_injected(envd):
         ann_tokens = _tokens_from_annotations(annotations or {}, cfg.annotation_prefixes)
@@ -334,6 +342,8 @@ def parse_request(
         else:
             devices, cdi = _devices_from_tokens(_split(raw))
         source = "env"
+    else:
+        ignored_env = _ignored_env_request(envd, legacy)
     if devices is None and not cdi:
         source = "none"
 
@@ -362,6 +372,41 @@ def parse_request(
         legacy=legacy,
         mig_config=mig_config,
         mig_monitor=mig_monitor,
+        ignored_env=ignored_env,
+    )
+
+
+def _ignored_env_request(env: Mapping[str, str], legacy: bool) -> tuple[str, str] | None:
+    """The env's GPU request the secure gate did not read, as (variable, value): a
+    NVIDIA_VISIBLE_DEVICES that would ask for devices (not empty, no "void"), or, without
+    it, a legacy image's CUDA_VERSION (which alone asks for every GPU)."""
+    raw = env.get(ENV_VISIBLE_DEVICES)
+    if raw is not None:
+        tokens = _split(raw)
+        return (ENV_VISIBLE_DEVICES, raw) if tokens and "void" not in tokens else None
+    return (ENV_CUDA_VERSION, env[ENV_CUDA_VERSION]) if legacy else None
+
+
+IGNORED_VALUE_LIMIT = 200  # characters of the pod's value a log line shows
+
+
+def ignored_note(request: Request) -> str | None:
+    """The one log line for a request the secure gate ignored (Request.ignored_env), or
+    None. The value is the pod's or the image's: control characters escaped and the
+    result cut to IGNORED_VALUE_LIMIT characters, its length said when cut, so the line
+    stays one bounded line whatever the env holds."""
+    if request.ignored_env is None:
+        return None
+    name, value = request.ignored_env
+    shown = value[: IGNORED_VALUE_LIMIT + 1]
+    if not shown.isprintable():
+        shown = shown.encode("unicode_escape").decode("ascii")
+    if len(value) > IGNORED_VALUE_LIMIT or len(shown) > IGNORED_VALUE_LIMIT:
+        shown = f"{shown[:IGNORED_VALUE_LIMIT]}... ({len(value)} characters)"
+    return (
+        f"GPU request ignored: {name}={shown} in an unprivileged container's env is not "
+        "read with accept-envvar-unprivileged = false (secure mode); the container gets "
+        "no GPU (a device plugin's volume-mounts or CDI annotations are read)"
     )
 
 

@@ -252,3 +252,91 @@ def test_runtime_exec_failure_is_one_line_and_logged(tmp_path, bad_runtimes, log
         assert json.loads(logged)["level"] == "error" and json.loads(logged)["msg"] == message
     else:
         assert "level=error" in logged and message in logged
+
+
+# ------------------------------------------- the secure gate's ignored request, said (issue 36)
+
+
+def _secure_create(tmp_path, env, accept="false"):
+    """A create of a spec with ``env`` through the runtime (a subprocess) under
+    accept-envvar-unprivileged = ``accept``: (process, config.json before, after, log lines)."""
+    runc = tmp_path / "rt-runc"
+    runc.write_text('#!/bin/sh\necho fake-runc "$@"\n')
+    runc.chmod(0o755)
+    log = tmp_path / "runtime.log"
+    conf = tmp_path / "runtime.toml"
+    conf.write_text(
+        f"runtimes = {json.dumps([str(runc)])}\nlog-file = {json.dumps(str(log))}\n"
+        f"accept-envvar-unprivileged = {accept}\n"
+    )
+    bundle, raw = make_bundle(tmp_path, env)
+    argv = ["create", "--bundle", str(bundle), "id"]
+    proc = run_shim(argv, shim_env(conf), cwd=tmp_path)
+    lines = log.read_text().splitlines() if log.exists() else []
+    return proc, raw, (bundle / "config.json").read_bytes(), lines
+
+
+def test_secure_gate_says_the_ignored_env_request_in_one_log_line(tmp_path):
+    proc, raw, after, lines = _secure_create(tmp_path, ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [
+        "fake-runc",
+        "create",
+        "--bundle",
+        str(tmp_path / "bundle"),
+        "id",
+    ]
+    assert after == raw  # no GPU given, the spec untouched
+    (line,) = [ln for ln in lines if "NVIDIA_VISIBLE_DEVICES" in ln]
+    assert " info " in line and "GPU request ignored: NVIDIA_VISIBLE_DEVICES=all " in line
+    assert "accept-envvar-unprivileged = false" in line
+    assert len(lines) == 1, lines
+
+
+def test_secure_gate_line_is_bounded_whatever_the_value(tmp_path):
+    value = "x" * 5000 + "\n" + "y" * 4999
+    proc, raw, after, lines = _secure_create(tmp_path, [f"NVIDIA_VISIBLE_DEVICES={value}"])
+    assert proc.returncode == 0, proc.stderr
+    assert after == raw
+    (line,) = lines  # the newline did not get through: one line
+    shown = line.split("NVIDIA_VISIBLE_DEVICES=", 1)[1].split(" in an unprivileged")[0]
+    assert shown == "x" * 200 + "... (10000 characters)"
+    assert len(line) < 600
+
+
+def test_secure_gate_names_a_legacy_cuda_version(tmp_path):
+    _, raw, after, lines = _secure_create(tmp_path, ["CUDA_VERSION=11.8"])
+    assert after == raw
+    (line,) = lines
+    assert "GPU request ignored: CUDA_VERSION=11.8 " in line
+
+
+@pytest.mark.parametrize(
+    "env, accept, privileged",
+    [
+        (["NVIDIA_VISIBLE_DEVICES=void"], "false", False),  # asks for nothing
+        (["NVIDIA_VISIBLE_DEVICES="], "false", False),
+        (["NVIDIA_VISIBLE_DEVICES=all"], "false", True),  # privileged: read
+        (["NVIDIA_VISIBLE_DEVICES=all"], "true", False),  # open: read
+    ],
+)
+def test_no_ignored_line_where_the_env_is_read_or_asks_nothing(
+    tmp_path, monkeypatch, disc, devroot, env, accept, privileged
+):
+    from gpunode.runtime import request as request_mod
+
+    cfg = config.RuntimeConfig(accept_envvar_unprivileged=accept == "true", dev_root=str(devroot))
+    monkeypatch.setattr(discovery, "load", lambda *a, **k: disc)
+    caps = {"capabilities": {"bounding": ["CAP_SYS_ADMIN"]}} if privileged else {}
+    bundle, _ = make_bundle(tmp_path, env)
+    if caps:
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["process"].update(caps)
+        (bundle / "config.json").write_text(json.dumps(spec))
+    logged = []
+    spec_bundle.modify_bundle(str(bundle), cfg, lambda lvl, msg: logged.append(msg))
+    assert not [m for m in logged if "GPU request ignored" in m], logged
+    assert (
+        request_mod.ignored_note(request_mod.parse_request(env, privileged=privileged, cfg=cfg))
+        is None
+    )

@@ -10,6 +10,9 @@ as kubelet runs pods (gpunode.cri.client).
 * engine.runtime_registered: ``containerd config dump`` has the handler (``--runtime-name``,
   default gpunode) in the CRI plugin's runtimes (config version 2 or 3) as a runc-v2 runtime
   whose ``BinaryName`` is an executable, and it is the default runtime when that is expected.
+  Its detail says the mode that handler, and every other handler running gpunode's runtime,
+  serves in (runtime_mode, from the runtime.toml the runtime reads): secure (envvar
+  requests of unprivileged containers ignored) or open.
 * container.image: the probe image (gpunode.validate.container's files, packed as an image
   archive) imported into containerd's ``k8s.io`` namespace with ``ctr images import`` when no
   image of its content is there. The pod sandbox (pause) image is the operator's
@@ -37,6 +40,7 @@ import shutil
 import tomllib
 from typing import Any
 
+from ..engines.common import RUNTIME_PATH
 from ..engines.containerd import RUNC_SHIM, runtimes_section
 from ..util import tool
 from . import container
@@ -115,8 +119,7 @@ def registration(dump: dict, name: str, want_default: bool) -> tuple[str, str]:
             f"containerd has no handler {name!r} (handlers: {known}; "
             "gpunode runtime configure containerd --name NAME)"
         )
-    options = entry.get("options") if isinstance(entry.get("options"), dict) else {}
-    binary = options.get("BinaryName") or ""
+    binary = _binary(entry)
     problems = []
     if entry.get("runtime_type") != RUNC_SHIM:
         problems.append(f"handler {name!r} is {entry.get('runtime_type')!r}, not {RUNC_SHIM}")
@@ -125,10 +128,51 @@ def registration(dump: dict, name: str, want_default: bool) -> tuple[str, str]:
     default = ctd.get("default_runtime_name") or "runc"
     if want_default and default != name:
         problems.append(f"default runtime is {default!r}, expected {name!r}")
+    mode = runtime_mode()
+    others = [
+        f"handler {other} ({_binary(runtimes[other])}): {mode}"
+        for other in sorted(runtimes)
+        if other != name
+        and isinstance(runtimes[other], dict)
+        and os.path.basename(_binary(runtimes[other])) == RUNTIME_NAME
+    ]
     if problems:
-        return FAIL, "; ".join(problems)
+        return FAIL, "; ".join([*problems, f"handler {name}: {mode}", *others])
     role = ", the default runtime" if default == name else ""
-    return PASS, f"handler {name} ({binary}){role}"
+    return PASS, "; ".join([f"handler {name} ({binary}){role}: {mode}", *others])
+
+
+RUNTIME_NAME = os.path.basename(RUNTIME_PATH)  # gpunode-container-runtime
+
+
+def _binary(entry: dict) -> str:
+    options = entry.get("options") if isinstance(entry.get("options"), dict) else {}
+    return str(options.get("BinaryName") or "")
+
+
+def runtime_mode() -> str:
+    """The mode gpunode's runtime serves every handler in, from the runtime.toml it reads
+    ($GPUNODE_RUNTIME_CONFIG, else /etc/gpunode/runtime.toml): "secure" where the env
+    of an unprivileged container is not read (accept-envvar-unprivileged = false, a
+    Kubernetes node's setting), "open" where any container's env takes any GPU."""
+    from ..runtime import config as runtime_config
+
+    try:
+        cfg = runtime_config.load(write_caches=False)
+    except runtime_config.ConfigError as exc:
+        return f"mode unknown ({exc}: the runtime refuses every GPU container)"
+    where = cfg.source
+    if where == "<defaults>":
+        where = f"no {runtime_config.config_path()}, the defaults"
+    if cfg.accept_envvar_unprivileged:
+        return (
+            f"open (any container's NVIDIA_VISIBLE_DEVICES takes any GPU; {where}: "
+            "accept-envvar-unprivileged = true)"
+        )
+    return (
+        "secure (envvar requests of unprivileged containers ignored; "
+        f"{where}: accept-envvar-unprivileged = false)"
+    )
 
 
 def engine_checks(expect, add) -> Any | None:

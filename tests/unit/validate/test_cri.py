@@ -38,12 +38,70 @@ def dump(name="gpunode", binary="/bin/sh", default="runc", plugin="io.containerd
     return {"version": 2, "plugins": {plugin: cri}}
 
 
+@pytest.fixture
+def runtime_toml(monkeypatch, tmp_path):
+    """Write the runtime.toml gpunode's runtime reads (its mode)."""
+
+    def write(text):
+        conf = tmp_path / "runtime.toml"
+        conf.write_text(text)
+        monkeypatch.setenv("GPUNODE_RUNTIME_CONFIG", str(conf))
+        return conf
+
+    return write
+
+
+SECURE = "secure (envvar requests of unprivileged containers ignored; "
+
+
 @pytest.mark.parametrize("plugin", ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"])
-def test_registration_pass_in_both_layouts(plugin):
+def test_registration_pass_in_both_layouts(plugin, runtime_toml):
+    conf = runtime_toml("accept-envvar-unprivileged = false\n")
     status, detail = cri.registration(dump(plugin=plugin), "gpunode", False)
-    assert (status, detail) == ("pass", "handler gpunode (/bin/sh)")
+    assert (status, detail) == (
+        "pass",
+        f"handler gpunode (/bin/sh): {SECURE}{conf}: accept-envvar-unprivileged = false)",
+    )
     status, detail = cri.registration(dump(default="gpunode", plugin=plugin), "gpunode", True)
-    assert status == "pass" and detail.endswith(", the default runtime")
+    assert status == "pass" and detail.startswith(
+        "handler gpunode (/bin/sh), the default runtime: "
+    )
+
+
+def test_registration_says_each_gpunode_handlers_mode(runtime_toml):
+    """Every handler running gpunode's runtime gets its mode, one segment each; handlers of
+    other runtimes (runc) none."""
+    conf = runtime_toml("accept-envvar-unprivileged = true\n")
+    d = dump(binary="/usr/local/bin/gpunode-container-runtime")
+    runtimes = d["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    runtimes["nvidia"] = {"runtime_type": "io.containerd.runc.v2",
+                          "options": {"BinaryName": "/usr/local/bin/gpunode-container-runtime"}}  # fmt: skip
+    status, detail = cri.registration(d, "gpunode", False)
+    open_mode = (
+        "open (any container's NVIDIA_VISIBLE_DEVICES takes any GPU; "
+        f"{conf}: accept-envvar-unprivileged = true)"
+    )
+    assert status == "fail"  # the binary is not installed here; the modes are said anyway
+    segments = detail.split("; handler ")
+    assert segments[-2:] == [
+        f"gpunode: {open_mode}",
+        f"nvidia (/usr/local/bin/gpunode-container-runtime): {open_mode}",
+    ], detail
+    assert "runc" not in detail
+
+
+def test_registration_mode_of_an_unreadable_runtime_toml(runtime_toml):
+    runtime_toml("accept-envvar-unprivileged = 1\n")
+    status, detail = cri.registration(dump(), "gpunode", False)
+    assert status == "pass" and "mode unknown (" in detail and "\n" not in detail
+
+
+def test_engine_check_reports_the_mode(cri_node, runtime_toml):
+    runtime_toml("accept-volume-mounts = true\naccept-envvar-unprivileged = false\n")
+    checks = []
+    cri.engine_checks(Expectations(), lambda cid, status, detail: checks.append((cid, detail)))
+    (detail,) = [d for cid, d in checks if cid == "engine.runtime_registered"]
+    assert SECURE in detail, detail
 
 
 @pytest.mark.parametrize(

@@ -301,6 +301,24 @@ def kubernetes_config(path: str, text: str, insecure_envvar: bool) -> str:
     return f"{text}{sep}{why}" + "".join(f"{line}\n" for line in lines)
 
 
+# cri-dockerd (kubelet on Docker through Mirantis' CRI shim): its socket or systemd units.
+# Pods then reach gpunode through Docker, whose runtime reads the same runtime.toml, so the
+# node is a Kubernetes node for runtime.toml whatever the role was told (cri_dockerd).
+CRI_DOCKERD_PATHS = tuple(
+    ["/run/cri-dockerd.sock", "/var/run/cri-dockerd.sock"]
+    + [
+        f"{d}/cri-docker.{kind}"
+        for d in ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+        for kind in ("service", "socket")
+    ]
+)
+
+
+def cri_dockerd() -> str | None:
+    """The first sign of cri-dockerd on this node (CRI_DOCKERD_PATHS), or None."""
+    return next((p for p in CRI_DOCKERD_PATHS if os.path.lexists(p)), None)
+
+
 def check_kubernetes_file(path: str | None, insecure_envvar: bool) -> None:
     """A Kubernetes node's runtime.toml left as it is (no content given): refused in one
     line while it accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers, unless
@@ -551,6 +569,11 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
             check_unit_name(name, where)
     for name in s.units:
         check_unit_name(name, "units")
+    if s.docker is not None and not s.kubernetes and cri_dockerd() is not None:
+        # a kubelet on Docker: any pod's env would take every GPU in the open mode, so the
+        # node gets the Kubernetes settings (secure) as a containerd one does; the open
+        # mode stays an explicit opt-in (--kubernetes --kubernetes-insecure-envvar)
+        s.kubernetes = True
     if s.config_text is not None:
         _new_config(target, s.config_text)  # the given content, checked as it is
         if s.kubernetes:

@@ -101,6 +101,7 @@ def node(tmp_path, monkeypatch, fake_node):
     monkeypatch.setattr(runtime_setup, "SYSTEMCTL", str(exe))
     monkeypatch.setattr(docker, "DOCKERD", "gpunode-test-no-such-dockerd")
     monkeypatch.setattr(containerd, "CONTAINERD", "gpunode-test-no-such-containerd")
+    monkeypatch.setattr(runtime_setup, "CRI_DOCKERD_PATHS", (), raising=False)  # none here
     fake_load = discovery.load
 
     def load(*args, **kwargs):
@@ -731,3 +732,30 @@ def test_a_unit_turned_off_is_stopped_and_disabled_once(node, capsys):
     assert out["systemd"]["stopped"] == [] and out["systemd"]["disabled"] == []
     code, out, _ = run(node, capsys, "--dry-run", "--stop", "other.service")
     assert out["changed"] is False
+
+
+@pytest.mark.parametrize("sign", ["run/cri-dockerd.sock", "lib/systemd/system/cri-docker.service"])
+def test_docker_node_with_cri_dockerd_is_secure_by_default(node, capsys, monkeypatch, sign):
+    """A kubelet on Docker through cri-dockerd (its socket or unit there): Docker's runtime
+    reads the same runtime.toml, so it gets the Kubernetes settings without --kubernetes;
+    the open mode stays the explicit opt-in."""
+    found = node.root / "cri" / sign
+    monkeypatch.setattr(
+        runtime_setup, "CRI_DOCKERD_PATHS", (str(node.root / "no.sock"), str(found))
+    )
+    code, _, err = run(node, capsys, units=False)
+    assert code == 0, err
+    assert "accept-envvar-unprivileged" not in _runtime_toml(node), "no cri-dockerd: open"
+    found.parent.mkdir(parents=True)
+    found.touch()
+    code, _, err = run(node, capsys, units=False)
+    assert code == 0, err
+    data = _runtime_toml(node)
+    assert data["accept-envvar-unprivileged"] is False and data["accept-volume-mounts"] is True
+    doc = {"config": node.settings() + "accept-envvar-unprivileged = true\n"}
+    code, out, err = run(node, capsys, doc=doc, units=False)
+    assert code == 2 and out is None and len(err.splitlines()) == 1, err
+    assert "--kubernetes-insecure-envvar" in err
+    code, _, err = run(node, capsys, "--kubernetes", "--kubernetes-insecure-envvar", units=False)
+    assert code == 0, err
+    assert _runtime_toml(node)["accept-envvar-unprivileged"] is True

@@ -20,6 +20,15 @@ command. Check mode is not supported (like command): the roles' read-only calls 
 Standard input is always sent (a newline when the task gives none): over ssh a command
 without input data is given a tty (``-tt``), which merges stderr into stdout, and the roles
 parse stdout as JSON and show stderr as the error line.
+
+The command's output is known to be whole only when it ends with an end line this action
+adds (``END`` and the command's exit status, printed by the host's shell after it): the
+simulator's Docker API connection, like ``docker exec`` (moby/moby#27289), now and then
+returns an exec's output empty with exit status 0 under load, and a role would then parse
+"" as the command's JSON (seen once in a full test run beside other work). The exit status
+is the end line's; without one, the output was lost on the way and the command is run
+again, once (the roles' gpunode calls converge: a second run does what is left, if
+anything), with a warning; lost twice, the task fails in one line saying so.
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ import shlex
 
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+END = "gpunode-direct-command-end"
+TRIES = 2
 
 ARGUMENT_SPEC = {
     "argv": {"type": "list", "elements": "str", "required": True},
@@ -64,12 +77,27 @@ class ActionModule(ActionBase):
         in_data = to_bytes(
             (stdin if stdin is not None else "") + "\n", errors="surrogate_or_strict"
         )
-        run = self._low_level_execute_command(command, in_data=in_data)
-        stdout = run.get("stdout", "").rstrip("\r\n")
+        command = f"{command}; printf '\\n%s %d\\n' {END} \"$?\""
+        for attempt in range(1, TRIES + 1):
+            run = self._low_level_execute_command(command, in_data=in_data)
+            ended = split_end(run.get("stdout", ""))
+            if ended is not None:
+                break
+            if attempt < TRIES:
+                Display().warning(
+                    f"direct_command: the connection returned {argv[0]}'s output without its "
+                    "end line (lost on the way); running it again"
+                )
+        else:
+            return {**result, "failed": True, "cmd": argv, "rc": run.get("rc", 0),
+                    "msg": f"the connection lost {argv[0]}'s output {TRIES} times (no end "
+                           f"line {END!r}; stdout {run.get('stdout', '')[-200:]!r}, stderr "
+                           f"{run.get('stderr', '')[-200:]!r})"}  # fmt: skip
+        stdout, rc = ended
         stderr = run.get("stderr", "").rstrip("\r\n")
         result.update(
             cmd=argv,
-            rc=run.get("rc", 0),
+            rc=rc,
             stdout=stdout,
             stderr=stderr,
             stdout_lines=stdout.splitlines(),
@@ -81,3 +109,14 @@ class ActionModule(ActionBase):
         elif result["rc"] != 0:
             result.update(failed=True, msg="non-zero return code")
         return result
+
+
+def split_end(stdout: str):
+    """(the command's own stdout, its exit status) from what the connection returned, or
+    None when the end line is missing (the output did not all arrive)."""
+    text = stdout.rstrip("\r\n")
+    body, _, last = text.rpartition("\n")
+    word, _, status = last.rstrip("\r").partition(" ")
+    if word != END or not status.lstrip("-").isdigit():
+        return None
+    return body.rstrip("\r\n"), int(status)

@@ -15,6 +15,10 @@ description:
   - Used by gpunode's roles for their calls of the gpunode CLI, each of which would
     otherwise cost the host a module run (docs/provisioning.md, "At fleet size").
   - The task's C(environment) is set for the command. Check mode is not supported.
+  - The host's shell prints an end line with the command's exit status after it; output
+    that arrives without it was lost on the way (a Docker exec can return an empty output
+    under load), and the command is run once more, with a warning, then the task fails
+    saying so. The commands must therefore be safe to run twice, as gpunode's are.
 options:
   argv:
     description: The command and its arguments; each is quoted, no shell runs them.

@@ -99,6 +99,16 @@ PLAYBOOK = """
         - name: keep it
           ansible.builtin.set_fact:
             failing: "{{{{ ansible_failed_result }}}}"
+    - name: lost output
+      block:
+        - name: a command whose output never ends (its shell dies before the end line)
+          direct_command:
+            argv: [sh, -c, 'echo ran >> {lost}; echo partial; kill -9 $PPID']
+          changed_when: false
+      rescue:
+        - name: keep it
+          ansible.builtin.set_fact:
+            lost: "{{{{ ansible_failed_result }}}}"
     - name: refusals
       block:
         - name: an empty argv
@@ -127,7 +137,7 @@ PLAYBOOK = """
           {{{{ dict(quoting=quoting, stdin=stdin, nostdin=nostdin, streams=streams, env=env,
                    absent=absent, present=present, dangling=dangling, hostile=hostile,
                    checked=checked,
-                   failing=failing,
+                   failing=failing, lost=lost,
                    empty=empty, unknown=unknown) | to_json }}}}
         mode: "0600"
 """
@@ -144,6 +154,7 @@ def results(tmp_path_factory):
         "present": tmp / "present",
         "dangling": tmp / "dangling",
         "checked": tmp / "checked",
+        "lost": tmp / "lost-runs",
         "results": tmp / "results.json",
     }
     paths["present"].write_text("")
@@ -162,6 +173,7 @@ def results(tmp_path_factory):
         env=env, cwd=tmp, capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    paths["output"] = proc.stdout + proc.stderr
     return json.loads(paths["results"].read_text()), paths
 
 
@@ -207,6 +219,40 @@ def test_removes_runs_it_only_when_the_path_exists(results):
     # the path is one word to the test, never a command
     assert got["hostile"]["stdout"].startswith("skipped, since ")
     assert not paths["pwn2"].exists()
+
+
+def test_output_without_its_end_line_is_run_again_then_fails_in_one_line(results):
+    """The end line proves the output arrived whole: without it (here the host's shell dies
+    before printing it, as an output lost on the way looks) the command is run again once,
+    with a warning, then the task fails saying so, never parsing a partial output."""
+    got, paths = results
+    assert paths["lost"].read_text() == "ran\nran\n"  # run twice
+    lost = got["lost"]
+    assert lost["failed"] is True
+    assert lost["msg"].startswith("the connection lost sh's output 2 times (no end line")
+    assert "partial" in lost["msg"]
+    assert "lost on the way); running it again" in paths["output"]
+
+
+@pytest.mark.parametrize(
+    ("stdout", "want"),
+    [
+        ("json\n\ngpunode-direct-command-end 0\n", ("json", 0)),
+        ("\ngpunode-direct-command-end 3\n", ("", 3)),
+        ("a\r\nb\r\n\r\ngpunode-direct-command-end 137\r\n", ("a\r\nb", 137)),
+        ("", None),  # the output lost whole
+        ("json\n", None),  # cut before the end line
+        ("json\ngpunode-direct-command-end", None),
+        ("json\ngpunode-direct-command-end x\n", None),
+        ("gpunode-direct-command-end 0\nmore\n", None),  # not at the end
+    ],
+)
+def test_the_end_line_is_found_only_at_the_end(stdout, want):
+    spec = importlib.util.spec_from_file_location("direct_command_action",
+                                                  ROOT / "action_plugins/direct_command.py")  # fmt: skip
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.split_end(stdout) == want
 
 
 def test_check_mode_runs_nothing(results):

@@ -76,6 +76,17 @@ BEFORE_SPAWN = {
     "gpunode.util.safepath",  # the image's /etc/debian_version, resolved in its root (no ctypes)
 }
 
+# What every GPU create loads of the start path's processes (gpunode.launch) and the spec's
+# entry point, prepared or not
+GPU_CREATE = {
+    "gpunode.launch",
+    "gpunode.launch.shim",
+    "gpunode.launch.process",
+    "gpunode.launch.protocol",
+    "gpunode.launch.transport",
+    "gpunode.runtime.bundle",
+}
+
 ALLOWED = {
     # create without a GPU request: straight to execve, nothing but the shim and its
     # process primitives
@@ -84,6 +95,7 @@ ALLOWED = {
     # create with one: request, cached discovery, edits, config.json rewritten, and the
     # hook's work done in-process (no hook process)
     "runtime, GPU request": HOOK_CONFIGURE
+    | GPU_CREATE
     | {"__future__", "_json"}
     | {
         "gpunode",
@@ -105,12 +117,6 @@ ALLOWED = {
         "gpunode.runtime.userinput",
         "gpunode.runtime.driverkey",
         "gpunode.runtime.prepared",
-        "gpunode.launch",
-        "gpunode.launch.shim",
-        "gpunode.launch.process",
-        "gpunode.launch.protocol",
-        "gpunode.launch.transport",
-        "gpunode.runtime.bundle",
         "gpunode.runtime.specinputs",
         "gpunode.util",
         "gpunode.util.fastjson",
@@ -121,6 +127,7 @@ ALLOWED = {
     # the same request again on the unchanged node: served from the prepared edits, without
     # the request parser, discovery, the edits builder or the node facts
     "runtime, prepared GPU request": HOOK_CONFIGURE
+    | GPU_CREATE
     | {"__future__", "_json"}
     | {
         "gpunode",
@@ -133,12 +140,6 @@ ALLOWED = {
         "gpunode.runtime.driverkey",
         "gpunode.runtime.oci",
         "gpunode.runtime.prepared",
-        "gpunode.launch",
-        "gpunode.launch.shim",
-        "gpunode.launch.process",
-        "gpunode.launch.protocol",
-        "gpunode.launch.transport",
-        "gpunode.runtime.bundle",
         "gpunode.runtime.specinputs",
         "gpunode.util",
         "gpunode.util.fastjson",

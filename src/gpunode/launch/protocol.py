@@ -76,6 +76,26 @@ def conversation(pid: int, start: int) -> str:
     return f"{CONVERSATION_PREFIX}{pid}.{start}"
 
 
+def _numbers(parts, limits):
+    """The ASCII decimal numbers ``parts``, each within its digit limit; None otherwise."""
+    if len(parts) != len(limits) or not all(
+        n.isascii() and n.isdigit() and len(n) <= most for n, most in zip(parts, limits, strict=True)
+    ):
+        return None
+    return [int(n) for n in parts]
+
+
+def parse_conversation(name: str):
+    """(pid, start) for a conversation's FIFO name (``c.<pid>.<start>.r`` or ``.w``); None
+    for any other name."""
+    if not name.startswith(CONVERSATION_PREFIX) or not name.endswith(
+        (ANSWERS_SUFFIX, STATUS_SUFFIX)
+    ):
+        return None
+    parts = name[len(CONVERSATION_PREFIX) :].rsplit(".", 1)[0].split(".")
+    return _numbers(parts, (MAX_PID_DIGITS, MAX_START_DIGITS))
+
+
 def parse_request(name: str):
     """(kind, pid, start, argc) for a request file's name; None for any other name."""
     if not name.startswith(REQUEST_PREFIX):
@@ -83,12 +103,10 @@ def parse_request(name: str):
     parts = name[len(REQUEST_PREFIX) :].split(".")
     if len(parts) != 4 or parts[0] not in KINDS:
         return None
-    limits = (MAX_PID_DIGITS, MAX_START_DIGITS, MAX_ARGC_DIGITS)
-    numbers = parts[1:]
-    if not all(n.isascii() and n.isdigit() and len(n) <= most
-               for n, most in zip(numbers, limits, strict=True)):  # fmt: skip
+    numbers = _numbers(parts[1:], (MAX_PID_DIGITS, MAX_START_DIGITS, MAX_ARGC_DIGITS))
+    if numbers is None:
         return None
-    pid, start, argc = (int(n) for n in numbers)
+    pid, start, argc = numbers
     if pid < 1 or argc < 1:
         return None
     return parts[0], pid, start, argc

@@ -54,6 +54,7 @@ import sys
 
 from . import protocol
 from .protocol import DIR, PID_FILE
+from .transport import write_line
 
 PROG = "gpunode-runtime-resident"
 # The modules a GPU create uses, imported once here so that no worker imports them.
@@ -297,12 +298,12 @@ def prepare(directory):
         raise SystemExit(f"{PROG}: error: {directory} is not a directory of uid {os.geteuid()}")
     os.chmod(directory, 0o700)
     for name in os.listdir(directory):
-        if not name.startswith(protocol.CONVERSATION_PREFIX):
+        ident = protocol.parse_conversation(name)
+        if ident is None:
             continue
-        ident = name[len(protocol.CONVERSATION_PREFIX) :].split(".")
         alive = False
         with contextlib.suppress(OSError, ValueError, IndexError):
-            alive = start_time(int(ident[0])) == int(ident[1])
+            alive = start_time(ident[0]) == ident[1]
         if not alive:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, name))
@@ -354,8 +355,8 @@ class Service:
         except OSError:
             return
         try:
-            os.write(fd, (line + "\n").encode())
-        except OSError:
+            write_line(fd, line)
+        except OSError:  # a full FIFO (non-blocking) or a caller gone
             pass
         finally:
             os.close(fd)

@@ -83,3 +83,20 @@ def test_request_names_are_parsed_within_their_bounds(name, want):
 
 def test_a_request_name_round_trips():
     assert protocol.parse_request(protocol.request_name("hook", 42, 7, 3)) == ("hook", 42, 7, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("c.123.456.r", [123, 456]),
+        ("c.123.456.w", [123, 456]),
+        ("c.123.456", None),
+        ("c.123.r", None),
+        ("c.12345678901.1.r", None),
+        ("c.1.x.w", None),
+        ("notes.r", None),
+        ("q.create.1.1.1", None),
+    ],
+)
+def test_conversation_names_are_parsed_within_their_bounds(name, want):
+    assert protocol.parse_conversation(name) == want

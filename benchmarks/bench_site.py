@@ -28,7 +28,7 @@ validated before. The re-run of every count is then measured over all nodes.
 --host-task-cost prints, after the curve, what one host-task of a command costs over all its
 nodes: TASKS tasks running /bin/true on each node, once as ansible.builtin.command (a module
 run: the node starts Python for Ansible) and once as the project's direct_command action
-(action_plugins/direct_command.py: the command line only, which the roles' gpunode calls
+(plugins/action/direct_command.py: the command line only, which the roles' gpunode calls
 use), each playbook run twice in turn; controller and node CPU milliseconds per host-task.
 
 Exits 1 when a run fails, when a re-run changes anything or misses its target, or when a
@@ -202,7 +202,8 @@ def start_clones(specs: list[cluster.NodeSpec], tags: dict[str, str], art) -> No
 
 
 def profile_env() -> dict[str, str]:
-    """ansible.cfg's callbacks (or $ANSIBLE_CALLBACKS_ENABLED's) and bench_timing."""
+    """ansible.cfg's callbacks (or $ANSIBLE_CALLBACKS_ENABLED's; the collection's, found
+    where it is installed) and bench_timing."""
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "ansible.cfg")
     enabled = os.environ.get("ANSIBLE_CALLBACKS_ENABLED",

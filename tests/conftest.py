@@ -47,3 +47,20 @@ def private_dev():
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def collections_path(tmp_path_factory) -> Path:
+    """The collection gpunode.gpunode built from this tree and installed as a user installs
+    it (scripts/collection: its wheels, ansible-galaxy collection build + install), into a
+    directory of its own: ANSIBLE_COLLECTIONS_PATH for the Ansible runs that use it (the
+    `ansible` bundle's collections stay found, as they are for a user)."""
+    dest = tmp_path_factory.mktemp("collections")
+    proc = subprocess.run(
+        [str(ROOT / "scripts/collection")],
+        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(dest)},
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (dest / "ansible_collections/gpunode/gpunode/MANIFEST.json").is_file()
+    return dest

@@ -155,8 +155,9 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
     assert first.returncode == 0, why(first)
     counts = recap(first.stdout)
     assert counts[a100]["changed"] > 0 and counts[h100]["changed"] > 0
-    assert "gpunode_install : Install gpunode into its virtualenv and link it onto PATH" in (
-        changed_on(first.stdout, a100)
+    assert (
+        "gpunode.gpunode.gpunode_install : Install gpunode into its virtualenv and link it onto PATH"
+        in (changed_on(first.stdout, a100))
     )
     assert exec_(a100, ["gpunode", "--version"]).stdout.decode().startswith("gpunode ")
     in_order = ", ".join(n.name for n in cluster.read_inventory(inv / "hosts.yml"))
@@ -197,7 +198,7 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
     assert drift.returncode == 1, why(drift)
     assert drift.stdout.splitlines()[-1] == (
         "not idempotent: provisioning changed 1 task(s) on nodes provisioned before with the "
-        f"same inputs: {h100}: cuda_toolkit : PATH and CUDA_HOME"
+        f"same inputs: {h100}: gpunode.gpunode.cuda_toolkit : PATH and CUDA_HOME"
     )
     assert (
         exec_(h100, ["test", "-f", "/etc/profile.d/gpunode-cuda.sh"], check=False).returncode == 0

@@ -3,6 +3,11 @@ CUDA 11.8 with the `runtime` package set): converge, zero changed on the second 
 check mode, the matching-version check against a loaded module older than the packages,
 bad inventory values failing in preflight before any change, and a GPU-less host skipped.
 
+Every run is what a user of the collection does (issue 36): the playbook and inventory in a
+temporary directory with no ansible.cfg, the roles named gpunode.gpunode.<role> and found
+in the collection that scripts/collection built from this tree and installed
+(conftest.collections_path: ansible-galaxy collection build + install).
+
 Real Debian packages come from the archive; the node's /var/cache/apt/archives is the host
 directory ~/.cache/gpunode/apt/bookworm, so later runs download nothing (about 12 MB the
 first time). Wall time on this 2-core machine (shared with other runs): 6-8.5 min, of
@@ -59,6 +64,15 @@ def sh(node: str, script: str) -> str:
     return proc.stdout
 
 
+COLLECTIONS: Path | None = None  # the installed collection (the fixture below)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def installed_collection(collections_path):
+    global COLLECTIONS
+    COLLECTIONS = collections_path
+
+
 def play(node: str, tmp_path: Path, *extra: str, **overrides) -> subprocess.CompletedProcess:
     inventory = {
         "all": {
@@ -71,15 +85,21 @@ def play(node: str, tmp_path: Path, *extra: str, **overrides) -> subprocess.Comp
     }
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump(inventory))
+    playbook = tmp_path / "provision.yml"
+    playbook.write_text(PLAYBOOK.read_text())
+    assert not (tmp_path / "ansible.cfg").exists()
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(COLLECTIONS)
     return subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible-playbook"),
             "-i",
             str(inv),
-            str(PLAYBOOK),
+            str(playbook),
             *extra,
         ],
-        cwd=ROOT,
+        cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
@@ -122,7 +142,9 @@ def test_converge_idempotent_and_check_mode(prov_node, tmp_path):
     assert "install nvidia-smi=535.261.03-1 libcuda1=535.261.03-1 libnvidia-ml1=535.261.03-1" in (
         re.sub(r"\s+", " ", dry.stdout)
     )
-    assert "nvidia_driver : Install the driver packages (apt)" in changed_tasks(dry.stdout)
+    assert "gpunode.gpunode.nvidia_driver : Install the driver packages (apt)" in changed_tasks(
+        dry.stdout
+    )
     assert sh(
         prov_node, "dpkg-query -W -f '${db:Status-Status}' nvidia-smi 2>/dev/null || true"
     ) in (
@@ -226,9 +248,14 @@ def test_bad_inventory_values_fail_in_preflight(prov_node, tmp_path, overrides, 
     assert recap(proc, prov_node)["failed"] == 1
     # it failed in gpu_preflight; the only thing written before is gpunode's wheel (when new)
     assert failed_task(proc.stdout).startswith(
-        ("gpu_preflight : Report invalid inventory values", "gpu_preflight : Check the preflight")
+        (
+            "gpunode.gpunode.gpu_preflight : Report invalid inventory values",
+            "gpunode.gpunode.gpu_preflight : Check the preflight",
+        )
     ), proc.stdout[-3000:]
-    assert changed_tasks(proc.stdout) <= {"gpunode_install : Copy the wheels to the node"}
+    assert changed_tasks(proc.stdout) <= {
+        "gpunode.gpunode.gpunode_install : Copy the wheels to the node"
+    }
 
 
 def test_gpu_less_host_is_skipped(prov_node, tmp_path):
@@ -241,7 +268,11 @@ def test_gpu_less_host_is_skipped(prov_node, tmp_path):
     assert "no NVIDIA GPU; nvidia_driver skipped" in proc.stdout
     assert "no NVIDIA GPU; cuda_toolkit skipped" in proc.stdout
     assert not {
-        t for t in changed_tasks(proc.stdout) if t.startswith(("nvidia_driver", "cuda_toolkit"))
+        t
+        for t in changed_tasks(proc.stdout)
+        if t.startswith(("gpunode.gpunode.nvidia_driver", "gpunode.gpunode.cuda_toolkit"))
     }
-    plan = proc.stdout.split("TASK [nvidia_driver : Ask gpunode for the driver plan", 1)[1]
+    plan = proc.stdout.split(
+        "TASK [gpunode.gpunode.nvidia_driver : Ask gpunode for the driver plan", 1
+    )[1]
     assert plan.split("TASK [", 1)[0].strip().splitlines()[-1].startswith("skipping:")

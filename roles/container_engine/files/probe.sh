@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # container_engine's probe: one read-only look at the node that also decides what is left
 # to do, printed as one JSON object (tasks/main.yml reads it; engine.yml is included only
 # when `todo` is not empty). POSIX sh, no gpunode: it runs on GPU-less nodes too.
@@ -39,7 +40,7 @@ esac
 
 # a JSON string (package names are plain, but a quote or backslash must not break the JSON)
 str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }
-missing= sep=
+missing='' sep=''
 for p in "$@"; do
   if command -v dpkg-query >/dev/null 2>&1; then
     case $(dpkg-query -W -f '${db:Status-Abbrev}' "$p" 2>/dev/null) in
@@ -51,7 +52,7 @@ for p in "$@"; do
   missing="$missing$sep$(str "$p")" sep=,
 done
 
-todo= sep=
+todo='' sep=''
 add() { todo="$todo$sep\"$1\"" sep=,; }
 [ "$source_known" = true ] || add source
 [ "$dockerd" = true ] || add install

@@ -4,7 +4,11 @@
 # With GPUNODE_WHEELS_SHA256 set (JSON: wheel file name -> sha256, the controller's wheels)
 # the directory must hold exactly those wheels, or this prints why and exits 3: the role then
 # copies them and runs again, so a node whose wheels are current costs no copy at all.
-import glob, hashlib, json, os, sys  # noqa: E401
+import glob
+import hashlib
+import json
+import os
+import sys
 
 wheel_dir = sys.argv.pop(1)
 wheels = sorted(glob.glob(os.path.join(wheel_dir, "*.whl")))

@@ -10,13 +10,16 @@ from collections.abc import Callable
 
 from ..util.command import UsageError
 
+# the collection's direct_command action, as playbooks/validate.yml names it (and the
+# names a run resolving it by short name reports)
+ACTIONS = ("gpunode.gpunode.direct_command", "direct_command", "ansible.legacy.direct_command")
+
 
 def progress_line(event: dict) -> str | None:
     """The line printed for one ansible-runner event: the result of a node's validation."""
     kind = event.get("event")
     data = event.get("event_data") or {}
-    # playbooks/validate.yml runs it with the project's direct_command action
-    if data.get("task_action") not in ("direct_command", "ansible.legacy.direct_command"):
+    if data.get("task_action") not in ACTIONS:
         return None
     if "gpunode validate" not in str(data.get("task", "")):
         return None

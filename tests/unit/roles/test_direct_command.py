@@ -1,13 +1,14 @@
-"""action_plugins/direct_command.py: the roles' gpunode calls without a module run each.
+"""plugins/action/direct_command.py: the roles' gpunode calls without a module run each.
 
 One ansible-playbook run (the project's ansible.cfg, localhost, the local connection)
 shows what the action returns and what it refuses; the rest checks that the roles and
 playbooks use it for every gpunode call on a node, and that its documentation
-(library/direct_command.py) names exactly the arguments it takes."""
+(plugins/modules/direct_command.py) names exactly the arguments it takes."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import importlib.util
 import json
 import os
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
+FQCN = "gpunode.gpunode.direct_command"
 BIN = Path(sys.executable).parent
 
 PLAYBOOK = """
@@ -29,23 +31,23 @@ PLAYBOOK = """
     out: {{}}
   tasks:
     - name: quoting
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [printf, "%s|", "a b", "$(touch {pwn})", "; touch {pwn}", "'q'", "`id`"]
       register: quoting
       changed_when: false
     - name: stdin
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [cat]
         stdin: "line one\\nline two"
       register: stdin
       changed_when: false
     - name: no stdin
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [cat]
       register: nostdin
       changed_when: false
     - name: streams
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [sh, -c, "echo out; echo err >&2; exit 3"]
       register: streams
       changed_when: false
@@ -53,38 +55,38 @@ PLAYBOOK = """
       # the "failures" block's (rescued, asserted)
       failed_when: false
     - name: environment
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [sh, -c, 'printf %s "$GN_TEST"']
       environment:
         GN_TEST: "a b'c $HOME"
       register: env
       changed_when: false
     - name: removes absent
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [touch, "{ran}"]
         removes: "{absent}"
       register: absent
       changed_when: false
     - name: removes present
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [sh, -c, "echo ran"]
         removes: "{present}"
       register: present
       changed_when: false
     - name: removes, a path no shell may read
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [touch, "{ran}"]
         removes: "{absent} $(touch {pwn2}); touch {pwn2}"
       register: hostile
       changed_when: false
     - name: removes a dangling link
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [sh, -c, "echo ran"]
         removes: "{dangling}"
       register: dangling
       changed_when: false
     - name: check mode
-      direct_command:
+      gpunode.gpunode.direct_command:
         argv: [touch, "{checked}"]
       check_mode: true
       register: checked
@@ -92,7 +94,7 @@ PLAYBOOK = """
     - name: failures
       block:
         - name: a failing command
-          direct_command:
+          gpunode.gpunode.direct_command:
             argv: [sh, -c, "echo why >&2; exit 5"]
           changed_when: false
       rescue:
@@ -102,7 +104,7 @@ PLAYBOOK = """
     - name: lost output
       block:
         - name: a command whose output never ends (its shell dies before the end line)
-          direct_command:
+          gpunode.gpunode.direct_command:
             argv: [sh, -c, 'echo ran >> {lost}; echo partial; kill -9 $PPID']
           changed_when: false
       rescue:
@@ -112,7 +114,7 @@ PLAYBOOK = """
     - name: refusals
       block:
         - name: an empty argv
-          direct_command:
+          gpunode.gpunode.direct_command:
             argv: []
           changed_when: false
       rescue:
@@ -122,7 +124,7 @@ PLAYBOOK = """
     - name: unknown options
       block:
         - name: an option it does not take
-          direct_command:
+          gpunode.gpunode.direct_command:
             argv: ["true"]
             chdir: /tmp
           changed_when: false
@@ -144,7 +146,7 @@ PLAYBOOK = """
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, collections_path):
     tmp = tmp_path_factory.mktemp("direct")
     paths = {
         "pwn": tmp / "pwned",
@@ -163,7 +165,9 @@ def results(tmp_path_factory):
     playbook.write_text(PLAYBOOK.format(**paths))
     env = {
         **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        # no ansible.cfg: the action is found in the installed collection
+        "ANSIBLE_CONFIG": str(tmp / "none.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(collections_path),
         "ANSIBLE_INVENTORY": "localhost,",
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "PATH": f"{BIN}:{os.environ['PATH']}",
@@ -249,7 +253,7 @@ def test_output_without_its_end_line_is_run_again_then_fails_in_one_line(results
 )
 def test_the_end_line_is_found_only_at_the_end(stdout, want):
     spec = importlib.util.spec_from_file_location("direct_command_action",
-                                                  ROOT / "action_plugins/direct_command.py")  # fmt: skip
+                                                  ROOT / "plugins/action/direct_command.py")  # fmt: skip
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.split_end(stdout) == want
@@ -313,23 +317,23 @@ def test_gpunode_calls_on_the_nodes_are_direct_commands():
             rel = str(path.relative_to(ROOT))
             if "ansible.builtin.command" in task or "command" in task:
                 left.add((rel, task.get("name")))
-            if "direct_command" in task:
+            if FQCN in task:
                 direct.append((rel, task))
     assert left == COMMAND_LEFT
     assert len(direct) >= 20
     for rel, task in direct:
         # as ansible-lint's no-changed-when asks of command: each says when it changed
         assert "changed_when" in task, (rel, task.get("name"))
-        assert set(task["direct_command"]) <= {"argv", "stdin", "removes"}, (rel, task.get("name"))
+        assert set(task[FQCN]) <= {"argv", "stdin", "removes"}, (rel, task.get("name"))
 
 
 def test_the_documentation_names_the_actions_arguments():
     spec = importlib.util.spec_from_file_location(
-        "direct_command_action", ROOT / "action_plugins/direct_command.py"
+        "direct_command_action", ROOT / "plugins/action/direct_command.py"
     )
     action = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(action)
-    tree = ast.parse((ROOT / "library/direct_command.py").read_text())
+    tree = ast.parse((ROOT / "plugins/modules/direct_command.py").read_text())
     doc = next(
         node.value.value for node in tree.body
         if isinstance(node, ast.Assign) and node.targets[0].id == "DOCUMENTATION"
@@ -343,11 +347,14 @@ def test_the_documentation_names_the_actions_arguments():
         assert option.get("elements") == want.get("elements"), name
 
 
-def test_ansible_finds_it_through_the_projects_config():
-    text = (ROOT / "ansible.cfg").read_text()
-    assert "\naction_plugins = action_plugins\n" in text
-    assert "\nlibrary = library\n" in text
+def test_no_config_names_where_code_is():
+    """The roles and plugins are found in the installed collection only (issue 36): neither
+    the repository's ansible.cfg nor molecule's configuration points Ansible at code."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    paths = {"roles_path", "action_plugins", "library", "filter_plugins", "callback_plugins",
+             "module_utils", "collections_path", "collections_paths", "lookup_plugins"}  # fmt: skip
+    assert paths.isdisjoint(cfg["defaults"]), sorted(paths & set(cfg["defaults"]))
     molecule = yaml.safe_load((ROOT / ".config/molecule/config.yml").read_text())
-    env = molecule["provisioner"]["env"]
-    assert env["ANSIBLE_ACTION_PLUGINS"].endswith("/action_plugins")
-    assert env["ANSIBLE_LIBRARY"].endswith("/library")
+    env = molecule["provisioner"].get("env", {})
+    assert not [k for k in env if k.startswith("ANSIBLE_")], env

@@ -1,4 +1,4 @@
-"""filter_plugins/gpunode_result.py: the roles' one reading of a gpunode --json run (its
+"""plugins/filter/gpunode_result.py: the roles' one reading of a gpunode --json run (its
 JSON, or a failed result carrying its stderr), found by Ansible through the project's
 ansible.cfg, and the only place the suite spells that reading."""
 
@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location(
-    "gpunode_result", ROOT / "filter_plugins/gpunode_result.py"
+    "gpunode_result", ROOT / "plugins/filter/gpunode_result.py"
 )
 plugin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plugin)
@@ -48,15 +48,17 @@ def test_anything_else_is_a_failure_with_its_stderr(run, message):
     }
 
 
-def test_ansible_finds_it_through_the_projects_config(tmp_path):
-    """Run from elsewhere, with ansible.cfg named as `gpunode report --run` and the
-    integration tests name it (cwd) — the roles' vars use it by name."""
-    expr = "{{ {'stdout': '', 'stderr': 'boom'} | gpunode_result(converged=false) | to_json }}"
+def test_ansible_finds_it_in_the_installed_collection(tmp_path, collections_path):
+    """Run from elsewhere with no ansible.cfg: the roles' vars name it as any playbook can,
+    gpunode.gpunode.gpunode_result."""
+    expr = ("{{ {'stdout': '', 'stderr': 'boom'} | gpunode.gpunode.gpunode_result(converged=false)"
+            " | to_json }}")  # fmt: skip
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "ansible.builtin.debug",
          "-a", f"msg={expr}", "-o"],
         cwd=tmp_path,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+        env={**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_COLLECTIONS_PATH": str(collections_path),
              "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_LOCALHOST_WARNING": "0"},
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""callback_plugins/preload_connections.py: at a play's start the controller imports the
+"""plugins/callback/preload_connections.py: at a play's start the controller imports the
 connection plugin its hosts use (so Ansible's forked workers inherit it instead of each
 importing it again), and the project's ansible.cfg enables it."""
 
@@ -29,7 +29,7 @@ inventory = InventoryManager(loader=loader, sources=[sys.argv[1]])
 manager = VariableManager(loader=loader, inventory=inventory)
 play = Play.load({{"hosts": "nodes", "gather_facts": False, "tasks": []}},
                  variable_manager=manager, loader=loader)
-callback_loader.add_directory({str(ROOT / "callback_plugins")!r})
+callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
 callback = callback_loader.get("preload_connections")
 before = {DOCKER_API!r} in sys.modules
 callback.v2_playbook_on_play_start(play)
@@ -57,15 +57,23 @@ def test_the_hosts_connection_plugin_is_imported_at_play_start(tmp_path):
     assert proc.stdout.split() == ["False", "True"], proc.stdout + proc.stderr
 
 
-def test_the_projects_config_enables_it(tmp_path):
+def test_the_projects_config_enables_it(tmp_path, collections_path):
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-config"), "dump", "--only-changed"],
         cwd=tmp_path,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_COLLECTIONS_PATH": str(collections_path)},
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     enabled = [ln for ln in proc.stdout.splitlines() if ln.startswith("CALLBACKS_ENABLED")]
-    assert enabled and "preload_connections" in enabled[0], proc.stdout
-    paths = [ln for ln in proc.stdout.splitlines() if ln.startswith("DEFAULT_CALLBACK_PLUGIN_PATH")]
-    assert paths and str(ROOT / "callback_plugins") in paths[0], proc.stdout
+    assert enabled and "gpunode.gpunode.preload_connections" in enabled[0], proc.stdout
+    # and the name resolves to the installed collection's plugin
+    doc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "callback", "--json",
+         "gpunode.gpunode.preload_connections"],
+        cwd=tmp_path, env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections_path)},
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert doc.returncode == 0, doc.stderr
+    assert str(collections_path) in doc.stdout, doc.stdout

@@ -1,3 +1,5 @@
+# Copyright: gpunode maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The roles' one reading of a gpunode command run with --json (registered by a command
 task with ``failed_when: false``): its JSON document when it printed one, else a failed
 result whose message is its stderr, so the role's assert shows gpunode's own error line.

@@ -1,3 +1,5 @@
+# Copyright: gpunode maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """direct_command: run one command on the host through the connection itself, without a
 module run (no AnsiballZ payload, no Python started on the host for Ansible).
 
@@ -10,7 +12,7 @@ standard input), as ``raw`` does, and returns what ``command`` returns (rc, stdo
 their lines, cmd, msg on a non-zero rc), so the tasks' ``register``, ``changed_when`` and
 ``failed_when`` read it unchanged.
 
-Arguments (library/direct_command.py holds the documentation ansible-doc and ansible-lint
+Arguments (plugins/modules/direct_command.py holds the documentation ansible-doc and ansible-lint
 read): argv (the command, a list: each item is quoted, no shell), stdin (text on its
 standard input, a newline added as command's stdin_add_newline does), removes (run only when
 this path exists, as command's ``removes``). The task's ``environment`` is set for the
@@ -57,7 +59,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         argv = args["argv"]  # a list of str: the argument spec converted it
         if not argv or not argv[0]:
             return {**result, "failed": True, "msg": f"argv must name a command; got {argv!r}"}
@@ -115,8 +117,8 @@ def split_end(stdout: str):
     """(the command's own stdout, its exit status) from what the connection returned, or
     None when the end line is missing (the output did not all arrive)."""
     text = stdout.rstrip("\r\n")
-    body, _, last = text.rpartition("\n")
-    word, _, status = last.rstrip("\r").partition(" ")
+    body, last = text.rpartition("\n")[::2]
+    word, status = last.rstrip("\r").partition(" ")[::2]
     if word != END or not status.lstrip("-").isdigit():
         return None
     return body.rstrip("\r\n"), int(status)

@@ -1,7 +1,10 @@
 #!/usr/bin/python
-"""The documentation of the direct_command action (action_plugins/direct_command.py), for
-ansible-doc and ansible-lint. The action runs the command itself; this module is never
-sent to a host (an action plugin of the same name takes the task)."""
+# Copyright: gpunode maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The documentation of the direct_command action (plugins/action/direct_command.py), for
+ansible-doc, ansible-lint and ansible-test. The action runs the command itself; this file
+is never sent to a host (the action plugin of the same name takes the task), so it holds
+the documentation only."""
 
 from __future__ import annotations
 
@@ -34,12 +37,12 @@ options:
         expanded, and no glob; a symbolic link counts, even a dangling one, as for
         M(ansible.builtin.command)).
     type: str
-author: gpunode
+author: gpunode maintainers (@gpunode)
 """
 
 EXAMPLES = r"""
 - name: Plan the driver
-  direct_command:
+  gpunode.gpunode.direct_command:
     argv: [/usr/local/bin/gpunode, provision, driver-plan, --json]
   register: plan
   changed_when: false
@@ -59,6 +62,3 @@ stderr:
   returned: always
   type: str
 """
-
-if __name__ == "__main__":
-    raise SystemExit("direct_command is an action: ansible-playbook runs it, not the host")

@@ -1,3 +1,5 @@
+# Copyright: gpunode maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Import the connection plugins of a play's hosts once, in the controller, before Ansible
 forks its workers.
 
@@ -10,15 +12,11 @@ here, at the start of each play, the workers inherit it. Plugins whose import is
 (ssh, local) gain nothing and lose nothing; a name that cannot be resolved or imported here
 (templated, misspelled) is left to the worker, which reports it as before.
 
-Enabled in ansible.cfg (callbacks_enabled); benchmarks/bench_site.py measures it.
+Enabled in the repository's ansible.cfg (callbacks_enabled =
+gpunode.gpunode.preload_connections); benchmarks/bench_site.py measures it.
 """
 
 from __future__ import annotations
-
-import contextlib
-
-from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import connection_loader
 
 DOCUMENTATION = """
     name: preload_connections
@@ -29,6 +27,11 @@ DOCUMENTATION = """
         (its ansible_connection, or the play's connection) in the controller process, so
         the forked workers do not import it again for every task.
 """
+
+import contextlib
+
+from ansible.plugins.callback import CallbackBase
+from ansible.plugins.loader import connection_loader
 
 
 class CallbackModule(CallbackBase):

@@ -9,6 +9,11 @@ resolvable, /proc/driver/nvidia). And on a Debian 12 node (containerd 1.6, no CD
 plugin's cdi-annotations through gpunode's handler with the annotations passed: gpunode's
 runtime resolves the plugin's kind itself. The node set-up and the assertions are
 test_cri.py's.
+
+Issue 36: the same spec as NVIDIA's generator writes it with every optional hook enabled
+(``dp.OPTIONAL_HOOKS``: chmod, its one default-off hook, in each full GPU's own edits; see
+tests/deviceplugin.py) starts a pod that sees exactly its GPU, every hook run (gpunode's
+timing log, gpunode.hook.timing, names each hook's subcommand per container).
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import shlex
 
 import pytest
 
+from gpunode.hook import TIMING_LOG
 from gpunode.sim import cluster
 
 from .. import deviceplugin as dp
 from .conftest import Node, start_nodes
-from .test_cri import UUID, assert_gpus, prepare
+from .test_cri import PROBE, UUID, assert_gpus, prepare
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +55,15 @@ def plugin_node(artifacts, image_tags):
             cluster.down_names([spec.name], log=lambda *_: None)
 
 
-def write_plugin_spec(node: Node, hook_path: str, id_strategy: str = "uuid") -> dict:
+def write_plugin_spec(
+    node: Node, hook_path: str, id_strategy: str = "uuid", enable_hooks: tuple = ()
+) -> dict:
     """The plugin's spec for this node, made from the node's own gpunode spec, installed
-    where the plugin writes it."""
+    where the plugin writes it (*enable_hooks*: NVIDIA's optional hooks added)."""
     ours = json.loads(node.sh("gpunode cdi generate --format json").stdout)
-    spec = dp.cdi_spec(ours, hook_path=hook_path, id_strategy=id_strategy)
+    spec = dp.cdi_spec(
+        ours, hook_path=hook_path, id_strategy=id_strategy, enable_hooks=enable_hooks
+    )
     text = json.dumps(spec, indent=2)
     node.sh(f"mkdir -p /var/run/cdi && printf %s {shlex.quote(text)} > {dp.SPEC_FILE}")
     return spec
@@ -87,6 +97,94 @@ def test_plugin_spec_by_index_two_gpus(plugin_node):
         assert_gpus(out, [0, 3])
     finally:
         write_plugin_spec(node, HOOK)
+
+
+# In the container, before the probe: what the hooks left that the probe does not read, one
+# JSON line (argv[1]: the driver's library folder).
+HOOK_FACTS = r"""
+import json, os, sys
+link = os.path.join(sys.argv[1], "libnvidia-ml.so.1")
+def read(path, mode):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}".encode()
+print(json.dumps({
+    "link": os.readlink(link) if os.path.islink(link) else None,
+    "ldcache": b"libnvidia-ml.so.1\0" in read("/etc/ld.so.cache", "rb"),
+    "params": read("/proc/driver/nvidia/params", "rb").decode(errors="replace"),
+}))
+"""
+
+
+def test_every_optional_hook_of_nvidias_generator_starts_the_pod(plugin_node):
+    """Issue 36: the plugin's spec with every optional hook NVIDIA's generator has enabled
+    (``--enable-hook chmod``: ``chmod --mode 755`` in each full GPU's edits, no --path as the
+    simulated GPUs have no DRM node), hooks pointed at gpunode's launcher, installed where
+    the plugin writes it; a cdi-cri pod for GPU 1 through containerd's CRI (runc). The pod
+    sees exactly GPU 1; each hook of the spec ran for its container and returned, in CDI's
+    order (the common edits' five, then its device's chmod), gpunode's timing log says; and
+    what the hooks do shows: libnvidia-ml.so.1 is create-symlinks' link, in the ld.so.cache
+    update-ldcache wrote, /proc/driver/nvidia/params says ModifyDeviceFiles: 0
+    (disable-device-node-modification; the node's says 1). chmod without a path, as
+    enable-cuda-compat without compat libraries and update-application-profile (a no-op
+    here) change nothing observable: their timing lines and the started container are
+    what shows them run and succeed (a createContainer hook that fails fails the start)."""
+    node = plugin_node.node
+    host_params = node.sh("grep ModifyDeviceFiles /proc/driver/nvidia/params").stdout
+    assert host_params.split() == ["ModifyDeviceFiles:", "1"], host_params
+    try:
+        spec = write_plugin_spec(node, HOOK, enable_hooks=dp.OPTIONAL_HOOKS)
+        node.sh(f"touch {TIMING_LOG}")
+        lib = next(
+            e.split("=", 1)[1]
+            for e in spec["containerEdits"]["env"]
+            if e.startswith("NVIDIA_CTK_LIBCUDA_DIR=")
+        )
+        command = [
+            "sh",
+            "-c",
+            'python3 -I -S -c "$1" "$3" && exec python3 -I -S -c "$2"',
+            "sh",
+            HOOK_FACTS,
+            PROBE[-1],
+            lib,
+        ]
+        with plugin_node.client() as c:
+            res = c.run_pod(
+                "plugin-every-hook",
+                plugin_node.image,
+                command,
+                **dp.container_config("cdi-cri", [UUID[1]]),
+            )
+        timing = node.sh(f"cat {TIMING_LOG}").stdout.splitlines()
+    finally:
+        node.sh(f"rm -f {TIMING_LOG}")
+        write_plugin_spec(node, HOOK)
+    assert (res.state, res.exit_code, res.reason) == ("CONTAINER_EXITED", 0, "Completed"), res
+    facts, out = (json.loads(line) for line in res.stdout.strip().splitlines()[-2:])
+    assert_gpus(out, [1])
+
+    common = spec["containerEdits"]["hooks"]
+    device = next(d["containerEdits"] for d in spec["devices"] if d["name"] == UUID[1])
+    assert [h["args"] for h in device["hooks"]] == [["nvidia-cdi-hook", "chmod", "--mode", "755"]]
+    assert all(d["containerEdits"]["hooks"] == device["hooks"] for d in spec["devices"])
+    # a timing line: <prog>[/resident] <container id> cpu0=… state=… <subcommand>=… total=…
+    ran = [
+        ln.split()[4].split("=")[0]
+        for ln in timing
+        if ln.split()[0].split("/")[0] == "nvidia-cdi-hook" and ln.split()[1] == res.container_id
+    ]
+    assert ran == [h["args"][1] for h in common + device["hooks"]], timing
+    assert ran[-1] == "chmod" and set(ran[:-1]) == set(dp.HOOK_SUBCOMMANDS), ran
+
+    target = next(
+        a.split("::")[0] for a in common[0]["args"] if a.endswith("::" + lib + "/libnvidia-ml.so.1")
+    )
+    assert facts["link"] == target, facts
+    assert facts["ldcache"] is True, facts
+    assert "ModifyDeviceFiles: 0" in facts["params"], facts
 
 
 def test_plugin_spec_with_nvidias_default_hook_fails_every_pod(plugin_node):

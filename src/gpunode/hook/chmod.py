@@ -10,7 +10,10 @@ Here the one inode PATH names inside the root is checked and changed through its
 fd: a symlink there is left as it is, in one line on stderr.
 
 As NVIDIA's: a missing PATH is skipped, so is one already in MODE, and a permission error
-is ignored (a whole /dev bind-mounted read-only). MODE is strict: octal digits only, at
+is ignored (a whole /dev bind-mounted read-only). No --path at all is nothing to do, exit 0
+(NVIDIA's "No paths specified; exiting"): what its generator writes, ``chmod --mode 755``
+alone, for a full GPU without DRM nodes once ``--enable-hook chmod`` is given
+(internal/discover/hooks.go creates an enabled chmod even with no folder). MODE is strict: octal digits only, at
 most 0777 (NVIDIA's parses octal and then drops anything but the permission bits; a
 setuid/setgid/sticky MODE is refused here rather than dropped); anything else is one line
 naming it, exit 1, nothing changed.

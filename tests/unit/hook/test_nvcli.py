@@ -405,6 +405,27 @@ def test_chmod(form, rootfs):
     assert mode_of(rootfs / "dev/dri") == mode_of(rootfs / "dev/nvidia-caps") == 0o755
 
 
+def test_chmod_without_a_path_changes_nothing(form, rootfs, tmp_path):
+    """The argv NVIDIA's generator writes with ``--enable-hook chmod`` for a full GPU without
+    DRM nodes (internal/discover/hooks.go creates an enabled chmod even with no folder):
+    ``chmod --mode 755`` alone, run as runc runs it (the OCI state on stdin). As NVIDIA's
+    ("No paths specified; exiting"): exit 0, silent, nothing changed."""
+    for name in ("dri", "nvidia-caps"):
+        (rootfs / "dev" / name).mkdir(parents=True)
+        os.chmod(rootfs / "dev" / name, 0o700)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": str(rootfs)}}))
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "pid": 1, "bundle": str(bundle)})
+    before = snapshot(rootfs)
+    rc, out, err = run_hook(
+        *FORMS[form], "chmod", "--mode", "755", hook=nvidia_hook(form), stdin=state
+    )
+    assert (rc, out, err) == (0, "", "")
+    assert snapshot(rootfs) == before
+    assert mode_of(rootfs / "dev/dri") == mode_of(rootfs / "dev/nvidia-caps") == 0o700
+
+
 @pytest.mark.parametrize("how", ["absolute-symlink", "dotdot"])
 def test_chmod_resolves_inside_the_root(form, rootfs, host, how):
     """Guards the in-root resolution: /dev an image symlink to a host directory, or a path

@@ -149,3 +149,87 @@ def test_plugin_spec_mig_devices_carry_parent_and_cap_nodes(tmp_path):
         not n.startswith("MIG-")
         for n in (d["name"] for d in dp.cdi_spec(node, id_strategy="index")["devices"])
     )
+
+
+HOOK = "/usr/local/libexec/gpunode/nvidia-cdi-hook"
+
+
+def test_every_optional_hook_is_chmod_on_each_full_gpu(disc, devroot):
+    """NVIDIA's generator with every optional hook enabled (``--enable-hook chmod``, its one
+    default-off hook): the plugin's common edits unchanged, and each full GPU's own edits a
+    ``chmod --mode 755`` after its device node; no --path, as these GPUs have no DRM node."""
+    node = cdi.generate(disc, hook_path="/usr/local/bin/gpunode-hook", dev_root=str(devroot))
+    default = dp.cdi_spec(node, hook_path=HOOK)
+    spec = dp.cdi_spec(node, hook_path=HOOK, enable_hooks=dp.OPTIONAL_HOOKS)
+    assert dp.OPTIONAL_HOOKS == ("chmod",)
+    assert spec["containerEdits"] == default["containerEdits"]
+    assert (spec["cdiVersion"], spec["kind"]) == (default["cdiVersion"], default["kind"])
+    assert [d["name"] for d in spec["devices"]] == [g.uuid for g in GPUS]
+    for i, dev in enumerate(spec["devices"]):
+        assert dev["containerEdits"] == {
+            "deviceNodes": [{"path": f"/dev/nvidia{i}"}],
+            "hooks": [
+                {
+                    "hookName": "createContainer",
+                    "path": HOOK,
+                    "args": ["nvidia-cdi-hook", "chmod", "--mode", "755"],
+                    "env": ["NVIDIA_CTK_DEBUG=false"],
+                }
+            ],
+        }
+    by_ctk = dp.cdi_spec(node, id_strategy="index", enable_hooks=["chmod"])
+    assert [d["name"] for d in by_ctk["devices"]] == ["0", "1", "2"]
+    assert [h["args"] for d in by_ctk["devices"] for h in d["containerEdits"]["hooks"]] == [
+        ["nvidia-ctk", "hook", "chmod", "--mode", "755"]
+    ] * 3
+    assert {h["path"] for d in by_ctk["devices"] for h in d["containerEdits"]["hooks"]} == {
+        "/usr/bin/nvidia-ctk"
+    }
+
+
+def test_chmod_paths_are_the_device_folders_of_a_full_gpu_only(disc, devroot):
+    """A full GPU with DRM nodes gets ``--path /dev/dri`` once; a MIG device, whose cap nodes
+    are under /dev/nvidia-caps, gets no chmod (NVIDIA's MIG discoverer adds none)."""
+    node = cdi.generate(disc, hook_path="/h", dev_root=str(devroot))
+    gpu0 = node["devices"][[d["name"] for d in node["devices"]].index(GPUS[0].uuid)]
+    gpu0["containerEdits"]["deviceNodes"] += [
+        {"path": "/dev/dri/card1"},
+        {"path": "/dev/dri/renderD128"},
+    ]
+    caps = ["/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"]
+    node["devices"].append(
+        {
+            "name": MIG,
+            "containerEdits": {"deviceNodes": [{"path": p} for p in ["/dev/nvidia0", *caps]]},
+        }
+    )
+    spec = dp.cdi_spec(node, hook_path=HOOK, enable_hooks=dp.OPTIONAL_HOOKS)
+    by_name = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    assert [h["args"] for h in by_name[GPUS[0].uuid]["hooks"]] == [
+        ["nvidia-cdi-hook", "chmod", "--mode", "755", "--path", "/dev/dri"]
+    ]
+    bare = ["nvidia-cdi-hook", "chmod", "--mode", "755"]
+    assert by_name[GPUS[1].uuid]["hooks"][0]["args"] == bare
+    assert by_name[MIG] == {"deviceNodes": [{"path": p} for p in ["/dev/nvidia0", *caps]]}
+    assert dp.chmod_folders([{"path": p} for p in [*caps, "/dev/dri/card0", "/dev/nvidia0"]]) == [
+        "/dev/nvidia-caps",
+        "/dev/dri",
+    ]
+
+
+def test_default_spec_and_hook_names(disc, devroot):
+    """No optional hook: the spec as device-plugin.md has it (no device hooks); naming a
+    default-on hook changes nothing, as in NVIDIA's generator; ``all`` is refused as there,
+    and an unknown name is refused rather than taken for enabled."""
+    node = cdi.generate(disc, hook_path="/h", dev_root=str(devroot))
+    default = dp.cdi_spec(node)
+    assert all(set(d["containerEdits"]) == {"deviceNodes"} for d in default["devices"])
+    assert dp.cdi_spec(node, enable_hooks=()) == default
+    assert dp.cdi_spec(node, enable_hooks=list(dp.HOOK_SUBCOMMANDS)) == default
+    with pytest.raises(ValueError, match="enabling all hooks is not supported"):
+        dp.cdi_spec(node, enable_hooks=["all"])
+    for name in ("chmod-hook", "create-soname-symlinks"):
+        with pytest.raises(ValueError, match=f"unknown hook '{name}'; optional: chmod"):
+            dp.cdi_spec(node, enable_hooks=[name])
+    with pytest.raises(TypeError):
+        dp.cdi_spec(node, enable_hooks="chmod")

@@ -173,6 +173,9 @@ class Result:
     stopped: list[str] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
     dev_char_links: list[str] = field(default_factory=list)  # made (a dry run: would make)
+    # why runtime.toml got the Kubernetes settings: "asked" (--kubernetes), or the sign of
+    # cri-dockerd found on the node (a kubelet on Docker); None: not a Kubernetes node
+    kubernetes: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -194,6 +197,7 @@ class Result:
             "changed_files": [f.path for f in self.files if f.changed],
             "restart": self.restart,
             "dev_char_links": self.dev_char_links,
+            "kubernetes": self.kubernetes,
             "systemd": {
                 "daemon_reload": self.daemon_reload,
                 "enabled": self.enabled,
@@ -569,11 +573,13 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
             check_unit_name(name, where)
     for name in s.units:
         check_unit_name(name, "units")
-    if s.docker is not None and not s.kubernetes and cri_dockerd() is not None:
+    kubernetes = "asked" if s.kubernetes else None
+    if s.docker is not None and not s.kubernetes and (sign := cri_dockerd()) is not None:
         # a kubelet on Docker: any pod's env would take every GPU in the open mode, so the
         # node gets the Kubernetes settings (secure) as a containerd one does; the open
         # mode stays an explicit opt-in (--kubernetes --kubernetes-insecure-envvar)
         s.kubernetes = True
+        kubernetes = f"cri-dockerd ({sign})"
     if s.config_text is not None:
         _new_config(target, s.config_text)  # the given content, checked as it is
         if s.kubernetes:
@@ -590,7 +596,7 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
             _device_plugin_values(s.containerd, _runtime_config(s, new, dry_run))
         if s.containerd.cdi:  # before anything is written: CDI where containerd has none
             containerd.check_cdi(s.containerd.config)
-    result = Result(dry_run)
+    result = Result(dry_run, kubernetes=kubernetes)
     if s.config_text is not None:
         result.files.append(_owned_file("runtime.toml", target, s.config_text, dry_run))
     if s.cdi_spec:
@@ -631,4 +637,6 @@ def summary(result: Result) -> str:
             lines.append(f"systemd: {what} {unit}{' (would run)' if result.dry_run else ''}")
     if result.restart:
         lines.append(f"restart needed: {', '.join(result.restart)}")
+    if result.kubernetes and result.kubernetes != "asked":
+        lines.append(f"kubernetes settings: the kubelet uses Docker through {result.kubernetes}")
     return "\n".join(lines) if lines else "nothing to do"

@@ -743,19 +743,23 @@ def test_docker_node_with_cri_dockerd_is_secure_by_default(node, capsys, monkeyp
     monkeypatch.setattr(
         runtime_setup, "CRI_DOCKERD_PATHS", (str(node.root / "no.sock"), str(found))
     )
-    code, _, err = run(node, capsys, units=False)
+    code, out, err = run(node, capsys, units=False)
     assert code == 0, err
     assert "accept-envvar-unprivileged" not in _runtime_toml(node), "no cri-dockerd: open"
+    assert out["kubernetes"] is None
     found.parent.mkdir(parents=True)
     found.touch()
-    code, _, err = run(node, capsys, units=False)
+    code, out, err = run(node, capsys, units=False)
     assert code == 0, err
+    # the JSON says why the node got the Kubernetes settings
+    assert out["kubernetes"] == f"cri-dockerd ({found})"
     data = _runtime_toml(node)
     assert data["accept-envvar-unprivileged"] is False and data["accept-volume-mounts"] is True
     doc = {"config": node.settings() + "accept-envvar-unprivileged = true\n"}
     code, out, err = run(node, capsys, doc=doc, units=False)
     assert code == 2 and out is None and len(err.splitlines()) == 1, err
     assert "--kubernetes-insecure-envvar" in err
-    code, _, err = run(node, capsys, "--kubernetes", "--kubernetes-insecure-envvar", units=False)
+    code, out, err = run(node, capsys, "--kubernetes", "--kubernetes-insecure-envvar", units=False)
     assert code == 0, err
     assert _runtime_toml(node)["accept-envvar-unprivileged"] is True
+    assert out["kubernetes"] == "asked"

@@ -156,3 +156,33 @@ def undeclared() -> dict[str, list[str]]:
 
 def test_every_role_variable_the_suite_uses_is_declared():
     assert undeclared() == {}
+
+
+def test_the_installed_collection_documents_every_role(collections_path, tmp_path):
+    """The argument specs are the collection's documented interface (issue 36): from any
+    directory, `ansible-doc -t role gpunode.gpunode.<role>` shows every role of roles/ with
+    each entry point and exactly the options its meta/argument_specs.yml declares."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    roles = sorted(p.name for p in ROLES.iterdir() if p.is_dir())
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "role", "--json",
+         *[f"gpunode.gpunode.{r}" for r in roles]],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections_path),
+             "ANSIBLE_CONFIG": str(tmp_path / "none.cfg")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    docs = json.loads(proc.stdout)
+    assert sorted(docs) == [f"gpunode.gpunode.{r}" for r in roles]
+    for role in roles:
+        specs = _yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]
+        shown = docs[f"gpunode.gpunode.{role}"]["entry_points"]
+        assert sorted(shown) == sorted(specs), role
+        for entry, spec in specs.items():
+            want = sorted((spec or {}).get("options") or {})
+            assert sorted(shown[entry].get("options") or {}) == want, (role, entry)
+            assert shown[entry].get("short_description"), (role, entry)

@@ -1,0 +1,66 @@
+"""The collection gpunode.gpunode as a user installs it (galaxy.yml, scripts/collection):
+one version with the Python package, the roles, playbooks and plugins in, the development
+tree (tests, simulator, source, build outputs) out, and the wheels gpunode_install installs
+by default shipped inside it."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def installed(collections_path: Path) -> Path:
+    return collections_path / "ansible_collections/gpunode/gpunode"
+
+
+def test_one_version_for_the_collection_and_the_package():
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert galaxy["version"] == project["version"]
+    assert (galaxy["namespace"], galaxy["name"]) == ("gpunode", "gpunode")
+
+
+def test_what_the_installed_collection_holds(collections_path):
+    root = installed(collections_path)
+    manifest = json.loads((root / "MANIFEST.json").read_text())
+    assert (
+        manifest["collection_info"]["version"]
+        == yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    )
+    files = {f["name"] for f in json.loads((root / "FILES.json").read_text())["files"]}
+    tops = {name.split("/", 1)[0] for name in files}
+    for want in ("roles", "playbooks", "plugins", "meta", "site.yml", "README.md"):
+        assert want in tops, want
+    for role in (p.name for p in (ROOT / "roles").iterdir() if p.is_dir()):
+        assert f"roles/{role}/tasks/main.yml" in files, role
+    for plugin in ("action/direct_command.py", "modules/direct_command.py",
+                   "filter/gpunode_result.py", "callback/preload_connections.py"):  # fmt: skip
+        assert f"plugins/{plugin}" in files, plugin
+    # the development tree stays out (galaxy.yml build_ignore)
+    for unwanted in ("src", "tests", "molecule", "benchmarks", "scripts", "build", ".venv",
+                     ".git", "ansible.cfg", "pyproject.toml"):  # fmt: skip
+        assert unwanted not in tops, unwanted
+    assert not [f for f in files if "__pycache__" in f or f.startswith("inventories/sim")]
+
+
+def test_the_collection_ships_the_wheels_gpunode_install_installs(collections_path):
+    """gpunode_install's default wheel directory is the collection's own, which holds
+    exactly gpunode's wheel of this version and the nvidia-ml-py requirements-dev.txt pins."""
+    defaults = yaml.safe_load((ROOT / "roles/gpunode_install/defaults/main.yml").read_text())
+    assert defaults["gpunode_install_wheel_dir"] == "{{ role_path }}/files/wheels"
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    pin = next(
+        line.split("==", 1)[1].strip()
+        for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
+        if line.startswith("nvidia-ml-py==")
+    )
+    wheels = installed(collections_path) / "roles/gpunode_install/files/wheels"
+    assert sorted(p.name for p in wheels.iterdir()) == [
+        f"gpunode-{version}-py3-none-any.whl",
+        f"nvidia_ml_py-{pin}-py3-none-any.whl",
+    ]

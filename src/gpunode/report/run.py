@@ -78,7 +78,13 @@ def validation(
             event_handler=on_event,
             quiet=True,
             project_dir=os.path.dirname(os.path.abspath(playbook)),
-            envvars={"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg")},
+            # the project's ansible.cfg where it has one (a checkout); the installed collection
+            # (--project: its directory) has none and needs none: it finds its own code
+            envvars=(
+                {"ANSIBLE_CONFIG": os.path.join(project, "ansible.cfg")}
+                if os.path.isfile(os.path.join(project, "ansible.cfg"))
+                else {}
+            ),
         )
         if r.rc != 0:
             tail = [ln for ln in r.stdout.read().splitlines() if ln.strip()][-3:]

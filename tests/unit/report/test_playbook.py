@@ -241,9 +241,10 @@ def test_report_run_limit(tmp_path):
     assert [n["node"] for n in json.loads((out / "report.json").read_text())["nodes"]] == ["n-a100"]
 
 
-def test_report_run_installed_from_the_wheel_needs_the_project(tmp_path):
+def test_report_run_installed_from_the_wheel_needs_the_project(tmp_path, collections_path):
     """gpunode as the node wheel installs it (no playbooks beside it): --run says to pass
-    --project (or GPUNODE_PROJECT) and, given it, runs that project's playbook."""
+    --project (or GPUNODE_PROJECT) and, given it, runs that project's playbook: a checkout,
+    or the installed collection (no ansible.cfg anywhere)."""
     import zipfile
 
     from ..helpers import build_node_wheel
@@ -269,5 +270,15 @@ def test_report_run_installed_from_the_wheel_needs_the_project(tmp_path):
     assert not out.exists()
     proc = gpunode("--limit", "n-a100", "--project", str(ROOT))
     assert (proc.returncode, proc.stdout) == (0, f"report: {out}/index.html\n"), proc.stderr
+    (out / "index.html").unlink()
+    collection = collections_path / "ansible_collections/gpunode/gpunode"
+    bare = {k: v for k, v in installed.items() if k != "ANSIBLE_CONFIG"}
+    bare["ANSIBLE_COLLECTIONS_PATH"] = str(collections_path)
+    proc = subprocess.run(
+        [*argv, "--limit", "n-a100", "--project", str(collection)], cwd=tmp_path, env=bare,
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, f"report: {out}/index.html\n"), proc.stderr
+    assert (out / "index.html").is_file()
     proc = gpunode("--limit", "n-a100", GPUNODE_PROJECT=str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and f"project {tmp_path}/nowhere is not a directory" in proc.stderr

@@ -268,12 +268,13 @@ def _new_config(path: str, text: str) -> runtime_config.RuntimeConfig:
         raise UsageError(f"{exc}; {path} left unchanged") from None
 
 
-def kubernetes_config(path: str, text: str, insecure_envvar: bool) -> str:
+def kubernetes_config(path: str, text: str, insecure_envvar: bool, found: str | None = None) -> str:
     """runtime.toml content for a Kubernetes node: ``text`` (already checked by
     _new_config, so its keys are all top-level ones) with each of
     runtime_config.KUBERNETES_SETTINGS it does not set appended, under a comment saying
-    why. With ``insecure_envvar`` the open mode is written instead (explicitly, so the file
-    says so); without it, content that sets the open mode is refused in one line."""
+    why (``found``: the sign of cri-dockerd that made it one, else --kubernetes). With
+    ``insecure_envvar`` the open mode is written instead (explicitly, so the file says so);
+    without it, content that sets the open mode is refused in one line."""
     import tomllib
 
     data = tomllib.loads(text)
@@ -298,8 +299,8 @@ def kubernetes_config(path: str, text: str, insecure_envvar: bool) -> str:
         "# Kubernetes node, the insecure opt-in (--kubernetes-insecure-envvar): any pod may\n"
         "# ask for any GPU by NVIDIA_VISIBLE_DEVICES\n"
         if insecure_envvar
-        else "# Kubernetes node (gpunode runtime setup --kubernetes): an unprivileged pod gets\n"
-        "# GPUs only through its device plugin allocation (volume mounts, CDI)\n"
+        else f"# Kubernetes node ({found or 'gpunode runtime setup --kubernetes'}): an unprivileged\n"
+        "# pod gets GPUs only through its device plugin allocation (volume mounts, CDI)\n"
     )
     sep = "" if not text or text.endswith("\n") else "\n"
     return f"{text}{sep}{why}" + "".join(f"{line}\n" for line in lines)
@@ -583,7 +584,10 @@ def setup(s: Setup, *, dry_run: bool = False) -> Result:
     if s.config_text is not None:
         _new_config(target, s.config_text)  # the given content, checked as it is
         if s.kubernetes:
-            s.config_text = kubernetes_config(target, s.config_text, s.insecure_envvar)
+            s.config_text = kubernetes_config(
+                target, s.config_text, s.insecure_envvar,
+                kubernetes if kubernetes != "asked" else None,
+            )  # fmt: skip
     elif s.kubernetes:
         check_kubernetes_file(s.config_path, s.insecure_envvar)
     new = _new_config(target, s.config_text) if s.config_text is not None else None

@@ -753,6 +753,8 @@ def test_docker_node_with_cri_dockerd_is_secure_by_default(node, capsys, monkeyp
     assert code == 0, err
     # the JSON says why the node got the Kubernetes settings
     assert out["kubernetes"] == f"cri-dockerd ({found})"
+    text = node.config.read_text()
+    assert f"# Kubernetes node (cri-dockerd ({found})): an unprivileged" in text, text
     data = _runtime_toml(node)
     assert data["accept-envvar-unprivileged"] is False and data["accept-volume-mounts"] is True
     doc = {"config": node.settings() + "accept-envvar-unprivileged = true\n"}

@@ -64,3 +64,35 @@ def test_the_collection_ships_the_wheels_gpunode_install_installs(collections_pa
         f"gpunode-{version}-py3-none-any.whl",
         f"nvidia_ml_py-{pin}-py3-none-any.whl",
     ]
+
+
+def test_a_wheel_directory_without_the_wheels_is_one_clear_failure(collections_path, tmp_path):
+    """A collection built without scripts/collection (plain `ansible-galaxy collection
+    build`) ships no wheels: gpunode_install stops on the controller naming the directory,
+    what it holds and what to do, before anything reaches a node."""
+    import os
+    import subprocess
+    import sys
+
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    (empty / "gpunode-0.0.1-py3-none-any.whl").write_bytes(b"")
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n"
+        "        name: gpunode.gpunode.gpunode_install\n        tasks_from: build\n"
+    )
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
+         "-e", f"gpunode_install_wheel_dir={empty}"],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections_path),
+             "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    text = " ".join(proc.stdout.split())
+    assert f"gpunode_install_wheel_dir: {empty} must hold one gpunode-*.whl and one" in text
+    assert "it holds ['gpunode-0.0.1-py3-none-any.whl']" in text, text[-2000:]
+    assert "build it with scripts/collection" in text

@@ -392,8 +392,8 @@ class Endpoint:
                 "line": self.line}  # fmt: skip
 
 
-def _container() -> dict | None:
-    proc = docker(["inspect", CONTAINER], check=False)
+def _container(name: str = CONTAINER) -> dict | None:
+    proc = docker(["inspect", name], check=False)
     return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
 
 
@@ -402,35 +402,43 @@ def _address(state: dict) -> str:
     for net in nets.values():
         if net.get("IPAddress"):
             return net["IPAddress"]
-    raise RepoError(f"{CONTAINER}: the container has no IP address")
+    raise RepoError(f"{state['Name'].lstrip('/')}: the container has no IP address")
 
 
-def serve(repo: Repo, image: str, log=print) -> str:
+PROBE = (
+    "import time,urllib.request\nfor i in range(100):\n try:\n"
+    "  urllib.request.urlopen('http://127.0.0.1/',timeout=1);break\n"
+    " except OSError: time.sleep(0.1)\nelse: raise SystemExit(1)\n"
+)
+
+
+def serve(repo: Repo, image: str, log=print, name: str = CONTAINER) -> str:
     """Serve repo.www over http from a small container of a node image (python3 -m
     http.server, read-only mount) on Docker's default network, where the nodes are; its
     address. A container serving another build is replaced (the build's directory was)."""
-    state = _container()
+    state = _container(name)
     if state is not None:
         labels = state["Config"]["Labels"] or {}
         if state["State"]["Running"] and labels.get(LABEL) == repo.digest:
             return _address(state)
-        docker(["rm", "-f", CONTAINER])
+        docker(["rm", "-f", name])
     docker([
-        "run", "-d", "--name", CONTAINER, "--label", f"{LABEL}={repo.digest}",
+        "run", "-d", "--name", name, "--label", f"{LABEL}={repo.digest}",
         "-v", f"{repo.www}:{SERVE_DIR}:ro", "--entrypoint", "python3", image,
         "-m", "http.server", "80", "--directory", SERVE_DIR,
     ])  # fmt: skip
-    probe = (
-        "import time,urllib.request\nfor i in range(100):\n try:\n"
-        "  urllib.request.urlopen('http://127.0.0.1/',timeout=1);break\n"
-        " except OSError: time.sleep(0.1)\nelse: raise SystemExit(1)\n"
-    )
-    if exec_(CONTAINER, ["python3", "-c", probe], check=False).returncode != 0:
-        raise RepoError(f"{CONTAINER}: the http server did not answer")
-    state = _container()
-    address = _address(state)
-    log(f"nvidia repository: served at http://{address}/ ({CONTAINER})")
+    if exec_(name, ["python3", "-c", PROBE], check=False).returncode != 0:
+        raise RepoError(f"{name}: the http server did not answer")
+    address = _address(_container(name))
+    log(f"nvidia repository: served at http://{address}/ ({name})")
     return address
+
+
+def stop(name: str = CONTAINER) -> bool:
+    if _container(name) is None:
+        return False
+    docker(["rm", "-f", name])
+    return True
 
 
 def endpoint(repo: Repo, address: str, repo_id: str = "debian12") -> Endpoint:
@@ -460,7 +468,6 @@ def up(image: str, log=print) -> dict[str, Endpoint]:
 
 
 def down(log=print) -> None:
-    if _container() is not None:
-        docker(["rm", "-f", CONTAINER])
+    if stop():
         log(f"{CONTAINER}: removed")
     (cache_root() / "endpoint.json").unlink(missing_ok=True)

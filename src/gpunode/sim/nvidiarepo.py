@@ -30,6 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from ..util.command import OperationError
 from . import images
 from .docker import docker, exec_
@@ -453,6 +455,37 @@ def endpoint(repo: Repo, address: str, repo_id: str = "debian12") -> Endpoint:
         keyring=str(repo.armored_key),
         line=f"deb [signed-by={keyring}] {url} /",
     )
+
+
+SOURCE_VARS = ("nvidia_driver_source", "cuda_toolkit_source")
+
+
+def wanted(inventory: Path) -> bool:
+    """Whether an inventory installs anything from NVIDIA's repository (a source variable
+    set to cuda-repo in the inventory file, or in group_vars/host_vars beside it): then
+    `gpunode sim up` serves the simulated one."""
+
+    def walk(node) -> bool:
+        if isinstance(node, dict):
+            return any((k in SOURCE_VARS and v == "cuda-repo") or walk(v) for k, v in node.items())
+        if isinstance(node, list):
+            return any(walk(v) for v in node)
+        return False
+
+    paths = [inventory]
+    for sub in ("group_vars", "host_vars"):
+        d = inventory.parent / sub
+        if d.is_dir():
+            paths += sorted(p for p in d.rglob("*") if p.suffix in (".yml", ".yaml", ""))
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            if walk(yaml.safe_load(path.read_text())):
+                return True
+        except (OSError, yaml.YAMLError):
+            continue
+    return False
 
 
 def up(image: str, log=print) -> dict[str, Endpoint]:

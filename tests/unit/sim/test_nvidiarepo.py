@@ -284,3 +284,23 @@ def _tools():
     for tool in ("dpkg-deb", "gpg", "gpgv"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is not installed (Debian: dpkg, gpg, gpgv)", pytrace=False)
+
+
+def test_sim_up_serves_it_when_the_inventory_asks_for_nvidias_repository(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    n1: {gpunode_sim_profile: h100x8}\n")
+    assert not nvidiarepo.wanted(inv)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars/all.yml").write_text("nvidia_driver_source: distro\n")
+    assert not nvidiarepo.wanted(inv)
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars/n1.yml").write_text("nvidia_driver_source: cuda-repo\n")
+    assert nvidiarepo.wanted(inv)
+    (tmp_path / "host_vars/n1.yml").unlink()
+    inv.write_text(
+        "all:\n  children:\n    dgx:\n      hosts:\n        n1: {gpunode_sim_profile: h100x8,"
+        " cuda_toolkit_source: cuda-repo}\n"
+    )
+    assert nvidiarepo.wanted(inv)
+    # the shipped simulated cluster does not (yet): sim up starts no repository for it
+    assert not nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")

@@ -66,10 +66,12 @@ def _platform(args: argparse.Namespace) -> sources.Platform:
     return sources.platform(distro, release or "", args.arch or os.uname().machine)
 
 
-def _gpus(args: argparse.Namespace, pci: list[dict] | None = None) -> list[sources.PciGpu]:
+def _gpus(
+    args: argparse.Namespace, pci: list[dict] | None = None, root: Path = Path("/")
+) -> list[sources.PciGpu]:
     """--gpu-device-id, else the GPUs in PCI sysfs (``pci``: as the caller already read them)."""
     if pci is None and not args.gpu_device_id:
-        pci = preflight.pci_gpus(Path("/"))
+        pci = preflight.pci_gpus(root)
     ids = args.gpu_device_id or [g["device_id"] for g in pci or []]
     try:
         return [sources.PciGpu(device_id=int(i, 16)) for i in ids]
@@ -217,7 +219,8 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
         out["lists"] = lists.refresh(plat.family, args.refresh_lists)
     plan, planned = converge.driver(
         plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
-        kernel_module=args.kernel_module, gpus=_gpus(args), resolve=args.resolve,
+        kernel_module=args.kernel_module, gpus=_gpus(args, root=Path(args.root)),
+        resolve=args.resolve,
     )  # fmt: skip
     out.update(planned)
     out["ok"] = True
@@ -427,6 +430,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dp.add_argument("--check", action="store_true",
                     help="with --resolve: the matching-version check once the pin is installed")  # fmt: skip
     dp.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
+    # where PCI sysfs is read (GPUs without --gpu-device-id): tests' fake trees
+    dp.add_argument("--root", default="/", help=argparse.SUPPRESS)
     dp.add_argument("--cuda-plan-args", metavar="JSON",
                     help="also cuda-plan with these arguments (a JSON list), into `cuda`")  # fmt: skip
     _refresh_arg(dp)

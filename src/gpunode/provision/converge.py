@@ -40,6 +40,13 @@ def driver(
     out["kernel_packages"] = [p.replace("{kernel}", kernel) for p in plan.kernel_packages]
     if resolve:
         variable = "nvidia_driver_version" if plan.pin_kind == "exact" else "nvidia_driver_branch"
+        for p in plan.pin_packages:
+            if not packages.available(plat.family, p):
+                raise ProvisionError(
+                    f"{variable}: {plan.pin}: NVIDIA's repository offers no {p} (its pinning "
+                    "package for that branch or version) to this node: use a branch or "
+                    "version it carries (apt-cache search nvidia-driver-pinning)"
+                )
         versions = packages.resolve_driver(plat.family, plan.hold, plan.pin, variable)
         out["versions"] = versions
         sep = "=" if plat.family == "apt" else "-"
@@ -55,7 +62,9 @@ def driver_state(
     still has to change (`todo`), and — when the pinned packages are in place — the
     matching-version check (`check`)."""
     versions = out["versions"]
-    st = packages.states(plat.family, [*plan.hold, *plan.packages, *out["kernel_packages"]])
+    st = packages.states(
+        plat.family, [*plan.pin_packages, *plan.hold, *plan.packages, *out["kernel_packages"]]
+    )
     installed = {p: st[p].version for p in plan.hold}
     out["installed"] = installed
     out["held"] = {p: st[p].held for p in plan.hold}
@@ -70,6 +79,8 @@ def driver_state(
     todo = {
         "pin": pin_current is False,
         "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
+        # NVIDIA's pinning package, installed before the driver packages
+        "pin_packages": [p for p in plan.pin_packages if st[p].version is None],
         "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
         "install": [
             spec

@@ -15,6 +15,10 @@ Sources (``nvidia_driver_source`` / ``cuda_toolkit_source``):
              locked with NVIDIA's pinning package (``nvidia-driver-pinning-<branch|version>``);
              see ``_cuda_repo_driver``.
 
+NVSwitch baseboards (``fabric``, gpunode.provision.fabric): with the kernel module managed,
+the plan adds the fabric manager at exactly the driver's version, held like the driver, and
+its service; B200-class (NVLink5) boards are refused.
+
 Kernel module flavour (``nvidia_driver_kernel_module_flavor``): ``auto`` picks the open
 modules when the branch is >= 560 (NVIDIA's own default since 560) and no GPU is older
 than Turing, and always for Blackwell (which has only open modules); otherwise the
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from . import ProvisionError
+from .fabric import FM_SERVICE, Fabric, fm_package, refuse_nvlink5
 from .versions import check_branch, check_pin, is_branch, key, major_minor
 
 SUPPORTED = {
@@ -221,6 +226,12 @@ class DriverPlan:
     known_branches: list[str] = field(default_factory=list)
     # installed before the driver packages: NVIDIA's apt pinning package (Debian cuda-repo)
     pin_packages: list[str] = field(default_factory=list)
+    # the NVSwitch fabric PCI shows (fabric.Fabric.to_dict, with the fabric manager's
+    # package); empty: no NVSwitch
+    fabric: dict = field(default_factory=dict)
+    # the fabric manager package planned (in packages and hold, at the driver's version);
+    # empty: none (no NVSwitch, or the kernel module is not managed here)
+    fabric_manager: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -267,9 +278,14 @@ def driver_plan(
     flavor: str = "auto",
     kernel_module: bool = True,
     gpus: list[PciGpu] | None = None,
+    fabric: Fabric | None = None,
 ) -> DriverPlan:
+    """The driver's packages for a platform. ``fabric``: the NVSwitch fabric PCI shows
+    (gpunode.provision.fabric.scan); B200-class boards are refused here, first."""
     if source not in SOURCES:
         raise ProvisionError(f"nvidia_driver_source: {source!r} is not one of {', '.join(SOURCES)}")
+    fabric = fabric or Fabric()
+    refuse_nvlink5(fabric)
     branch = check_branch("nvidia_driver_branch", branch)
     pin = check_pin("nvidia_driver_version", version) if version else branch
     if not is_branch(pin) and pin.split(".")[0] != branch:
@@ -309,7 +325,24 @@ def driver_plan(
             f"nvidia_driver_branch: {branch} is not available from NVIDIA's CUDA repository for "
             f"{plat.distro} {plat.release}; available: {', '.join(plan.known_branches)}"
         )
+    if fabric.nvswitches:
+        _fabric_manager(plat, plan, fabric)
     return plan
+
+
+def _fabric_manager(plat: Platform, plan: DriverPlan, fabric: Fabric) -> None:
+    """An NVSwitch node: the fabric manager at exactly the driver's version, held like the
+    driver, its service enabled and started — where this role manages the kernel module.
+    Without it (``kernel_module`` false) the module and FM are someone else's; the plan
+    only names the package (converge checks it is installed)."""
+    fm = fm_package(plat.family, plat.distro, plan.source, plan.branch)
+    plan.fabric = {**fabric.to_dict(), "fabric_manager": fm, "service": FM_SERVICE}
+    if not plan.kernel_module:
+        return
+    plan.fabric_manager = fm
+    plan.packages.append(fm)
+    plan.hold.append(fm)
+    plan.services.append(FM_SERVICE)
 
 
 def _distro_driver(plat: Platform, plan: DriverPlan) -> None:

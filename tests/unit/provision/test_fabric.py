@@ -308,3 +308,35 @@ def test_lockstep_function_newest_common_within_the_pin():
     assert packages.fm_lockstep("apt", "d", "f", "590", "v", "cuda-repo", runner) == "590.48.01"
     with pytest.raises(ProvisionError, match=r"^v: driver 580\.126\.09 has no fabric manager"):
         packages.fm_lockstep("apt", "d", "f", "580.126.09", "v", "cuda-repo", runner)
+
+
+# --- the simulator's profiles: what their PCI sysfs shows, planned as inventories/sim does ---
+
+
+@pytest.mark.parametrize(("profile", "count", "generation"), [("a100x4", 6, "LR10"),
+                                                            ("h100x8", 4, "LS10")])  # fmt: skip
+def test_simulated_hgx_profiles_keep_their_userspace_plan(tmp_path, capsys, profile, count,
+                                                          generation):  # fmt: skip
+    """The simulator shows these profiles' NVSwitches in PCI sysfs (gpunode.sim.pcisysfs), so
+    the generic detection finds them; simulated nodes run with nvidia_driver_kernel_module:
+    false (inventories/sim), where the plan's packages, holds and services are unchanged."""
+    from gpunode.sim import pcisysfs, profiles
+
+    root = tmp_path / "node"
+    for f in pcisysfs.functions(profiles.load_profile(profile)):
+        d = root / "sys/bus/pci/devices" / f.address
+        d.mkdir(parents=True)
+        for name in ("vendor", "device", "class"):
+            (d / name).write_text(f.files[name])
+    outs = {}
+    for r in (root, tmp_path / "empty"):
+        cli_main(
+            ["provision", "driver-plan", "--json", "--branch", "550", "--distro", "debian",
+             "--release", "13", "--arch", "x86_64", "--no-kernel-module", "--root", str(r)]
+        )  # fmt: skip
+        outs[r] = json.loads(capsys.readouterr().out)
+    sim, plain = outs[root], outs[tmp_path / "empty"]
+    assert sim["fabric"]["count"] == count and sim["fabric"]["generation"] == generation
+    assert sim["fabric_manager"] == "" and plain["fabric"] == {}
+    for key in ("packages", "hold", "services", "version_package", "apt_preferences", "flavor"):
+        assert sim[key] == plain[key], key

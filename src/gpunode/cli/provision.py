@@ -40,6 +40,7 @@ from ..provision import (
     ProvisionError,
     converge,
     cuda,
+    fabric,
     lists,
     packages,
     preflight,
@@ -66,10 +67,24 @@ def _platform(args: argparse.Namespace) -> sources.Platform:
     return sources.platform(distro, release or "", args.arch or os.uname().machine)
 
 
-def _gpus(args: argparse.Namespace, pci: list[dict] | None = None) -> list[sources.PciGpu]:
+def _fabric_note(plan: dict) -> str:
+    """The driver plan message's part on an NVSwitch node (empty elsewhere)."""
+    fab = plan.get("fabric") or {}
+    if not fab:
+        return ""
+    what = f"; NVSwitch node: {fab['count']} {fab['generation']} switches"
+    if plan.get("fabric_manager"):
+        at = fab.get("driver_version", "the driver's version")
+        return f"{what}, fabric manager {plan['fabric_manager']} at {at}"
+    return f"{what}; {fab['problem']}" if fab.get("problem") else what
+
+
+def _gpus(
+    args: argparse.Namespace, pci: list[dict] | None = None, root: Path = Path("/")
+) -> list[sources.PciGpu]:
     """--gpu-device-id, else the GPUs in PCI sysfs (``pci``: as the caller already read them)."""
     if pci is None and not args.gpu_device_id:
-        pci = preflight.pci_gpus(Path("/"))
+        pci = preflight.pci_gpus(root)
     ids = args.gpu_device_id or [g["device_id"] for g in pci or []]
     try:
         return [sources.PciGpu(device_id=int(i, 16)) for i in ids]
@@ -172,14 +187,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         # the requested versions against the node's package sources, before any change
         try:
             plat = sources.platform(facts.distro, facts.release, facts.arch)
-            out["archive"] = _archive(args, plat, _gpus(args, facts.gpus_pci))
+            out["archive"] = _archive(args, plat, _gpus(args, facts.gpus_pci), facts.fabric)
         except (ProvisionError, CheckFailed) as exc:
             out["archive"] = {"ok": False, "message": str(exc)}
             out["ok"], out["message"] = False, str(exc)
     return _emit(args, out)
 
 
-def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[sources.PciGpu]) -> dict:
+def _archive(
+    args: argparse.Namespace, plat: sources.Platform, gpus: list[sources.PciGpu],
+    fabric_facts: dict | None = None,
+) -> dict:  # fmt: skip
     """Plan the driver with this node's GPUs and resolve the pins against the node's package
     sources (the distribution's archive; NVIDIA's repository is not configured yet, so its
     versions were checked against gpunode's data by `validate`)."""
@@ -193,6 +211,9 @@ def _archive(args: argparse.Namespace, plat: sources.Platform, gpus: list[source
             plat, source=args.driver_source, branch=args.driver_branch,
             version=args.driver_version, flavor=args.flavor, kernel_module=args.kernel_module,
             gpus=gpus, resolve=args.driver_source == "distro",
+            fabric=fabric.Fabric(fabric_facts["nvswitches"], fabric_facts["nvlink5_gpus"])
+            if fabric_facts
+            else None,
         )  # fmt: skip
         out["driver"] = driver
         notes.append(f"driver {plan.pin} ({plan.flavor})")
@@ -215,13 +236,18 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
     out: dict = {}
     if args.resolve and args.refresh_lists is not None:
         out["lists"] = lists.refresh(plat.family, args.refresh_lists)
+    root = Path(args.root)
     plan, planned = converge.driver(
         plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
-        kernel_module=args.kernel_module, gpus=_gpus(args), resolve=args.resolve,
+        kernel_module=args.kernel_module, gpus=_gpus(args, root=root), resolve=args.resolve,
+        fabric=fabric.scan(root),
     )  # fmt: skip
     out.update(planned)
     out["ok"] = True
-    out["message"] = f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
+    out["message"] = (
+        f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
+        + _fabric_note(out)
+    )
     if args.resolve:
         converge.driver_state(
             plat, plan, out, pin_file=args.pin_file, hold=args.hold, check=args.check,
@@ -427,6 +453,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dp.add_argument("--check", action="store_true",
                     help="with --resolve: the matching-version check once the pin is installed")  # fmt: skip
     dp.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
+    # where PCI sysfs is read (GPUs without --gpu-device-id, NVSwitches): tests' fake trees
+    dp.add_argument("--root", default="/", help=argparse.SUPPRESS)
     dp.add_argument("--cuda-plan-args", metavar="JSON",
                     help="also cuda-plan with these arguments (a JSON list), into `cuda`")  # fmt: skip
     _refresh_arg(dp)

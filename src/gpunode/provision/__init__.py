@@ -9,6 +9,8 @@ Modules:
   cuda       the CUDA -> minimum driver table and the compatibility gate
   sources    package/repository decisions per distribution, release, branch and flavour
   preflight  facts of the node (OS, arch, GPUs, Secure Boot, headers, disk, conflicts)
+  fabric     NVSwitch baseboards from PCI before the driver (the one table of NVSwitch and
+             NVLink5 GPU ids) and the fabric manager's package names
   packages   the node's package manager: available versions, installed versions
   matching   NVML vs installed package vs pin vs loaded kernel module
   converge   the plans against the node: `todo`, `converged`, the checks once installed

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from . import CheckFailed, ProvisionError, cuda, matching, packages, sources
+from .fabric import Fabric
 from .versions import cuda_of_package
 
 
@@ -28,23 +29,59 @@ def read(path: str) -> str | None:
 def driver(
     plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
     kernel_module: bool, gpus: list[sources.PciGpu], resolve: bool,
+    fabric: Fabric | None = None,
 ) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
     """The driver plan as a dict, its kernel packages for the running kernel and (``resolve``)
-    the exact package versions from the node's package sources (`versions`, `install`)."""
+    the exact package versions from the node's package sources (`versions`, `install`).
+
+    On an NVSwitch node (``fabric``) the versions are resolved in lockstep: the driver's at
+    the newest version the fabric manager is offered at too (an exact pin: that version, or
+    one line naming it and what is offered). Where the kernel module is not managed here,
+    the fabric manager must already be installed (`fabric.problem` otherwise)."""
     plan = sources.driver_plan(
         plat, source=source, branch=branch, version=version or "", flavor=flavor,
-        kernel_module=kernel_module, gpus=gpus,
+        kernel_module=kernel_module, gpus=gpus, fabric=fabric,
     )  # fmt: skip
     out = plan.to_dict()
     kernel = os.uname().release
     out["kernel_packages"] = [p.replace("{kernel}", kernel) for p in plan.kernel_packages]
     if resolve:
         variable = "nvidia_driver_version" if plan.pin_kind == "exact" else "nvidia_driver_branch"
-        versions = packages.resolve_driver(plat.family, plan.hold, plan.pin, variable)
+        pin = plan.pin
+        if plan.fabric_manager:
+            pin = packages.fm_lockstep(
+                plat.family, plan.version_package, plan.fabric_manager, plan.pin,
+                "nvidia_driver_source: distro" if source == "distro" else variable, source,
+            )  # fmt: skip
+            out["fabric"]["driver_version"] = pin
+        for p in plan.pin_packages:
+            if not packages.available(plat.family, p):
+                raise ProvisionError(
+                    f"{variable}: {plan.pin}: NVIDIA's repository offers no {p} (its pinning "
+                    "package for that branch or version) to this node: use a branch or "
+                    "version it carries (apt-cache search nvidia-driver-pinning)"
+                )
+        versions = packages.resolve_driver(plat.family, plan.hold, pin, variable)
         out["versions"] = versions
+        if plan.fabric and not kernel_module:
+            fm = plan.fabric["fabric_manager"]
+            if packages.installed(plat.family, fm) is None:
+                out["fabric"]["problem"] = fabric_manager_missing(plan.fabric)
         sep = "=" if plat.family == "apt" else "-"
         out["install"] = [f"{p}{sep}{versions[p]}" if p in versions else p for p in plan.packages]
     return plan, out
+
+
+def fabric_manager_missing(fabric: dict) -> str:
+    """One line: an NVSwitch node whose kernel module (and so fabric manager) this role does
+    not manage, and no fabric manager is installed."""
+    return (
+        f"nvidia_driver_kernel_module: false on an NVSwitch node ({fabric['count']} "
+        f"{fabric['generation']} switches) and {fabric['fabric_manager']} is not installed: "
+        "no CUDA program runs there until a fabric manager at exactly the driver's version "
+        "trains the fabric; install it where the kernel module is managed, or set "
+        "nvidia_driver_kernel_module: true so that this role installs both"
+    )
 
 
 def driver_state(
@@ -55,7 +92,9 @@ def driver_state(
     still has to change (`todo`), and — when the pinned packages are in place — the
     matching-version check (`check`)."""
     versions = out["versions"]
-    st = packages.states(plat.family, [*plan.hold, *plan.packages, *out["kernel_packages"]])
+    st = packages.states(
+        plat.family, [*plan.pin_packages, *plan.hold, *plan.packages, *out["kernel_packages"]]
+    )
     installed = {p: st[p].version for p in plan.hold}
     out["installed"] = installed
     out["held"] = {p: st[p].held for p in plan.hold}
@@ -70,6 +109,8 @@ def driver_state(
     todo = {
         "pin": pin_current is False,
         "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
+        # NVIDIA's pinning package, installed before the driver packages
+        "pin_packages": [p for p in plan.pin_packages if st[p].version is None],
         "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
         "install": [
             spec

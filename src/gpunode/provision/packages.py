@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..util import tool
 from . import CheckFailed, ProvisionError
-from .versions import cuda_of_package, driver_of_package, key, matches_pin, upstream
+from .versions import cuda_of_package, driver_of_package, is_branch, key, matches_pin, upstream
 
 Runner = Callable[[Sequence[str]], tuple[int, str, str]]
 
@@ -134,3 +134,40 @@ def resolve_cuda(
             )
         out[mm] = good[0]
     return out
+
+
+def fm_lockstep(
+    family: str, driver_package: str, fm_package: str, pin: str, variable: str, source: str,
+    runner: Runner = run,
+) -> str:  # fmt: skip
+    """The exact driver version both the driver's version package and the fabric manager
+    are offered at, newest first, within the pin (an NVSwitch node runs FM only at exactly
+    the driver's version). None: one line naming the pin and what each package offers."""
+    offered = {
+        pkg: sorted(
+            {d for v in available(family, pkg, runner) if (d := driver_of_package(v))},
+            key=key,
+            reverse=True,
+        )
+        for pkg in (driver_package, fm_package)
+    }
+    both = [d for d in offered[driver_package] if d in offered[fm_package] and matches_pin(d, pin)]
+    if both:
+        return both[0]
+
+    def listed(pkg: str) -> str:
+        within = [d for d in offered[pkg] if matches_pin(d, pin)]
+        return ", ".join(within or offered[pkg]) or "nothing"
+
+    what = f"driver {pin}" if not is_branch(pin) else f"branch {pin}"
+    fix = (
+        "configure NVIDIA's CUDA repository for it or set nvidia_driver_source: cuda-repo"
+        if source == "distro"
+        else "pin a version both offer"
+    )
+    raise ProvisionError(
+        f"{variable}: {what} has no fabric manager at the same version in this node's package "
+        f"sources ({fm_package}: {listed(fm_package)}; {driver_package}: "
+        f"{listed(driver_package)}): an NVSwitch node needs the fabric manager at exactly the "
+        f"driver's version; {fix}"
+    )

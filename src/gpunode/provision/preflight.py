@@ -3,7 +3,11 @@
 GPU presence: NVIDIA display/3D controllers in PCI sysfs (vendor 0x10de, class 0x0300xx
 or 0x0302xx) OR GPUs the loaded driver lists under /proc/driver/nvidia/gpus. The second
 source covers hosts whose sysfs is not the machine's (containers, a containerised driver);
-either is a GPU a driver can serve. Simulated nodes have only the second.
+either is a GPU a driver can serve.
+
+NVSwitch baseboards: the same PCI sysfs, read by gpunode.provision.fabric (its one table of
+NVSwitch and NVLink5 GPU ids): `fabric` says how many switches of which generation;
+B200-class (NVLink5) boards are a fatal problem (not supported yet).
 
 Every path is read under `root` so tests can build a fake host in a directory.
 """
@@ -16,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..util import tool
-from . import ProvisionError
+from . import ProvisionError, fabric
 from .sources import SUPPORTED, platform
 
 NVIDIA_VENDOR = "0x10de"
@@ -49,6 +53,9 @@ class Facts:
     run_installer: list[str] = field(default_factory=list)
     nouveau_loaded: bool = False
     python_venv: bool = False  # python3 can create virtualenvs (ensurepip: python3-venv)
+    # the NVSwitch fabric PCI shows (fabric.Fabric.to_dict: nvswitches, nvlink5_gpus, count,
+    # generation, boards); count 0: no NVSwitch
+    fabric: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -206,6 +213,12 @@ def collect(
     f.gpus_pci = pci_gpus(root)
     f.gpus_driver = driver_gpus(root)
     f.has_gpu = bool(f.gpus_pci or f.gpus_driver)
+    fab = fabric.scan(root)
+    f.fabric = fab.to_dict()
+    try:
+        fabric.refuse_nvlink5(fab)
+    except ProvisionError as exc:
+        f.problems.append(Problem("nvlink5", str(exc)))
     f.secure_boot = secure_boot(root, mokutil if root == Path("/") else None)
     build = root / "lib/modules" / kernel / "build"
     f.headers, f.headers_path = build.is_dir(), str(Path("/lib/modules") / kernel / "build")

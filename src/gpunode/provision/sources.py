@@ -8,8 +8,16 @@ Sources (``nvidia_driver_source`` / ``cuda_toolkit_source``):
   distro     Debian non-free (tested on simulated nodes), Ubuntu's archive (``-server``
              branches). RHEL/Rocky have no driver in their own repositories.
   cuda-repo  NVIDIA's CUDA repository (developer.download.nvidia.com) for Ubuntu,
-             Debian 12 and RHEL/Rocky 8/9: keyring + signed-by on apt, gpgkey + dnf module
+             Debian 12/13 and RHEL/Rocky 8/9: keyring + signed-by on apt, gpgkey + dnf module
              streams (``nvidia-driver:<branch>-dkms`` / ``-open``) on RHEL below 575.
+             Debian: the names of NVIDIA's driver installation guide (compute-only
+             ``nvidia-driver-cuda`` + ``nvidia-kernel-open-dkms`` / ``nvidia-kernel-dkms``)
+             locked with NVIDIA's pinning package (``nvidia-driver-pinning-<branch|version>``);
+             see ``_cuda_repo_driver``.
+
+NVSwitch baseboards (``fabric``, gpunode.provision.fabric): with the kernel module managed,
+the plan adds the fabric manager at exactly the driver's version, held like the driver, and
+its service; B200-class (NVLink5) boards are refused.
 
 Kernel module flavour (``nvidia_driver_kernel_module_flavor``): ``auto`` picks the open
 modules when the branch is >= 560 (NVIDIA's own default since 560) and no GPU is older
@@ -24,6 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from . import ProvisionError
+from .fabric import FM_SERVICE, Fabric, fm_package, refuse_nvlink5
 from .versions import check_branch, check_pin, is_branch, key, major_minor
 
 SUPPORTED = {
@@ -65,6 +74,9 @@ CUDA_REPO_BRANCHES = {
     "ubuntu2404": ["550", "555", "560", "565", "570", "575", "580", "590"],
     "debian12": ["525", "530", "535", "545", "550", "555", "560", "565", "570", "575", "580",
                  "590"],
+    # published from 2025 (NVIDIA/gpu-driver-container debian13/install.sh uses it); the
+    # branches are what it carried when read, `--resolve` (apt-cache madison) decides
+    "debian13": ["580", "590"],
     "rhel8": ["450", "455", "460", "465", "470", "495", "510", "515", "520", "525", "530", "535",
               "545", "550", "555", "560", "565", "570", "575", "580", "590"],
     "rhel9": ["515", "520", "525", "530", "535", "545", "550", "555", "560", "565", "570", "575",
@@ -212,6 +224,14 @@ class DriverPlan:
     repository: dict | None = None
     dnf_module: str = ""  # e.g. nvidia-driver:535-dkms (reset + enable)
     known_branches: list[str] = field(default_factory=list)
+    # installed before the driver packages: NVIDIA's apt pinning package (Debian cuda-repo)
+    pin_packages: list[str] = field(default_factory=list)
+    # the NVSwitch fabric PCI shows (fabric.Fabric.to_dict, with the fabric manager's
+    # package); empty: no NVSwitch
+    fabric: dict = field(default_factory=dict)
+    # the fabric manager package planned (in packages and hold, at the driver's version);
+    # empty: none (no NVSwitch, or the kernel module is not managed here)
+    fabric_manager: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -258,9 +278,14 @@ def driver_plan(
     flavor: str = "auto",
     kernel_module: bool = True,
     gpus: list[PciGpu] | None = None,
+    fabric: Fabric | None = None,
 ) -> DriverPlan:
+    """The driver's packages for a platform. ``fabric``: the NVSwitch fabric PCI shows
+    (gpunode.provision.fabric.scan); B200-class boards are refused here, first."""
     if source not in SOURCES:
         raise ProvisionError(f"nvidia_driver_source: {source!r} is not one of {', '.join(SOURCES)}")
+    fabric = fabric or Fabric()
+    refuse_nvlink5(fabric)
     branch = check_branch("nvidia_driver_branch", branch)
     pin = check_pin("nvidia_driver_version", version) if version else branch
     if not is_branch(pin) and pin.split(".")[0] != branch:
@@ -300,7 +325,24 @@ def driver_plan(
             f"nvidia_driver_branch: {branch} is not available from NVIDIA's CUDA repository for "
             f"{plat.distro} {plat.release}; available: {', '.join(plan.known_branches)}"
         )
+    if fabric.nvswitches:
+        _fabric_manager(plat, plan, fabric)
     return plan
+
+
+def _fabric_manager(plat: Platform, plan: DriverPlan, fabric: Fabric) -> None:
+    """An NVSwitch node: the fabric manager at exactly the driver's version, held like the
+    driver, its service enabled and started — where this role manages the kernel module.
+    Without it (``kernel_module`` false) the module and FM are someone else's; the plan
+    only names the package (converge checks it is installed)."""
+    fm = fm_package(plat.family, plat.distro, plan.source, plan.branch)
+    plan.fabric = {**fabric.to_dict(), "fabric_manager": fm, "service": FM_SERVICE}
+    if not plan.kernel_module:
+        return
+    plan.fabric_manager = fm
+    plan.packages.append(fm)
+    plan.hold.append(fm)
+    plan.services.append(FM_SERVICE)
 
 
 def _distro_driver(plat: Platform, plan: DriverPlan) -> None:
@@ -340,6 +382,9 @@ def _cuda_repo_driver(plat: Platform, plan: DriverPlan) -> None:
     b, km, open_ = plan.branch, plan.kernel_module, plan.flavor == "open"
     plan.repository = cuda_repository(plat)
     plan.known_branches = list(CUDA_REPO_BRANCHES[plat.repo_id])
+    if plat.distro == "debian":
+        _cuda_repo_debian(plan, km, open_)
+        return
     if plat.family == "apt":
         user = [f"nvidia-utils-{b}", f"libnvidia-compute-{b}"]
         if open_:
@@ -360,6 +405,33 @@ def _cuda_repo_driver(plat: Platform, plan: DriverPlan) -> None:
     plan.packages = user + (kernel if km else [])
     plan.hold = list(plan.packages)
     plan.version_package = "nvidia-driver-cuda-libs"
+
+
+def _cuda_repo_debian(plan: DriverPlan, km: bool, open_: bool) -> None:
+    """NVIDIA's repository for Debian 12/13, as NVIDIA's driver installation guide documents
+    it (docs.nvidia.com/datacenter/tesla/driver-installation-guide, "Debian" and "Version
+    locking"): Debian's own package names, one set for every branch (no ``-<branch>``
+    suffix: Ubuntu's ``nvidia-utils-<b>``/``libnvidia-compute-<b>`` do not exist there).
+
+    * compute-only (headless) system, the guide's set for a data center node:
+      ``nvidia-driver-cuda`` plus ``nvidia-kernel-open-dkms`` (open kernel modules) or
+      ``nvidia-kernel-dkms`` (proprietary). The full metapackages (``nvidia-open``,
+      ``cuda-drivers``/``cuda-drivers-<branch>``) add the desktop stack, and
+      ``cuda-drivers-<branch>`` depends with ``>=`` only, so it pins nothing (NVIDIA forum:
+      "Debian cuda-drivers-580 package 580.105.08-1 improperly pulls in v590 components").
+    * the branch or version is chosen by NVIDIA's pinning package, installed before the
+      driver: ``nvidia-driver-pinning-<branch>`` ("APT driver pinning file for driver
+      branch 580", version 580-5) or ``nvidia-driver-pinning-<version>`` (e.g.
+      nvidia-driver-pinning-580.105.08); gpunode writes no pin file of its own there.
+    * ``nvidia-driver-cuda``'s version is the driver's (580.105.08-1): the version package.
+    * ``nvidia-persistenced`` is its own package, installed with the kernel module.
+    """
+    kernel = ["nvidia-kernel-open-dkms" if open_ else "nvidia-kernel-dkms"]
+    plan.packages = ["nvidia-driver-cuda"] + ([*kernel, "nvidia-persistenced"] if km else [])
+    plan.hold = ["nvidia-driver-cuda"] + (kernel if km else [])
+    plan.version_package = "nvidia-driver-cuda"
+    plan.pin_packages = [f"nvidia-driver-pinning-{plan.pin}"]
+    plan.apt_preferences = ""
 
 
 @dataclass

@@ -27,7 +27,7 @@ import yaml
 
 from ..nvidia.devices import NVIDIA_MAJOR
 from ..util.command import OperationError
-from . import images, mocknvml, procdriver
+from . import images, mocknvml, nvidiarepo, procdriver
 from .docker import docker, exec_
 from .procfs import CAPS_MAJOR, UVM_MAJOR
 from .profiles import ProfileError, load_profile
@@ -502,6 +502,11 @@ def up(inventory: Path, artifacts: Artifacts, log=print) -> list[NodeSpec]:
         tags = dict(
             zip(releases, pool.map(lambda r: images.build("node", r, log), releases), strict=True)
         )
+    if nvidiarepo.wanted(inventory):
+        # NVIDIA's CUDA repository, simulated: served before the nodes start (its URL and
+        # key for inventories: nvidiarepo.up, cache_root()/endpoint.json)
+        for rid, ep in nvidiarepo.up(tags[releases[0]], log).items():
+            log(f"nvidia repository {rid}: {ep.line} (key: {ep.key_url})")
     for spec in nodes:
         start_node(spec, tags[spec.release], log)
     for spec in nodes:
@@ -530,4 +535,5 @@ def down(inventory: Path | None = None, log=print) -> list[str]:
         out = docker(["ps", "-a", "--filter", f"label={LABEL}=1", "--format", "{{.Names}}"])
         names = out.stdout.decode().split()
     down_names(names, log)
+    nvidiarepo.down(log)  # the repository `up` served, if it did
     return names

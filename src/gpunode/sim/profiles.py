@@ -53,9 +53,10 @@ when it is the only switch between them, else MULTIPLE. (INTERNAL between two GP
 multi-GPU board, is not modelled: every simulated board holds one GPU.)
 
 * ``nvlink_peers``: exactly ``nvlinks`` PCI addresses, the far end of link 0, 1, ...: a
-  GPU of the profile (a direct GPU-to-GPU link; the peer must list as many links back) or
-  any other address, an NVSwitch (HGX boards: every GPU lists the same switches, so it
-  usually goes in ``defaults``). NVSwitches show in the node's PCI sysfs (class 0x068000)
+  GPU of the profile (a direct GPU-to-GPU link; the peer must list as many links back: an
+  NVLink bridge, or a board without NVSwitch such as HGX A100 4-GPU, profile a100x4) or
+  any other address, an NVSwitch (8-GPU HGX/DGX boards: every GPU lists the same switches,
+  so it usually goes in ``defaults``). NVSwitches show in the node's PCI sysfs (class 0x068000)
   with the device id of that GPU generation's NVSwitch (NVSWITCH_DEVICE_IDS). Without
   ``nvlink_peers`` NVML does not know the far ends (Not Supported), as for a GPU whose
   links the driver cannot map.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
+from gpunode.cli.main import main as cli_main
 from gpunode.provision import ProvisionError, sources
 from gpunode.provision.sources import PciGpu, cuda_plan, driver_plan, platform
 
@@ -91,6 +93,73 @@ def test_cuda_repo_ubuntu_keyring_signed_by():
     assert p.packages[-1] == "nvidia-open-570"
     prop = driver_plan(platform("ubuntu", "22.04"), source="cuda-repo", branch="535", gpus=[A100])
     assert prop.packages[-1] == "cuda-drivers-535"
+
+
+@pytest.mark.parametrize(
+    ("release", "branch", "version", "flavor", "kernel", "pinning"),
+    [
+        ("12", "535", "", "proprietary", "nvidia-kernel-dkms", "nvidia-driver-pinning-535"),
+        ("12", "570", "570.211.01", "open", "nvidia-kernel-open-dkms",
+         "nvidia-driver-pinning-570.211.01"),
+        ("12", "580", "", "open", "nvidia-kernel-open-dkms", "nvidia-driver-pinning-580"),
+        ("12", "580", "580.105.08", "proprietary", "nvidia-kernel-dkms",
+         "nvidia-driver-pinning-580.105.08"),
+        ("13", "580", "580.126.09", "open", "nvidia-kernel-open-dkms",
+         "nvidia-driver-pinning-580.126.09"),
+    ],
+)  # fmt: skip
+def test_cuda_repo_debian_names_from_nvidias_guide(
+    capsys, release, branch, version, flavor, kernel, pinning
+):
+    """NVIDIA's repository for Debian serves Debian's package names, the same for every
+    branch; the branch or version is chosen by NVIDIA's pinning package. Ubuntu's
+    ``nvidia-utils-<b>``/``libnvidia-compute-<b>`` do not exist there.
+
+    NVIDIA Driver Installation Guide, https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
+    ("Debian" section, its installation table; the same rows for Debian 12 and 13):
+
+      | system                  | open kernel modules                      | proprietary                          |
+      | full (desktop + compute)| apt install nvidia-open                  | apt install cuda-drivers             |
+      | compute-only (headless) | nvidia-driver-cuda nvidia-kernel-open-dkms | nvidia-driver-cuda nvidia-kernel-dkms |
+      | desktop-only            | nvidia-driver nvidia-kernel-open-dkms    | nvidia-driver nvidia-kernel-dkms     |
+
+    "Version locking" (https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/version-locking.html)
+    and "Recent updates" ("Version locking packages for Ubuntu / Debian: driver pinning
+    packages ... to track specific driver branches and versions ... we suggest to install the
+    pinning package prior to installing the driver"):
+
+      | lock             | package                                | its description (apt-cache search)  |
+      | a branch         | nvidia-driver-pinning-<branch> (580-5) | APT driver pinning file for driver  |
+      |                  |                                        | branch 580                          |
+      | an exact version | nvidia-driver-pinning-<version>        | APT driver pinning file for driver  |
+      |                  |                                        | version 580.105.08                  |
+
+    gpunode installs the compute-only set (a data center node has no display; the full
+    metapackages add the desktop stack, and cuda-drivers-<branch> depends with ``>=``
+    only, so it pins nothing: NVIDIA developer forum, "Debian cuda-drivers-580 package
+    580.105.08-1 improperly pulls in v590 components"), nvidia-persistenced with the
+    kernel module, and checks nvidia-driver-cuda's version (580.105.08-1: the driver's).
+    """
+    argv = ["provision", "driver-plan", "--json", "--source", "cuda-repo", "--distro", "debian",
+            "--release", release, "--arch", "x86_64", "--branch", branch, "--flavor", flavor,
+            "--gpu-device-id", "2330", "--root", "/nonexistent"]  # fmt: skip
+    if version:
+        argv += ["--version", version]
+    assert cli_main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["packages"] == ["nvidia-driver-cuda", kernel, "nvidia-persistenced"]
+    assert out["hold"] == ["nvidia-driver-cuda", kernel]
+    assert out["version_package"] == "nvidia-driver-cuda"
+    assert out["pin_packages"] == [pinning]
+    assert out["pin_kind"] == ("exact" if version else "branch")
+    assert out["apt_preferences"] == ""  # NVIDIA's pinning package pins, not a file of ours
+    assert out["repository"]["url"] == (
+        f"https://developer.download.nvidia.com/compute/cuda/repos/debian{release}/x86_64/"
+    )
+    assert not {p for p in out["packages"] if re.search(r"-(utils|compute)-[0-9]", p)}
+    assert cli_main([*argv, "--no-kernel-module"]) == 0
+    user = json.loads(capsys.readouterr().out)
+    assert user["packages"] == user["hold"] == ["nvidia-driver-cuda"] and user["services"] == []
 
 
 def test_cuda_repo_ubuntu2404_lacks_old_branches():

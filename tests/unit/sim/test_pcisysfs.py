@@ -127,7 +127,7 @@ def node(tmp_path) -> Paths:
     )
 
 
-def test_nvidia_ctk_finds_the_profiles_gpus_and_nvswitches(node, tmp_path):
+def test_nvidia_ctk_finds_the_profiles_gpus(node, tmp_path):
     assert apply("a100x4", node)
     devices = node.pci_devices
     gpus = nvpci_gpus(devices)
@@ -146,21 +146,32 @@ def test_nvidia_ctk_finds_the_profiles_gpus_and_nvswitches(node, tmp_path):
     bars = gpus[0]["resources"]
     assert sorted(bars) == [0, 1, 3]  # BAR0, BAR1 (64-bit), BAR3
     assert bars[1][1] - bars[1][0] + 1 == 128 << 30  # BAR1 covers the 80 GiB framebuffer
-    # no two functions' BARs overlap (GPUs and NVSwitches)
+    # no two functions' BARs overlap
     everything = nvpci_all_devices(devices)
     spans = sorted((s, e) for g in everything for s, e, _ in g["resources"].values())
-    assert len(spans) == 4 * 3 + 6
+    assert len(spans) == 4 * 3
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
-    # the six NVSwitches the GPUs' NVLinks reach, as nvpci's GetNVSwitches sees them
-    switches = [d for d in nvpci_all_devices(devices) if d["class"] == NVSWITCH]
-    assert [d["address"] for d in switches] == [f"0000:c{i}:00.0" for i in range(4, 10)]
-    assert {d["device"] for d in switches} == {0x1AF1}
+    # HGX A100 4-GPU: the GPUs' NVLinks join them directly; nvpci's GetNVSwitches finds none
+    assert not [d for d in everything if d["class"] == NVSWITCH]
     # the host's other functions stay, as the kernel's symlinks; its own NVIDIA GPU and its
     # function at the address of the profile's GPU 0 are not this node's
     assert {n: t for n, t in listing(devices).items() if t != "dir"} == {
         "0000:00:00.0": KERNEL["0000:00:00.0"]
     }
     assert (devices / "0000:00:00.0" / "vendor").read_text() == "0x8086\n"
+
+
+def test_nvidia_ctk_finds_the_nvswitches_of_an_hgx_board(node):
+    apply("h100x8", node)
+    everything = nvpci_all_devices(node.pci_devices)
+    # the four NVSwitches the GPUs' NVLinks reach, as nvpci's GetNVSwitches sees them
+    switches = [d for d in everything if d["class"] == NVSWITCH]
+    assert [d["address"] for d in switches] == [f"0000:e{i}:00.0" for i in range(3, 7)]
+    assert {d["device"] for d in switches} == {0x22A3}
+    # no two functions' BARs overlap (GPUs and NVSwitches)
+    spans = sorted((s, e) for g in everything for s, e, _ in g["resources"].values())
+    assert len(spans) == 8 * 3 + 4
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
 
 
 def test_gpunode_and_the_device_plugin_read_it_as_on_a_server(node, tmp_path):

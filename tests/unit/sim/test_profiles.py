@@ -15,6 +15,7 @@ from gpunode.sim.profiles import (
     builtin_names,
     load_profile,
     mock_payload,
+    nvswitches,
     parse_profile,
 )
 
@@ -49,6 +50,23 @@ def test_shipped_profiles_are_the_promised_ones():
     assert [bool(g.faults) for g in t4.gpus] == [False, True]
     nogpu = load_profile("nogpu")
     assert nogpu.driver is None and nogpu.gpus == ()
+
+
+def test_a100x4_is_an_hgx_a100_4_gpu_board_without_nvswitch():
+    """HGX A100 4-GPU: the four SXM4 GPUs fully connected by direct NVLinks, four between
+    each pair (12 per GPU), no NVSwitch (so no fabric and no switch in PCI sysfs); the 8-GPU
+    boards (h100x8 here) are the ones on NVSwitches."""
+    a100 = load_profile("a100x4")
+    assert nvswitches(a100) == []
+    assert not any(g.fabric for g in a100.gpus)
+    for g in a100.gpus:
+        others = [o.bus_id for o in a100.gpus if o is not g]
+        assert g.nvlinks == 12 and set(g.nvlink_peers) == set(others)
+        assert all(g.nvlink_peers.count(o) == 4 for o in others)
+    h100 = load_profile("h100x8")
+    assert [(b.procfs, dev) for b, dev, _ in nvswitches(h100)] == [
+        (f"0000:e{i}:00.0", 0x22A3) for i in range(3, 7)
+    ]
 
 
 def test_uuids_and_bus_ids_are_unique_across_shipped_profiles():

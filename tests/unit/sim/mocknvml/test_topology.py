@@ -136,16 +136,16 @@ def test_the_device_plugins_allocator_reads_each_built_in_layout(built_lib, tmp_
         name: allocator(built_lib, tmp_path / name, mock_payload(load_profile(name)), range(8))
         for name in ("a100x4", "a100x2-mig", "h100x8", "t4x2-faulty")
     }
-    # half a DGX A100: two pairs under two-level switch trees on two NUMA nodes; NVLinks
-    # end at NVSwitches, which the allocator does not count (its "TODO: NVSwitch semantics")
-    cross = [CROSS, 0]
+    # HGX A100 4-GPU: two pairs under two-level switch trees on two NUMA nodes; no NVSwitch,
+    # four direct NVLinks between every pair of GPUs, which the allocator counts
     assert got["a100x4"]["links"] == pairs(
-        {(0, 1): [MULTI, 0], (2, 3): [MULTI, 0], (0, 2): cross, (0, 3): cross, (1, 2): cross,
-         (1, 3): cross}
+        {(0, 1): [MULTI, 4], (2, 3): [MULTI, 4], (0, 2): [CROSS, 4], (0, 3): [CROSS, 4],
+         (1, 2): [CROSS, 4], (1, 3): [CROSS, 4]}
     )  # fmt: skip
-    switches = [f"0000:{bus}:00.0" for bus in ("c4", "c4", "c5", "c5", "c6", "c6", "c7", "c7",
-                                              "c8", "c8", "c9", "c9")]  # fmt: skip
-    assert got["a100x4"]["remote"] == [switches] * 4
+    buses = got["a100x4"]["buses"]
+    assert got["a100x4"]["remote"] == [
+        [bus for bus in buses if bus != own for _ in range(4)] for own in buses
+    ]
     # two A100s under one switch, joined by all twelve NVLinks
     assert got["a100x2-mig"]["links"] == pairs({(0, 1): [SINGLE, 12]})
     assert got["a100x2-mig"]["remote"] == [["0000:0f:00.0"] * 12, ["0000:07:00.0"] * 12]
@@ -175,16 +175,17 @@ def test_a_down_link_is_skipped_and_far_ends_are_cabling(built_lib, tmp_path, py
     # a container given a100x2-mig's GPU 0 only: its links still end at GPU 1, as cabled
     got = allocator(built_lib, tmp_path / "a", mock_payload(load_profile("a100x2-mig")), [0])
     assert got["buses"] == ["0000:07:00.0"] and got["remote"] == [["0000:0f:00.0"] * 12]
-    # and a100x4's GPUs 0 and 2 alone are each other's index 0 and 1: across the CPUs
+    # and a100x4's GPUs 0 and 2 alone are each other's index 0 and 1: across the CPUs, and
+    # their links still end at all three other GPUs
     got = allocator(built_lib, tmp_path / "x", mock_payload(load_profile("a100x4")), [0, 2])
     assert got["buses"] == ["0000:07:00.0", "0000:47:00.0"]
-    assert got["links"] == pairs({(0, 1): [CROSS, 0]})
+    assert got["links"] == pairs({(0, 1): [CROSS, 4]})
+    assert got["remote"][0] == (["0000:0f:00.0"] * 4 + ["0000:47:00.0"] * 4 + ["0000:4e:00.0"] * 4)
 
 
 def layout_profile(gpus: list[dict]) -> dict:
     src = Path(__file__).resolve().parents[4] / "src/gpunode/data/profiles/a100x4.yaml"
     data = yaml.safe_load(src.read_text())
-    del data["defaults"]["nvlink_peers"]
     data["gpus"] = [
         {"uuid": f"GPU-00000000-0000-4000-8000-00000000000{i}", "bus_id": f"0000:{i + 1:02x}:00.0"}
         | gpu
@@ -282,9 +283,11 @@ def test_p2p_status_link_capabilities_and_far_end_types(built_lib, tmp_path, pyn
     assert t4["p2p"] == [[[ok] * 5, [cns, cns, ns, ns, cns]], [[cns, cns, ns, ns, cns], [ok] * 5]]
     assert t4["caps"][0] == unsupported and t4["type"] == [unsupported] * 2
     assert t4["remote"] == unsupported
-    # a100x4's GPUs 0 and 1 reach each other through the NVSwitches they share
-    a4 = peers(built_lib, tmp_path / "x", "a100x4", [0, 1])
-    assert a4["p2p"][0][1] == [ok] * 5
+    # HGX A100 4-GPU: GPUs 0 and 2 (across the CPUs) are linked directly, no NVSwitch
+    a4 = peers(built_lib, tmp_path / "x", "a100x4", [0, 2])
+    assert a4["p2p"] == [[[ok] * 5] * 2] * 2
+    assert a4["type"] == [0, "error:NVMLError_InvalidArgument"]  # a GPU; link 17: none
+    assert a4["remote"] == ["00000000:0F:00.0", "0000:0F:00.0", 0, 0x0F, 0, 0x20B210DE, 0]
 
 
 def test_bad_layouts_are_one_line():

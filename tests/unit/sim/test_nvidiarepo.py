@@ -1,0 +1,306 @@
+"""The simulated NVIDIA CUDA repository: built from its catalogue into real .deb files and
+signed apt indexes, with NVIDIA's naming and version rules (branch metapackages, the
+fabric manager at exactly the driver's version, named per branch up to 575 and unversioned
+from 580)."""
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpunode.sim import nvidiarepo
+
+ROOT = Path(__file__).resolve().parents[3]
+FM_STANDIN = b"#!/bin/sh\n# test stand-in for nv-fabricmanager\nexit 0\n"
+FM_UNIT = b"[Unit]\nDescription=test stand-in\n[Service]\nExecStart=/usr/bin/nv-fabricmanager\n"
+
+
+def sim_dir(tmp: Path) -> Path:
+    d = tmp / "sim"
+    (d / "fabricmanager").mkdir(parents=True)
+    (d / "fabricmanager/nv-fabricmanager").write_bytes(FM_STANDIN)
+    (d / "fabricmanager/nvidia-fabricmanager.service").write_bytes(FM_UNIT)
+    return d
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("nvrepo")
+    repo = nvidiarepo.build(tmp / "cache", sim_dir=sim_dir(tmp), log=lambda *_: None)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return nvidiarepo.load_catalogue()
+
+
+def repo_dir(repo, rid="debian12") -> Path:
+    return repo.www / repo.repos[rid]
+
+
+def stanzas(text: str) -> list[dict]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        fields, key = {}, None
+        for line in block.splitlines():
+            if line.startswith(" "):
+                fields[key] += "\n" + line
+            else:
+                key, _, value = line.partition(": ")
+                fields[key] = value
+        out.append(fields)
+    return out
+
+
+def branch_of(version: str) -> str:
+    return version.split(".")[0]
+
+
+def test_catalogue_every_package_cites_a_source(catalogue):
+    for p in catalogue["packages"]:
+        assert p["sources"], p["name"]
+        for s in p["sources"]:
+            assert catalogue["sources"][s]
+    assert set(catalogue["repos"]) == {"debian12", "debian13"}
+
+
+def test_product_never_reads_the_catalogue():
+    src = ROOT / "src" / "gpunode"
+    for path in src.rglob("*.py"):
+        if path.is_relative_to(src / "sim"):
+            continue
+        text = path.read_text()
+        assert "nvidia-repo.json" not in text and "nvidiarepo" not in text, path
+
+
+def test_every_deb_is_valid_and_packages_lists_exactly_the_catalogue(built, catalogue):
+    for rid in catalogue["repos"]:
+        d = repo_dir(built, rid)
+        want = {(p["name"], p["version"]) for p in catalogue["packages"] if rid in p["repos"]}
+        index = stanzas((d / "Packages").read_text())
+        assert {(s["Package"], s["Version"]) for s in index} == want
+        debs = sorted(d.glob("*.deb"))
+        assert len(debs) == len(want)
+        for s in index:
+            deb = d / s["Filename"].removeprefix("./")
+            info = subprocess.run(["dpkg-deb", "--info", str(deb)], capture_output=True, check=True)
+            assert f"Package: {s['Package']}".encode() in info.stdout
+            data = deb.read_bytes()
+            assert int(s["Size"]) == len(data)
+            assert s["SHA256"] == hashlib.sha256(data).hexdigest()
+        gz = subprocess.run(["zcat", str(d / "Packages.gz")], capture_output=True, check=True)
+        assert gz.stdout == (d / "Packages").read_bytes()
+
+
+def test_relations_are_the_catalogues(built, catalogue):
+    index = {
+        (s["Package"], s["Version"]): s for s in stanzas((repo_dir(built) / "Packages").read_text())
+    }
+    for p in catalogue["packages"]:
+        if "debian12" not in p["repos"]:
+            continue
+        s = index[(p["name"], p["version"])]
+        for key in ("depends", "provides", "conflicts", "replaces"):
+            assert s.get(key.capitalize(), "") == ", ".join(p[key])
+
+
+def test_release_hashes_the_indexes(built):
+    d = repo_dir(built)
+    release = (d / "Release").read_text()
+    assert release.startswith("Origin: NVIDIA\nLabel: NVIDIA CUDA\n")
+    for name in ("Packages", "Packages.gz"):
+        data = (d / name).read_bytes()
+        assert re.search(rf"^ {hashlib.sha256(data).hexdigest()} +{len(data)} {name}$",
+                         release, re.M)  # fmt: skip
+
+
+def gpgv(keyring: Path, *files: Path) -> int:
+    return subprocess.run(
+        ["gpgv", "--keyring", str(keyring), *map(str, files)], capture_output=True, check=False
+    ).returncode
+
+
+def test_inrelease_verifies_with_the_exported_key(built, tmp_path):
+    d = repo_dir(built)
+    assert gpgv(built.keyring, d / "InRelease") == 0
+    assert gpgv(built.keyring, d / "Release.gpg", d / "Release") == 0
+    # the .pub at the repository's root, dearmored as an operator does (gpg --dearmor)
+    pub = d / built.public_key
+    assert pub.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    assert re.fullmatch(r"[0-9a-f]{8}\.pub", pub.name)
+    ring = tmp_path / "ring.gpg"
+    subprocess.run(["gpg", "--batch", "--dearmor", "--output", str(ring), str(pub)], check=True)
+    assert gpgv(ring, d / "InRelease") == 0
+    # the inline-signed text is the Release file
+    text = (d / "InRelease").read_text()
+    assert (d / "Release").read_text().splitlines()[0] in text
+
+
+def test_tampered_release_fails_verification(built, tmp_path):
+    d = repo_dir(built)
+    inrelease = tmp_path / "InRelease"
+    inrelease.write_text((d / "InRelease").read_text().replace("Label: NVIDIA CUDA", "Label: X"))
+    assert gpgv(built.keyring, inrelease) != 0
+    release = tmp_path / "Release"
+    release.write_text((d / "Release").read_text() + " 0 0 extra\n")
+    assert gpgv(built.keyring, d / "Release.gpg", release) != 0
+    # and another key does not verify the real one
+    home = tmp_path / "gnupg"
+    other = nvidiarepo.ensure_key(tmp_path)
+    ring = tmp_path / "other.gpg"
+    ring.write_bytes(
+        subprocess.run(
+            ["gpg", "--batch", "--homedir", str(home), "--export", other],
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
+    nvidiarepo.stop_agent(home)
+    assert gpgv(ring, d / "InRelease") != 0
+
+
+def test_each_branch_has_two_driver_versions_and_fm_at_each(catalogue):
+    pk = catalogue["packages"]
+    drivers: dict[str, set[str]] = {}
+    for p in pk:
+        m = re.fullmatch(r"cuda-drivers-(\d+)", p["name"])
+        if m:
+            drivers.setdefault(m.group(1), set()).add(p["version"])
+    assert set(drivers) >= {"550", "570", "580"}
+    for branch, versions in drivers.items():
+        assert len(versions) >= 2, branch
+        fm_name = f"nvidia-fabricmanager-{branch}" if int(branch) <= 575 else "nvidia-fabricmanager"
+        fm = {
+            p["version"] for p in pk if p["name"] == fm_name and branch_of(p["version"]) == branch
+        }
+        assert fm == versions, branch
+        for v in versions:
+            assert {p["version"] for p in pk if p["name"] == "nvidia-driver"} >= {v}
+            meta = next(
+                p for p in pk if p["name"] == f"cuda-drivers-fabricmanager-{branch}"
+                and p["version"] == v
+            )  # fmt: skip
+            assert meta["depends"] == [f"{fm_name} (= {v})", f"cuda-drivers-{branch} (= {v})"]
+            cd = next(p for p in pk if p["name"] == "cuda-drivers" and p["version"] == v)
+            assert cd["depends"] == [f"cuda-drivers-{branch} (= {v})"]
+            pins = {p["name"] for p in pk}
+            assert f"nvidia-driver-pinning-{branch}" in pins
+            assert f"nvidia-driver-pinning-{v.rsplit('-', 1)[0]}" in pins
+
+
+def test_fabric_manager_naming_580_vs_575(catalogue):
+    pk = catalogue["packages"]
+    names = {p["name"] for p in pk}
+    for p in pk:
+        if p["name"].startswith("nvidia-fabricmanager-") and "-dev" not in p["name"]:
+            branch = p["name"].rsplit("-", 1)[1]
+            assert int(branch) <= 575
+            assert p["provides"] == p["conflicts"] == p["replaces"] == ["nvidia-fabricmanager"]
+        if p["name"] == "nvidia-fabricmanager":
+            branch = branch_of(p["version"])
+            assert int(branch) >= 580
+            assert p["provides"] == [f"nvidia-fabricmanager-{branch}"]
+            assert f"nvidia-fabricmanager-{branch}" not in names  # only virtual from 580
+    # cuda-drivers-580 keeps NVIDIA's >= on the branch's first release (the trap)
+    cd580 = [p for p in pk if p["name"] == "cuda-drivers-580"]
+    assert all("nvidia-driver (>= 580.65.06)" in p["depends"] for p in cd580)
+
+
+def deb_file(deb: Path, member: str) -> bytes:
+    tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True)
+    out = subprocess.run(["tar", "-xO", f".{member}"], input=tar.stdout, capture_output=True,
+                         check=True)  # fmt: skip
+    return out.stdout
+
+
+def test_fabric_manager_carries_the_simulators_stand_in(built):
+    d = repo_dir(built)
+    deb = next(d.glob("nvidia-fabricmanager-570_*.deb"))
+    assert deb_file(deb, "/usr/bin/nv-fabricmanager") == FM_STANDIN
+    assert deb_file(deb, "/lib/systemd/system/nvidia-fabricmanager.service") == FM_UNIT
+    listing = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True,
+                             check=True).stdout.decode()  # fmt: skip
+    assert re.search(r"^-rwxr-xr-x root/root .* \./usr/bin/nv-fabricmanager$", listing, re.M)
+    conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True,
+                               check=True).stdout  # fmt: skip
+    assert conffiles == b"/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+    pin = deb_file(next(d.glob("nvidia-driver-pinning-580_*.deb")),
+                   "/etc/apt/preferences.d/nvidia-driver-pinning-580")  # fmt: skip
+    assert b"Pin: version 580.*\n" in pin
+
+
+def small_catalogue(tmp: Path) -> Path:
+    doc = nvidiarepo.load_catalogue()
+    keep = {"nvidia-fabricmanager-570", "cuda-drivers-570", "libnvidia-ml1"}
+    doc["packages"] = [p for p in doc["packages"] if p["name"] in keep]
+    path = tmp / "catalogue.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_build_is_reproducible_and_rebuilds_only_when_inputs_change(tmp_path):
+    cat, sims = small_catalogue(tmp_path), sim_dir(tmp_path)
+    logs: list[str] = []
+    a = nvidiarepo.build(tmp_path / "a", catalogue=cat, sim_dir=sims, log=logs.append)
+    b = nvidiarepo.build(tmp_path / "b", catalogue=cat, sim_dir=sims, log=lambda *_: None)
+    da, db = repo_dir(a), repo_dir(b)
+    debs = sorted(p.name for p in da.glob("*.deb"))
+    assert debs and debs == sorted(p.name for p in db.glob("*.deb"))
+    for name in [*debs, "Packages", "Packages.gz", "Release"]:
+        assert (da / name).read_bytes() == (db / name).read_bytes(), name
+    built = len(logs)
+    again = nvidiarepo.build(tmp_path / "a", catalogue=cat, sim_dir=sims, log=logs.append)
+    assert again.digest == a.digest and len(logs) == built  # nothing rebuilt
+    (sims / "fabricmanager/nv-fabricmanager").write_bytes(FM_STANDIN + b"# changed\n")
+    changed = nvidiarepo.build(tmp_path / "a", catalogue=cat, sim_dir=sims, log=logs.append)
+    assert changed.digest != a.digest and len(logs) > built
+    assert changed.fingerprint == a.fingerprint  # the key is generated once
+    assert gpgv(changed.keyring, repo_dir(changed) / "InRelease") == 0
+
+
+def test_missing_stand_in_is_one_line_naming_it(tmp_path):
+    cat, sims = small_catalogue(tmp_path), sim_dir(tmp_path)
+    (sims / "fabricmanager/nv-fabricmanager").unlink()
+    with pytest.raises(nvidiarepo.RepoError, match=r"nv-fabricmanager.*No such file"):
+        nvidiarepo.build(tmp_path / "c", catalogue=cat, sim_dir=sims, log=lambda *_: None)
+
+
+def test_endpoint_is_nvidias_layout(built):
+    ep = nvidiarepo.endpoint(built, "172.17.0.9")
+    assert ep.url == "http://172.17.0.9/compute/cuda/repos/debian12/x86_64/"
+    assert ep.key_url == ep.url + built.public_key
+    assert ep.line == f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {ep.url} /"
+    with pytest.raises(nvidiarepo.RepoError, match="no debian11"):
+        nvidiarepo.endpoint(built, "172.17.0.9", "debian11")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tools():
+    for tool in ("dpkg-deb", "gpg", "gpgv"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed (Debian: dpkg, gpg, gpgv)", pytrace=False)
+
+
+def test_sim_up_serves_it_when_the_inventory_asks_for_nvidias_repository(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    n1: {gpunode_sim_profile: h100x8}\n")
+    assert not nvidiarepo.wanted(inv)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars/all.yml").write_text("nvidia_driver_source: distro\n")
+    assert not nvidiarepo.wanted(inv)
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars/n1.yml").write_text("nvidia_driver_source: cuda-repo\n")
+    assert nvidiarepo.wanted(inv)
+    (tmp_path / "host_vars/n1.yml").unlink()
+    inv.write_text(
+        "all:\n  children:\n    dgx:\n      hosts:\n        n1: {gpunode_sim_profile: h100x8,"
+        " cuda_toolkit_source: cuda-repo}\n"
+    )
+    assert nvidiarepo.wanted(inv)
+    # the shipped simulated cluster does not (yet): sim up starts no repository for it
+    assert not nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")

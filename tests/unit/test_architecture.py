@@ -41,10 +41,12 @@ MAY_USE = {
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "launch", "sim", "provision", "report", "engines", "validate",
-        "cli", "mig", "",
+        "cli", "mig", "watch", "",
     },
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},
+    # gpunode watch: the inventory's NVML walk and the health judges, followed over time
+    "watch": {"util", "nvidia", "watch"},
 }
 
 

@@ -88,8 +88,8 @@ class Watch:
         self.result: tuple | None = None
         self.lock = lock_state_dir(state_dir)  # before the history is read or written
         self.history, why = history.load(self.history_path, history.boot_id(boot_id_file))
-        if why is not None:
-            self.problem("history", why)
+        if why is not None:  # said once; a problem only while it cannot be rewritten
+            print(f"gpunode watch: history: {why}", file=self.err, flush=True)
             self.save_history()
         self.open_kmsg()
 

@@ -189,3 +189,23 @@ def test_a_broken_expression_fails_its_tests(tmp_path, broken):
     assert proc.returncode != 0, proc.stdout
     failed = set(re.findall(r"alertname: (\w+)", proc.stdout + proc.stderr))
     assert failed == {broken}, proc.stdout + proc.stderr
+
+
+# --- what README.md says -------------------------------------------------------------------
+
+
+def readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split("\n### Alert rules\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_tables_are_the_contract_and_the_rules():
+    rows = [
+        [cell.strip().strip("`") for cell in line.strip("|").split("|")]
+        for line in readme_section().splitlines()
+        if line.startswith("| `")
+    ]
+    metrics = [row[0] for row in rows if row[0] in CONTRACT or row[0].startswith("gpunode_")]
+    assert metrics == list(CONTRACT)
+    alerts = {row[0]: row[2] for row in rows if row[0].startswith("Gpunode")}
+    assert alerts == {rule["alert"]: rule["labels"]["severity"] for rule in RULES}

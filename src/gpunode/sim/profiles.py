@@ -813,7 +813,8 @@ def mock_payload(profile: Profile) -> str:
 def _link_fields(g: Gpu) -> dict[str, Any]:
     """PCIe, clock event reasons, NVLink, fabric and InfoROM as NVML shows them: a healthy
     GPU idle (clock event reason 0x1) on a link trained at its maximum, every NVLink up, the
-    fabric (NVSwitch GPUs) trained, the InfoROM valid; each fault changes its value."""
+    InfoROM valid; each fault changes its value. The fabric (NVSwitch GPUs) is untrained
+    until the node's fabric manager trains it (gpunode.sim.fabric), as on hardware."""
     f = g.faults
     reasons = (0x8 if "clocks_hw_slowdown" in f else 0) | (0x20 if "clocks_sw_thermal" in f else 0)
     return {
@@ -825,7 +826,9 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "clocks_reasons": reasons or 0x1,
         "nvlinks": g.nvlinks,
         "nvlink_down": int("nvlink_down" in f),  # a bit per link: link 0
-        "fabric_state": 3 if g.fabric else 0,  # NVML_GPU_FABRIC_STATE_COMPLETED
+        # on an NVSwitch fabric NVML reports (Hopper+): its state is the node's, trained by
+        # the fabric manager (gpunode.sim.fabric); the status training ends with is the GPU's
+        "fabric": int(g.fabric),
         "fabric_status": 999 if "fabric_manager_failed" in f else 0,  # NVML_ERROR_UNKNOWN
         "inforom_corrupt": int("inforom_corrupt" in f),
     }

@@ -9,7 +9,11 @@ both come from ``verdicts`` here, so a counter means the same thing wherever it 
   gone (``gpu.missing``: the kernel lists it, NVML cannot show it) fails
   ``gpu.device_node``, and either skips every check that reads what NVML says (READS_NVML);
 * ``flags(gpu)``: the inventory's health flags, the FLAGS names of the verdicts that fail
-  or warn.
+  or warn;
+* on an NVSwitch node (gpunode.nvidia.fabric), ``fabric_node`` is validate's
+  node.fabric_manager and ``fabric_gpu`` a GPU's gpu.fabric_manager row with the node's
+  fabric manager problems (``fabric_problems``) in it: the fabric manager is the node's,
+  and no GPU of the node is ready without it.
 
 A new check is one entry in CHECKS (id, title), its flag per status in FLAGS and its judge
 in JUDGES (a function of the GPU's record, gpunode.nvidia.gpu.Gpu); nothing else decides

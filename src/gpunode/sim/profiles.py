@@ -24,6 +24,8 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
         pcie_gen: 5                   # the link's maximum generation and width, and the
         pcie_width: 16                #   NVLinks (all up): defaults by compute capability
         nvlinks: 18                   #   (LINK_DEFAULTS); NVSwitch fabric: 9.0+ with NVLinks
+                                      #   (untrained until a fabric manager runs:
+                                      #   gpunode.sim.fabric)
         mig:                          # false (default), true (enabled, no instances) or
           - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
             placement: 0              #   its start slot (see sim/mig-geometry.json)
@@ -126,6 +128,9 @@ FAULTS = {
     "nvlink_down": Fault("NVLink 0 is down (a GPU with NVLinks only)", {"gpu.nvlink": "fail"}),
     "inforom_corrupt": Fault("the InfoROM is corrupted: nvmlDeviceValidateInforom fails",
                              {"gpu.inforom": "fail"}),
+    # NVSwitch GPUs (Hopper+): shows once a fabric manager has trained the fabric. No fault
+    # stands for "fabric manager not installed or not running": that is every NVSwitch
+    # node's state until one runs (gpunode.sim.fabric), not something a profile injects.
     "fabric_manager_failed": Fault(
         "fabric training completed with an error (NVSwitch GPUs only)",
         {"gpu.fabric_manager": "fail"}),

@@ -31,7 +31,8 @@ def collect(
         return node
     if which("systemctl"):
         _rc, out, _ = runner(["systemctl", "is-active", fabric.UNIT])
-        node.service = out.strip().splitlines()[-1] if out.strip() else "unknown"
+        # nothing on stdout: no systemd to ask (a container, a chroot): unknown, not down
+        node.service = out.strip().splitlines()[-1] if out.strip() else None
         if node.service != "active" and which("journalctl"):
             argv = ["journalctl", "-u", fabric.UNIT, "-b", "-n", "50", "-o", "cat", "--no-pager"]
             node.last_words = fabric.last_words(runner(argv)[1])

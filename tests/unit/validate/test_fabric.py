@@ -106,6 +106,17 @@ def test_collect_reads_unit_journal_and_package(tmp_path):
     assert node.package == ("nvidia-fabricmanager-535", "535.230.02") and node.packages_known
 
 
+def test_no_systemd_to_ask_is_unknown_not_down(tmp_path):
+    sysfs(tmp_path, {a: ("0x10de", f"0x{d:04x}", "0x068000") for a, d in SWITCHES})
+
+    def runner(argv):
+        if argv[0] == "systemctl":
+            return 1, "", "System has not been booted with systemd as init system (PID 1)."
+        return FakeNode()(argv)
+
+    assert facts.collect(tmp_path, runner, which).service is None
+
+
 # ---------------------------------------------------------------------------------------
 # verdicts
 

@@ -174,6 +174,9 @@ def c_header() -> str:
         "CAP_CONFIG_NODE_MODE": oct(CAP_CONFIG_NODE_MODE).replace("0o", "0"),
         "CAP_NODE_MODE": oct(CAP_NODE_MODE).replace("0o", "0"),
     }
+    from . import fabric  # the NVSwitch fabric's state file sits beside the MIG state
+
+    defines.update(fabric.c_defines())
     for name, line in MIG_MINORS_LINES.items():
         defines[f"MIG_MINORS_{name.upper()}_FORMAT"] = _c_string(line + "\n")
     for kind, fields in RECORDS.items():

@@ -24,6 +24,8 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
         pcie_gen: 5                   # the link's maximum generation and width, and the
         pcie_width: 16                #   NVLinks (all up): defaults by compute capability
         nvlinks: 18                   #   (LINK_DEFAULTS); NVSwitch fabric: 9.0+ with NVLinks
+                                      #   (untrained until a fabric manager runs:
+                                      #   gpunode.sim.fabric)
         mig:                          # false (default), true (enabled, no instances) or
           - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
             placement: 0              #   its start slot (see sim/mig-geometry.json)
@@ -127,6 +129,9 @@ FAULTS = {
     "nvlink_down": Fault("NVLink 0 is down (a GPU with NVLinks only)", {"gpu.nvlink": "fail"}),
     "inforom_corrupt": Fault("the InfoROM is corrupted: nvmlDeviceValidateInforom fails",
                              {"gpu.inforom": "fail"}),
+    # NVSwitch GPUs (Hopper+): shows once a fabric manager has trained the fabric. No fault
+    # stands for "fabric manager not installed or not running": that is every NVSwitch
+    # node's state until one runs (gpunode.sim.fabric), not something a profile injects.
     "fabric_manager_failed": Fault(
         "fabric training completed with an error (NVSwitch GPUs only)",
         {"gpu.fabric_manager": "fail"}),
@@ -814,7 +819,8 @@ def mock_payload(profile: Profile) -> str:
 def _link_fields(g: Gpu) -> dict[str, Any]:
     """PCIe, clock event reasons, NVLink, fabric and InfoROM as NVML shows them: a healthy
     GPU idle (clock event reason 0x1) on a link trained at its maximum, every NVLink up, the
-    fabric (NVSwitch GPUs) trained, the InfoROM valid; each fault changes its value."""
+    InfoROM valid; each fault changes its value. The fabric (NVSwitch GPUs) is untrained
+    until the node's fabric manager trains it (gpunode.sim.fabric), as on hardware."""
     f = g.faults
     reasons = (0x8 if "clocks_hw_slowdown" in f else 0) | (0x20 if "clocks_sw_thermal" in f else 0)
     return {
@@ -826,7 +832,9 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "clocks_reasons": reasons or 0x1,
         "nvlinks": g.nvlinks,
         "nvlink_down": int("nvlink_down" in f),  # a bit per link: link 0
-        "fabric_state": 3 if g.fabric else 0,  # NVML_GPU_FABRIC_STATE_COMPLETED
+        # on an NVSwitch fabric NVML reports (Hopper+): its state is the node's, trained by
+        # the fabric manager (gpunode.sim.fabric); the status training ends with is the GPU's
+        "fabric": int(g.fabric),
         "fabric_status": 999 if "fabric_manager_failed" in f else 0,  # NVML_ERROR_UNKNOWN
         "inforom_corrupt": int("inforom_corrupt" in f),
     }

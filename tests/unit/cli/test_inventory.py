@@ -19,8 +19,9 @@ from ..nvidia.test_inventory import gpus
 
 APPLY_THEN_INVENTORY = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, subprocess, sys
     from pathlib import Path
+    from gpunode.sim import fabric
     from gpunode.sim.profiles import load_profile
     from gpunode.sim.apply import Paths, apply_profile
     from gpunode.cli.main import main
@@ -33,6 +34,12 @@ APPLY_THEN_INVENTORY = textwrap.dedent(
     assert first.changed and not again.changed, again.changed
     for minor in filter(None, remove.split(",")):
         os.unlink(f"/dev/nvidia{minor}")
+    # the node's fabric manager has trained the NVSwitch fabric, as on a provisioned HGX
+    # node: the state the mock reads on the driver's /proc/driver (gpunode.sim.fabric)
+    subprocess.run(["mount", "-t", "tmpfs", "none", "/proc/driver"], check=True)
+    state = fabric.state_file(Path("/proc/driver"))
+    state.parent.mkdir()
+    state.write_text(fabric.STATE_FORMAT % fabric.COMPLETED)
     os.environ["LD_LIBRARY_PATH"] = str(paths.libdir)
     os.execv(sys.executable, [sys.executable, "-m", "gpunode", "inventory",
              "--proc-root", str(paths.proc_driver / "nvidia"), *flags])

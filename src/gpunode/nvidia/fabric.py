@@ -5,11 +5,21 @@ An HGX/DGX baseboard (A100, H100, H200) carries NVSwitches; no CUDA program runs
 unit ``nvidia-fabricmanager.service``) of exactly the driver's version has trained the
 fabric. What this module reads, all of it what a real node shows:
 
-* the switches on the PCI bus: vendor 0x10de, class 0x0680xx ("other bridge"), a device id
-  the NVSwitch driver accepts: LR10, the A100 generation (0x1ae8, 0x1af0-0x1aff; pci.ids
-  names 0x1af1 "GA100 [A100 NVSwitch]"), or LS10's management endpoints, the H100/H200
-  generation (0x22a0-0x22a7; 0x22a3 "GH100 [H100 NVSwitch]") (open-gpu-kernel-modules
-  ``src/common/nvswitch/kernel/nvswitch.c``); the boards carry 6 (A100) and 4 (H100/H200);
+* the switches on the PCI bus, before or after the driver: vendor 0x10de, class 0x0680xx
+  ("other bridge"), a device id of :data:`NVSWITCH_IDS` — gpunode's one table of NVSwitch
+  PCI ids (preflight, the driver plan and validation all read it; nothing else may carry a
+  copy). Sources (read August 2026; shared/reference/hgx.md section 3): the ids the
+  NVSwitch kernel driver accepts (open-gpu-kernel-modules
+  ``src/common/nvswitch/kernel/nvswitch.c``): LR10, the A100 generation, 0x1AE8 and
+  0x1AF0-0x1AFF (pci.ids: 0x1af1 "GA100 [A100 NVSwitch]"); LS10, the H100/H200
+  generation, 0x22A0-0x22A7 for the management endpoint, one per switch (pci.ids: 0x22a3
+  "GH100 [H100 NVSwitch]"). LS10's other functions (0x22A8-0x22AB PCI-PCI bridge,
+  0x22AC-0x22AF non-transparent bridge) are not switches of their own and are not counted.
+  lspci shows the switches as ``Bridge [0680]`` (leptonai/gpud fabric-manager testdata).
+  The boards carry 6 (A100) and 4 (H100/H200). Fourth-generation switches (B200, NVLink5)
+  have no id in pci.ids or in the driver's list; such a board is known by its GPUs
+  (:data:`NVLINK5_GPUS`: pci.ids 10de:2901 "GB100 [B200]", also what
+  aws-parallelcluster-cookbook counts) and needs nvlsm and the InfiniBand stack besides FM;
 * the switches the driver registered: ``/proc/driver/nvidia-nvswitch/devices/<address>``
   (the test NVIDIA's driver container starts FM by);
 * the unit's state (``systemctl is-active``), the installed fabric manager package
@@ -32,11 +42,19 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NVIDIA_VENDOR = "0x10de"
-NVSWITCH_CLASS = "0x0680"
-LR10_IDS = frozenset({0x1AE8, *range(0x1AF0, 0x1B00)})  # A100 generation
-LS10_IDS = frozenset(range(0x22A0, 0x22A8))  # H100/H200 generation, management endpoints
-GENERATIONS = {"LR10": ("A100", 6), "LS10": ("H100/H200", 4)}  # GPUs, switches a board has
+NVIDIA_VENDOR = 0x10DE
+NVSWITCH_CLASS = 0x0680  # PCI class 0x0680xx: bridge, "other"
+# The one table of NVSwitch PCI ids (see the module docstring): (generation, first device
+# id, last device id) of each switch's management endpoint.
+NVSWITCH_IDS: tuple[tuple[str, int, int], ...] = (
+    ("LR10", 0x1AE8, 0x1AE8),
+    ("LR10", 0x1AF0, 0x1AFF),
+    ("LS10", 0x22A0, 0x22A7),
+)
+# generation -> (the GPUs of its boards, the switches a board has, the id pci.ids names)
+GENERATIONS = {"LR10": ("A100", 6, 0x1AF1), "LS10": ("H100/H200", 4, 0x22A3)}
+# GPUs whose boards use fourth-generation NVSwitch (NVLink5): device id -> name (pci.ids)
+NVLINK5_GPUS: dict[int, str] = {0x2901: "B200"}
 UNIT = "nvidia-fabricmanager.service"
 PACKAGE_RE = re.compile(r"nvidia-fabric-?manager(-\d+)?")  # not -dev/-devel
 PACKAGE_GLOBS = ("nvidia-fabricmanager*", "nvidia-fabric-manager*")
@@ -47,10 +65,10 @@ PROC_SWITCHES = "proc/driver/nvidia-nvswitch/devices"
 
 
 def generation(device_id: int) -> str | None:
-    if device_id in LR10_IDS:
-        return "LR10"
-    if device_id in LS10_IDS:
-        return "LS10"
+    """The NVSwitch generation of a PCI device id (LR10, LS10), None when it is not one."""
+    for gen, lo, hi in NVSWITCH_IDS:
+        if lo <= device_id <= hi:
+            return gen
     return None
 
 
@@ -81,8 +99,16 @@ class FabricNode:
         return f"{len(self.pci) or len(self.driver or [])} NVSwitch(es), {name} generation"
 
 
-def pci_switches(root: Path = Path("/")) -> list[tuple[str, int]]:
-    """The NVSwitches in PCI sysfs, by address."""
+def _hex(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def pci_functions(root: Path = Path("/")) -> list[tuple[str, int, int]]:
+    """NVIDIA's PCI functions in ``<root>/sys/bus/pci/devices``: (address, class, device
+    id), by address."""
     base = root / "sys/bus/pci/devices"
     out = []
     try:
@@ -90,15 +116,25 @@ def pci_switches(root: Path = Path("/")) -> list[tuple[str, int]]:
     except OSError:
         return out
     for name in entries:
-        try:
-            vendor = (base / name / "vendor").read_text().strip().lower()
-            klass = (base / name / "class").read_text().strip().lower()
-            device = int((base / name / "device").read_text().strip(), 16)
-        except (OSError, ValueError):
-            continue
-        if vendor == NVIDIA_VENDOR and klass.startswith(NVSWITCH_CLASS) and generation(device):
-            out.append((name, device))
+        vendor, klass, device = (_hex(base / name / f) for f in ("vendor", "class", "device"))
+        if vendor == NVIDIA_VENDOR and klass is not None and device is not None:
+            out.append((name, klass, device))
     return out
+
+
+def is_switch(klass: int, device: int) -> bool:
+    return klass >> 8 == NVSWITCH_CLASS and generation(device) is not None
+
+
+def pci_switches(root: Path = Path("/")) -> list[tuple[str, int]]:
+    """The NVSwitches in PCI sysfs: (address, device id), by address."""
+    return [(name, dev) for name, klass, dev in pci_functions(root) if is_switch(klass, dev)]
+
+
+def nvlink5_gpus(root: Path = Path("/")) -> list[tuple[str, int]]:
+    """The GPUs (display/3D class 0x03xxxx) of NVLink5 (B200-class) boards in PCI sysfs."""
+    return [(name, dev) for name, klass, dev in pci_functions(root)
+            if dev in NVLINK5_GPUS and klass >> 16 == 0x03]  # fmt: skip
 
 
 def driver_switches(root: Path = Path("/")) -> list[str] | None:

@@ -74,6 +74,7 @@ from typing import Any
 
 import yaml
 
+from ..nvidia import fabric as nvfabric
 from ..nvidia.busid import BusId
 from ..nvidia.nvml import BRANDS
 from ..util.command import InputError
@@ -493,7 +494,8 @@ def _parse_links(
 # capability), as the PCI ID database names them: GA100 [A100 NVSwitch], GH100 [H100
 # NVSwitch]. What NVML reports for an NVLink whose far end is an NVSwitch, and the
 # NVSwitch's "device" in PCI sysfs.
-NVSWITCH_DEVICE_IDS = {(8, 0): 0x1AF1, (9, 0): 0x22A3}
+# the id pci.ids names for each generation's switch (gpunode.nvidia.fabric's one table)
+NVSWITCH_DEVICE_IDS = {(8, 0): nvfabric.GENERATIONS["LR10"][2], (9, 0): nvfabric.GENERATIONS["LS10"][2]}
 NVSWITCH_CLASS = 0x068000  # bridge, "other": what NVIDIA's tools look for (nvpci)
 _SWITCH_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 

@@ -50,8 +50,10 @@ def test_hgx_h100_and_dgx_a100_switches_are_counted_and_named(tmp_path):
 @pytest.mark.parametrize(
     ("device", "generation"),
     [("0x1ae8", "LR10"), ("0x1af0", "LR10"), ("0x1aff", "LR10"), ("0x22a0", "LS10"),
-     ("0x22af", "LS10"), ("0x1ae9", None), ("0x1aef", None), ("0x22b0", None),
-     ("0x229f", None)],
+     ("0x22a7", "LS10"), ("0x1ae9", None), ("0x1aef", None), ("0x22b0", None),
+     ("0x229f", None),
+     # LS10's PCI-PCI bridge and non-transparent bridge functions: not a switch each
+     ("0x22a8", None), ("0x22ab", None), ("0x22ac", None), ("0x22af", None)],
 )  # fmt: skip
 def test_the_driver_id_ranges_bound_the_table(device, generation):
     assert (fabric.nvswitch_generation(int(device, 16)) or (None,))[0] == generation

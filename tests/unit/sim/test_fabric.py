@@ -78,7 +78,7 @@ def test_the_drivers_nvswitch_tree():
     assert sorted(h100) == [f"nvidia-nvswitch/devices/0000:{b}:00.0/information"
                             for b in ("e3", "e4", "e5", "e6")]  # fmt: skip
     assert set(h100.values()) == {"BIOS Version: N/A\n"}
-    assert len(a100) == 1 + 6  # an A100 board: 6 switches
+    assert list(a100) == ["nvidia-nvswitch/permissions"]  # HGX A100 4-GPU: no NVSwitch
     assert list(t4) == ["nvidia-nvswitch/permissions"]  # no switch: devices/ stays empty
 
 
@@ -119,9 +119,10 @@ def test_apply_shows_the_switches_and_a_driver_load_resets_the_fabric(node):
     changed = apply_profile(load_profile("h100x8-degraded"), node).changed
     assert fabric.read_state(node.proc_driver) == fabric.NOT_STARTED
     assert any(c.startswith("reset the NVSwitch fabric") for c in changed)
-    # an A100 board's 6 switches replace them; a driver-less node shows no tree
+    # an HGX A100 4-GPU board (direct NVLinks, no NVSwitch) empties the devices; a
+    # driver-less node shows no tree
     apply_profile(load_profile("a100x4"), node)
-    assert len(list(switches.iterdir())) == 6
+    assert list(switches.iterdir()) == []
     apply_profile(load_profile("t4x2-faulty"), node)
     assert list(switches.iterdir()) == []
     apply_profile(load_profile("nogpu"), node)
@@ -270,8 +271,10 @@ PROBE = textwrap.dedent(
     [
         ("h100x8", DRIVER, {"before": [[1, 0]] * 8, "fm": 0, "after": [[3, 0]] * 8}),
         ("h100x8", "550.90.07", {"before": [[1, 0]] * 8, "fm": 1, "after": [[1, 0]] * 8}),
+        # A100 answers NOT_SUPPORTED; a100x4 (HGX A100 4-GPU) has no NVSwitch, so FM exits
+        # 1 with NV_WARN_NOTHING_TO_DO there, as NVIDIA's does
         ("a100x4", "535.261.03",
-         {"before": ["NVMLError_NotSupported"] * 4, "fm": 0,
+         {"before": ["NVMLError_NotSupported"] * 4, "fm": 1,
           "after": ["NVMLError_NotSupported"] * 4}),
     ],
 )  # fmt: skip

@@ -279,12 +279,12 @@ PROBE = textwrap.dedent(
     ],
 )  # fmt: skip
 def test_nvml_sees_what_the_standin_did(
-    built_lib,
+    built_lib,  # noqa: F811
     tmp_path,
-    pynvml_ready,
+    pynvml_ready,  # noqa: F811
     profile,
     fm_version,
-    want,  # noqa: F811
+    want,
 ):
     """One process's NVML: untrained, FM runs, trained (or not, on a mismatch; A100: not
     supported either way, FM still runs there)."""

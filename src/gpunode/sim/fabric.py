@@ -97,14 +97,16 @@ NOTHING_TO_DO = (
 )
 
 
-def render_standin(version: str) -> str:
+def render_standin(version: str, source: Path | None = None) -> str:
     """The stand-in's script for a fabric manager package of ``version`` (the package
-    builder's call): the placeholder replaced by the version, as NVIDIA's binary has its
-    own compiled in."""
+    builder's call, gpunode.sim.nvidiarepo; ``source``: the script, default :data:`STANDIN`):
+    the placeholder replaced by the version, as NVIDIA's binary has its own compiled in."""
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
         raise ValueError(f"fabric manager version {version!r}: expected e.g. 550.163.01")
-    text = STANDIN.read_text(encoding="utf-8")
-    assert text.count(VERSION_PLACEHOLDER) == 1, "the stand-in holds one placeholder"
+    text = (source or STANDIN).read_text(encoding="utf-8")
+    if text.count(VERSION_PLACEHOLDER) != 1:
+        raise ValueError(f"{source or STANDIN}: holds {text.count(VERSION_PLACEHOLDER)} "
+                         f"{VERSION_PLACEHOLDER} placeholders, not one")  # fmt: skip
     return text.replace(VERSION_PLACEHOLDER, version)
 
 

@@ -240,7 +240,7 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
     plan, planned = converge.driver(
         plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
         kernel_module=args.kernel_module, gpus=_gpus(args, root=root), resolve=args.resolve,
-        fabric=fabric.scan(root),
+        fabric=fabric.scan(root), repo_url=args.cuda_repo_url, repo_key_url=args.cuda_repo_key_url,
     )  # fmt: skip
     out.update(planned)
     out["ok"] = True
@@ -313,6 +313,8 @@ def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.Cuda
         versions=_cuda_list(args.cuda),
         default=args.default or "",
         package_set=args.package_set,
+        repo_url=args.cuda_repo_url,
+        repo_key_url=args.cuda_repo_key_url,
     )
     return plat, plan
 
@@ -379,6 +381,16 @@ def _km(p: argparse.ArgumentParser) -> None:
         default=True,
         help="the driver role builds/loads a kernel module (--no-kernel-module: userspace only)",
     )
+
+
+def _repo_args(p: argparse.ArgumentParser) -> None:
+    """Where NVIDIA's CUDA repository is (source cuda-repo): NVIDIA's, or a mirror of it."""
+    p.add_argument("--cuda-repo-url", default=sources.CUDA_REPO_URL, metavar="URL",
+                   help="NVIDIA's CUDA repository or a mirror; placeholders {repo} {arch} "
+                   "(default: NVIDIA's)")  # fmt: skip
+    p.add_argument("--cuda-repo-key-url", default=sources.CUDA_REPO_KEY_URL, metavar="URL",
+                   help="its signing key; placeholders {url} {key} {repo} {arch} "
+                   "(default: NVIDIA's key beside the repository)")  # fmt: skip
 
 
 def _refresh_arg(p: argparse.ArgumentParser) -> None:
@@ -458,6 +470,7 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dp.add_argument("--cuda-plan-args", metavar="JSON",
                     help="also cuda-plan with these arguments (a JSON list), into `cuda`")  # fmt: skip
     _refresh_arg(dp)
+    _repo_args(dp)
     _platform_args(dp)
     _km(dp)
     dp.set_defaults(func=cmd_driver_plan)
@@ -497,6 +510,7 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
             c.add_argument("--profile-script", default="",
                            help="with --state: is this profile.d script current")  # fmt: skip
             _refresh_arg(c)
+        _repo_args(c)
         _platform_args(c)
         c.set_defaults(func=func)
         if name == "cuda-plan":

@@ -29,7 +29,8 @@ def read(path: str) -> str | None:
 def driver(
     plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
     kernel_module: bool, gpus: list[sources.PciGpu], resolve: bool,
-    fabric: Fabric | None = None,
+    fabric: Fabric | None = None, repo_url: str = sources.CUDA_REPO_URL,
+    repo_key_url: str = sources.CUDA_REPO_KEY_URL,
 ) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
     """The driver plan as a dict, its kernel packages for the running kernel and (``resolve``)
     the exact package versions from the node's package sources (`versions`, `install`).
@@ -40,7 +41,8 @@ def driver(
     the fabric manager must already be installed (`fabric.problem` otherwise)."""
     plan = sources.driver_plan(
         plat, source=source, branch=branch, version=version or "", flavor=flavor,
-        kernel_module=kernel_module, gpus=gpus, fabric=fabric,
+        kernel_module=kernel_module, gpus=gpus, fabric=fabric, repo_url=repo_url,
+        repo_key_url=repo_key_url,
     )  # fmt: skip
     out = plan.to_dict()
     kernel = os.uname().release

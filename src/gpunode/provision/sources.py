@@ -84,6 +84,14 @@ CUDA_REPO_BRANCHES = {
 }  # fmt: skip
 CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{repo}/{arch}/"
 CUDA_REPO_KEYS = {"apt": "3bf863cc.pub", "dnf": "D42D0685.pub"}
+# The key beside the repository, as NVIDIA publishes it: {url} the repository's URL, {key}
+# NVIDIA's key file for the package manager (CUDA_REPO_KEYS). A mirror of NVIDIA's
+# repository (an air-gapped site, the simulator's) gives its own URL and key URL: the
+# repository variables (nvidia_driver_cuda_repo_url, _key_url; cuda_toolkit_'s) with the
+# placeholders {repo} (debian12, ubuntu2404, rhel9, ...), {arch} (x86_64, sbsa), and for
+# the key also {url} and {key}.
+CUDA_REPO_KEY_URL = "{url}{key}"
+REPO_URL_SCHEMES = ("https://", "http://", "file:/")
 APT_KEYRING = "/etc/apt/keyrings/nvidia-cuda.asc"
 # Below this branch NVIDIA's RHEL repository uses dnf module streams; from it on, plain
 # packages held with versionlock.
@@ -249,14 +257,43 @@ def _apt_pin(sources: list[str], pin: str) -> str:
     )
 
 
-def cuda_repository(plat: Platform) -> dict:
+def _repo_template(variable: str, template: str, **values: str) -> str:
+    """A repository URL variable's template filled in, or one line naming it."""
+    names = ", ".join("{" + k + "}" for k in values)
+    try:
+        filled = template.format(**values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ProvisionError(
+            f"{variable}: {template!r} has a placeholder other than {names} ({exc}); "
+            "give a URL, optionally with those placeholders"
+        ) from None
+    if not filled.startswith(REPO_URL_SCHEMES):
+        raise ProvisionError(f"{variable}: {filled!r} is not an http://, https:// or file:/ URL")
+    return filled
+
+
+def cuda_repository(
+    plat: Platform,
+    url: str = CUDA_REPO_URL,
+    key_url: str = CUDA_REPO_KEY_URL,
+    variable: str = "nvidia_driver",
+) -> dict:
+    """NVIDIA's CUDA repository for the platform, at ``url`` (NVIDIA's, or a mirror of it)
+    with its key at ``key_url`` (templates: see CUDA_REPO_KEY_URL); ``variable``: the role
+    whose ``<role>_cuda_repo_url``/``_key_url`` they are, for the error lines."""
     if plat.repo_id not in CUDA_REPO_BRANCHES:
         raise ProvisionError(
-            f"nvidia_driver_source: NVIDIA's CUDA repository has no {plat.distro} {plat.release}; "
+            f"{variable}_source: NVIDIA's CUDA repository has no {plat.distro} {plat.release}; "
             f"use distro"
         )
-    url = CUDA_REPO_URL.format(repo=plat.repo_id, arch=plat.repo_arch)
-    key_url = url + CUDA_REPO_KEYS[plat.family]
+    where = {"repo": plat.repo_id, "arch": plat.repo_arch}
+    url = _repo_template(f"{variable}_cuda_repo_url", url or CUDA_REPO_URL, **where)
+    if not url.endswith("/"):
+        url += "/"  # a flat repository's base: the key and the indexes lie in it
+    key_url = _repo_template(
+        f"{variable}_cuda_repo_key_url", key_url or CUDA_REPO_KEY_URL,
+        url=url, key=CUDA_REPO_KEYS[plat.family], **where,
+    )  # fmt: skip
     repo = {"name": "nvidia-cuda", "url": url, "key_url": key_url}
     if plat.family == "apt":
         repo.update(
@@ -279,9 +316,12 @@ def driver_plan(
     kernel_module: bool = True,
     gpus: list[PciGpu] | None = None,
     fabric: Fabric | None = None,
+    repo_url: str = CUDA_REPO_URL,
+    repo_key_url: str = CUDA_REPO_KEY_URL,
 ) -> DriverPlan:
     """The driver's packages for a platform. ``fabric``: the NVSwitch fabric PCI shows
-    (gpunode.provision.fabric.scan); B200-class boards are refused here, first."""
+    (gpunode.provision.fabric.scan); B200-class boards are refused here, first.
+    ``repo_url``/``repo_key_url``: where NVIDIA's repository is (cuda-repo; a mirror)."""
     if source not in SOURCES:
         raise ProvisionError(f"nvidia_driver_source: {source!r} is not one of {', '.join(SOURCES)}")
     fabric = fabric or Fabric()
@@ -316,6 +356,7 @@ def driver_plan(
     if source == "distro":
         _distro_driver(plat, plan)
     else:
+        plan.repository = cuda_repository(plat, repo_url, repo_key_url)
         _cuda_repo_driver(plat, plan)
     # The distribution's archive is configured on the node: its real metadata decides
     # (`driver-plan --resolve`, apt-cache madison). NVIDIA's repository is not configured
@@ -380,7 +421,6 @@ def _distro_driver(plat: Platform, plan: DriverPlan) -> None:
 
 def _cuda_repo_driver(plat: Platform, plan: DriverPlan) -> None:
     b, km, open_ = plan.branch, plan.kernel_module, plan.flavor == "open"
-    plan.repository = cuda_repository(plat)
     plan.known_branches = list(CUDA_REPO_BRANCHES[plat.repo_id])
     if plat.distro == "debian":
         _cuda_repo_debian(plan, km, open_)
@@ -471,6 +511,8 @@ def cuda_plan(
     versions: list[str],
     default: str = "",
     package_set: str = "full",
+    repo_url: str = CUDA_REPO_URL,
+    repo_key_url: str = CUDA_REPO_KEY_URL,
 ) -> CudaPlan:
     if source not in SOURCES:
         raise ProvisionError(f"cuda_toolkit_source: {source!r} is not one of {', '.join(SOURCES)}")
@@ -516,7 +558,7 @@ def cuda_plan(
         plan.homes[mm] = "/usr/lib/nvidia-cuda-toolkit"
         plan.bin_dirs[mm] = "/usr/bin"
         return plan
-    plan.repository = cuda_repository(plat)
+    plan.repository = cuda_repository(plat, repo_url, repo_key_url, "cuda_toolkit")
     for mm in mms:
         dash = mm.replace(".", "-")
         plan.packages[mm] = [

@@ -237,18 +237,35 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
     if args.resolve and args.refresh_lists is not None:
         out["lists"] = lists.refresh(plat.family, args.refresh_lists)
     root = Path(args.root)
+    resolve = args.resolve
+    configured = None
+    if args.source == "cuda-repo":
+        # NVIDIA's repository (or its mirror) must be among the node's sources before its
+        # versions can be resolved: on a fresh node the plan says so (repository.configured
+        # false, todo.repository) and the role adds it, then plans again
+        repo = sources.cuda_repository(plat, args.cuda_repo_url, args.cuda_repo_key_url)
+        configured = converge.repository_configured(repo, plat.family, root)
+        resolve = resolve and configured
     plan, planned = converge.driver(
         plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
-        kernel_module=args.kernel_module, gpus=_gpus(args, root=root), resolve=args.resolve,
+        kernel_module=args.kernel_module, gpus=_gpus(args, root=root), resolve=resolve,
         fabric=fabric.scan(root), repo_url=args.cuda_repo_url, repo_key_url=args.cuda_repo_key_url,
     )  # fmt: skip
     out.update(planned)
+    if configured is not None:
+        out["repository"]["configured"] = configured
     out["ok"] = True
     out["message"] = (
         f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
         + _fabric_note(out)
     )
-    if args.resolve:
+    if args.resolve and not resolve:
+        converge.unresolved(plan, out, hold=args.hold)
+        out["message"] += (
+            f"; NVIDIA's repository {plan.repository['url']} is not among this node's package "
+            "sources yet: add it, then plan again (versions unresolved)"
+        )
+    elif args.resolve:
         converge.driver_state(
             plat, plan, out, pin_file=args.pin_file, hold=args.hold, check=args.check,
             allow_downgrade=args.allow_downgrade, proc_version=args.proc_version,

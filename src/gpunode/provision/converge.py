@@ -74,6 +74,60 @@ def driver(
     return plan, out
 
 
+APT_SOURCES = ("etc/apt/sources.list", "etc/apt/sources.list.d")
+DNF_SOURCES = ("etc/yum.repos.d",)
+
+
+def repository_configured(repository: dict, family: str, root: Path = Path("/")) -> bool:
+    """Whether the node's package sources already name the plan's repository (its URL):
+    apt's sources.list(.d) one-line or deb822 entries, dnf's .repo baseurl. Read only;
+    the role adds the repository before the resolving plan run when this is false."""
+    url = repository["url"].rstrip("/")
+    paths: list[Path] = []
+    for rel in APT_SOURCES if family == "apt" else DNF_SOURCES:
+        where = root / rel
+        if where.is_dir():
+            paths += sorted(
+                p for p in where.iterdir() if p.suffix in (".list", ".sources", ".repo")
+            )
+        elif where.is_file():
+            paths.append(where)
+    for path in paths:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            words = line.replace("=", " ").split()
+            entry = ("deb ", "URIs:") if family == "apt" else ("baseurl",)
+            if line.startswith(entry) and any(w.rstrip("/") == url for w in words):
+                return True
+    return False
+
+
+def unresolved(plan: sources.DriverPlan, out: dict, hold: bool) -> None:
+    """Into ``out``: the plan on a node where NVIDIA's repository is not configured yet, so
+    its versions cannot be resolved: everything left to do (``todo.repository`` first),
+    nothing installed known; the role adds the repository and plans again."""
+    out["install"] = list(plan.packages)
+    out["installed"] = {p: None for p in plan.hold}
+    out["held"] = {p: None for p in plan.hold}
+    out["downgrade"] = False
+    out["pin_current"] = None
+    out["todo"] = {
+        "repository": True,
+        "pin": False,
+        "module": bool(plan.dnf_module),
+        "pin_packages": list(plan.pin_packages),
+        "unhold": [],
+        "install": list(plan.packages),
+        "kernel_packages": list(out["kernel_packages"]),
+        "hold": list(plan.hold) if hold else [],
+    }
+    out["converged"] = False
+
+
 def fabric_manager_missing(fabric: dict) -> str:
     """One line: an NVSwitch node whose kernel module (and so fabric manager) this role does
     not manage, and no fabric manager is installed."""

@@ -25,6 +25,12 @@ def sysfs(root: Path, gpu: str, gpus: int, switch: str | None = None, switches: 
     plus an Intel function, in <root>/sys/bus/pci/devices."""
     (root / "etc").mkdir(parents=True, exist_ok=True)
     (root / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\n')
+    # NVIDIA's repository among its sources (cuda-repo plans resolve against it)
+    (root / "etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/apt/sources.list.d/cuda.list").write_text(
+        "deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] "
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /\n"
+    )
     funcs = [("0x10de", GPU_CLASS, gpu)] * gpus + [("0x10de", SWITCH_CLASS, switch)] * switches
     funcs.append(("0x8086", "0x068000", "0x22a3"))  # not NVIDIA: an Intel bridge, same id
     for i, (vendor, klass, dev) in enumerate(funcs):
@@ -289,8 +295,9 @@ def test_no_kernel_module_and_no_fm_installed_says_so(tmp_path, apt, capsys):
 def test_missing_pinning_package_is_refused(tmp_path, apt, capsys):
     offered, _ = apt
     offered["nvidia-driver-cuda"] = offered["nvidia-kernel-dkms"] = ["550.163.01-1"]
+    root = sysfs(tmp_path, H100, 0)  # no GPU in PCI: the repository among its sources only
     code, out = plan_json(
-        capsys, tmp_path, "--source", "cuda-repo", "--branch", "550", "--flavor", "proprietary"
+        capsys, root, "--source", "cuda-repo", "--branch", "550", "--flavor", "proprietary"
     )
     assert code == 2 and re.fullmatch(
         r"nvidia_driver_branch: 550: NVIDIA's repository offers no nvidia-driver-pinning-550 .*",

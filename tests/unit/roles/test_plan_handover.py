@@ -5,6 +5,8 @@ and made with exactly cuda_toolkit's arguments. The roles' own expressions
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -41,8 +43,7 @@ def driver_context(plan: dict | None, **knobs) -> dict:
     if plan is not None:
         ctx["_nvidia_driver_plan_run"] = {"rc": 0}
         ctx["_nvidia_driver_plan"] = plan
-    for name in ("_nvidia_driver_do_repository", "_nvidia_driver_do_install",
-                 "_nvidia_driver_do_kernel"):  # fmt: skip
+    for name in ("_nvidia_driver_do_install", "_nvidia_driver_do_kernel"):
         if plan is not None or name != "_nvidia_driver_do_install":
             ctx[name] = value(DRIVER, name, ctx)
     return ctx
@@ -61,13 +62,19 @@ def test_handed_on_when_the_driver_role_changes_nothing():
     [
         ({**CONVERGED, "converged": False}, {}),  # the driver is installed or held first
         (CONVERGED, {"nvidia_driver_kernel_module": True}),  # a module load or reboot may follow
-        (CONVERGED, {"nvidia_driver_source": "cuda-repo"}),  # the repository may change
         ({**CONVERGED, "ok": False}, {}),
         ({"ok": True, "converged": True}, {}),  # no CUDA plan asked for
     ],
 )
 def test_not_handed_on_when_the_driver_role_may_change_what_it_read(plan, knobs):
     assert value(DRIVER, "nvidia_driver_cuda_planned", driver_context(plan, **knobs)) == {}
+
+
+def test_handed_on_from_a_converged_node_on_nvidias_repository():
+    """NVIDIA's repository is added in plan.yml before a plan that resolves against it; a
+    converged cuda-repo node (the repository among its sources) hands the CUDA plan on."""
+    ctx = driver_context(CONVERGED, nvidia_driver_source="cuda-repo")
+    assert value(DRIVER, "nvidia_driver_cuda_planned", ctx) == CUDA_PART
 
 
 def test_not_handed_on_from_a_skipped_plan():
@@ -95,3 +102,72 @@ def test_cuda_toolkit_takes_its_own_plan_only():
     # a failed one is made again by the role, for its own message; none handed on
     assert value(CUDA, "_cuda_toolkit_take_planned", cuda_context({**own, "ok": False})) is False
     assert value(CUDA, "_cuda_toolkit_take_planned", cuda_context({})) is False
+
+
+# ------------------------------------------- plan.yml: NVIDIA's repository before the resolve
+
+_spec = importlib.util.spec_from_file_location(
+    "gpunode_result_filter", ROLES.parent / "plugins/filter/gpunode_result.py"
+)
+_filter = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_filter)
+ENV.filters["gpunode.gpunode.gpunode_result"] = _filter.gpunode_result
+ENV.tests["defined"] = lambda v: not isinstance(v, jinja2.Undefined)
+
+
+def run(result: dict) -> dict:
+    return {"rc": 0 if result.get("ok") else 1, "stdout": json.dumps(result), "stderr": ""}
+
+
+FRESH = {"ok": True, "converged": False, "message": "not yet",
+         "repository": {"url": "http://m/", "configured": False}}  # fmt: skip
+AT_REPO = {"ok": True, "converged": True, "message": "converged",
+           "repository": {"url": "http://m/", "configured": True}}  # fmt: skip
+
+
+def order_context(first: dict, again: dict | None, source: str = "cuda-repo") -> dict:
+    ctx = {"nvidia_driver_source": source, "_nvidia_driver_plan_run": run(first)}
+    if again is not None:
+        ctx["_nvidia_driver_plan_again"] = again
+    ctx["_nvidia_driver_plan_first"] = value(DRIVER, "_nvidia_driver_plan_first", ctx)
+    return ctx
+
+
+def test_plan_yml_adds_the_repository_before_the_plan_that_resolves_against_it():
+    tasks = yaml.safe_load((ROLES / "nvidia_driver/tasks/plan.yml").read_text())
+    names = [t["name"] for t in tasks]
+    first, block, check = tasks[0], tasks[1], tasks[2]
+    assert first["register"] == "_nvidia_driver_plan_run" and names[2] == "Check the plan"
+    assert block["when"] == "_nvidia_driver_repository_missing"
+    inner = block["block"]
+    assert inner[0]["ansible.builtin.include_tasks"]["file"] == "repository.yml"
+    assert inner[0]["vars"]["nvidia_driver_repository"] == (
+        "{{ _nvidia_driver_plan_first.repository }}")  # fmt: skip
+    assert inner[1]["register"] == "_nvidia_driver_plan_again"
+    assert inner[1]["gpunode.gpunode.direct_command"] == first["gpunode.gpunode.direct_command"]
+    assert "--resolve" in DRIVER["_nvidia_driver_plan_args"]
+    assert "_nvidia_driver_plan" in str(check)
+    change = yaml.safe_load((ROLES / "nvidia_driver/tasks/change.yml").read_text())
+    assert "repository.yml" not in str(change)  # no second place adds it
+
+
+def test_a_fresh_node_adds_the_repository_and_uses_the_second_plan():
+    ctx = order_context(FRESH, None)
+    assert value(DRIVER, "_nvidia_driver_repository_missing", ctx) is True
+    ctx = order_context(FRESH, run(AT_REPO))
+    assert value(DRIVER, "_nvidia_driver_plan", ctx)["message"] == "converged"
+
+
+@pytest.mark.parametrize(
+    ("first", "source"),
+    [
+        (AT_REPO, "cuda-repo"),  # converged: the repository is among its sources: one run
+        ({"ok": True, "converged": True, "message": "distro",
+          "repository": {"name": "debian"}}, "distro"),
+        ({**FRESH, "ok": False, "message": "bad value"}, "cuda-repo"),  # the assert says why
+    ],
+)  # fmt: skip
+def test_one_plan_run_where_the_repository_is_there_or_not_needed(first, source):
+    ctx = order_context(first, {"skipped": True, "changed": False}, source)
+    assert value(DRIVER, "_nvidia_driver_repository_missing", ctx) is False
+    assert value(DRIVER, "_nvidia_driver_plan", ctx)["message"] == first["message"]

@@ -73,10 +73,8 @@ def _fabric_note(plan: dict) -> str:
     if not fab:
         return ""
     what = f"; NVSwitch node: {fab['count']} {fab['generation']} switches"
-    if plan.get("fabric_manager"):
-        at = fab.get("driver_version", "the driver's version")
-        return f"{what}, fabric manager {plan['fabric_manager']} at {at}"
-    return f"{what}; {fab['problem']}" if fab.get("problem") else what
+    at = fab.get("driver_version", "the driver's version")
+    return f"{what}, fabric manager {plan['fabric_manager']} at {at}"
 
 
 def _gpus(

@@ -37,8 +37,8 @@ def driver(
 
     On an NVSwitch node (``fabric``) the versions are resolved in lockstep: the driver's at
     the newest version the fabric manager is offered at too (an exact pin: that version, or
-    one line naming it and what is offered). Where the kernel module is not managed here,
-    the fabric manager must already be installed (`fabric.problem` otherwise)."""
+    one line naming it and what is offered), whether or not the kernel module is managed
+    here: the fabric manager is userspace, installed, held and started either way."""
     plan = sources.driver_plan(
         plat, source=source, branch=branch, version=version or "", flavor=flavor,
         kernel_module=kernel_module, gpus=gpus, fabric=fabric, repo_url=repo_url,
@@ -65,10 +65,6 @@ def driver(
                 )
         versions = packages.resolve_driver(plat.family, plan.hold, pin, variable)
         out["versions"] = versions
-        if plan.fabric and not kernel_module:
-            fm = plan.fabric["fabric_manager"]
-            if packages.installed(plat.family, fm) is None:
-                out["fabric"]["problem"] = fabric_manager_missing(plan.fabric)
         sep = "=" if plat.family == "apt" else "-"
         out["install"] = [f"{p}{sep}{versions[p]}" if p in versions else p for p in plan.packages]
     return plan, out
@@ -124,20 +120,10 @@ def unresolved(plan: sources.DriverPlan, out: dict, hold: bool) -> None:
         "install": list(plan.packages),
         "kernel_packages": list(out["kernel_packages"]),
         "hold": list(plan.hold) if hold else [],
+        "services": [] if plan.kernel_module else list(plan.services),
+        "restart": [],
     }
     out["converged"] = False
-
-
-def fabric_manager_missing(fabric: dict) -> str:
-    """One line: an NVSwitch node whose kernel module (and so fabric manager) this role does
-    not manage, and no fabric manager is installed."""
-    return (
-        f"nvidia_driver_kernel_module: false on an NVSwitch node ({fabric['count']} "
-        f"{fabric['generation']} switches) and {fabric['fabric_manager']} is not installed: "
-        "no CUDA program runs there until a fabric manager at exactly the driver's version "
-        "trains the fabric; install it where the kernel module is managed, or set "
-        "nvidia_driver_kernel_module: true so that this role installs both"
-    )
 
 
 def driver_state(
@@ -176,6 +162,19 @@ def driver_state(
         "kernel_packages": [p for p in out["kernel_packages"] if st[p].version is None],
         "hold": [p for p in plan.hold if hold and st[p].held is not True],
     }
+    if not plan.kernel_module and plan.services:
+        # the fabric manager's service where the kernel module is not managed here (the
+        # kernel-module phase starts the services otherwise): started when it is not
+        # enabled and active, restarted when its package changes
+        svc = packages.services(plan.services)
+        changing = {spec.split("=")[0] for spec in todo["install"]}
+        todo["services"] = [
+            s for s in plan.services if not (svc[s].enabled and svc[s].active)
+            or plan.fabric_manager in changing
+        ]  # fmt: skip
+        todo["restart"] = [s for s in todo["services"] if svc[s].active]
+        out["services_state"] = {s: {"enabled": v.enabled, "active": v.active}
+                                 for s, v in svc.items()}  # fmt: skip
     out["todo"] = todo
     out["converged"] = not any(todo.values())
     if check and installed.get(plan.version_package) == versions.get(plan.version_package):

@@ -15,9 +15,10 @@ Sources (``nvidia_driver_source`` / ``cuda_toolkit_source``):
              locked with NVIDIA's pinning package (``nvidia-driver-pinning-<branch|version>``);
              see ``_cuda_repo_driver``.
 
-NVSwitch baseboards (``fabric``, gpunode.provision.fabric): with the kernel module managed,
-the plan adds the fabric manager at exactly the driver's version, held like the driver, and
-its service; B200-class (NVLink5) boards are refused.
+NVSwitch baseboards (``fabric``, gpunode.provision.fabric): the plan adds the fabric manager
+at exactly the driver's version, held like the driver, and its service — also where the
+kernel module is not managed here (FM is userspace); B200-class (NVLink5) boards are
+refused.
 
 Kernel module flavour (``nvidia_driver_kernel_module_flavor``): ``auto`` picks the open
 modules when the branch is >= 560 (NVIDIA's own default since 560) and no GPU is older
@@ -373,13 +374,13 @@ def driver_plan(
 
 def _fabric_manager(plat: Platform, plan: DriverPlan, fabric: Fabric) -> None:
     """An NVSwitch node: the fabric manager at exactly the driver's version, held like the
-    driver, its service enabled and started — where this role manages the kernel module.
-    Without it (``kernel_module`` false) the module and FM are someone else's; the plan
-    only names the package (converge checks it is installed)."""
+    driver, its service enabled and started. FM is userspace: it is planned whether or not
+    this role manages the kernel module (``kernel_module`` false: a preinstalled driver,
+    simulated nodes), at the version of the driver packages the plan installs (which the
+    matching-version check holds to the loaded module); the resolve refuses, in one line,
+    a node whose sources offer no FM at that version (gpunode.provision.packages.fm_lockstep)."""
     fm = fm_package(plat.family, plat.distro, plan.source, plan.branch)
     plan.fabric = {**fabric.to_dict(), "fabric_manager": fm, "service": FM_SERVICE}
-    if not plan.kernel_module:
-        return
     plan.fabric_manager = fm
     plan.packages.append(fm)
     plan.hold.append(fm)

@@ -171,3 +171,34 @@ def test_one_plan_run_where_the_repository_is_there_or_not_needed(first, source)
     ctx = order_context(first, {"skipped": True, "changed": False}, source)
     assert value(DRIVER, "_nvidia_driver_repository_missing", ctx) is False
     assert value(DRIVER, "_nvidia_driver_plan", ctx)["message"] == first["message"]
+
+
+# ------------------------------- the fabric manager's service without the kernel module
+
+
+@pytest.mark.parametrize(
+    ("km", "todo", "want"),
+    [
+        (False, {"services": ["nvidia-fabricmanager"]}, True),
+        (False, {"services": []}, False),  # enabled and active: one command
+        (True, {"services": []}, False),  # kernel.yml starts the services there
+        (False, {}, False),  # an older plan without services
+    ],
+)
+def test_fm_service_phase_runs_only_where_the_plan_says(km, todo, want):
+    ctx = {"nvidia_driver_kernel_module": km, "_nvidia_driver_plan": {"todo": todo}}
+    assert value(DRIVER, "_nvidia_driver_do_services", ctx) is want
+
+
+def test_services_yml_starts_or_restarts_what_todo_names():
+    (task,) = yaml.safe_load((ROLES / "nvidia_driver/tasks/services.yml").read_text())
+    assert task["loop"] == "{{ _nvidia_driver_plan.todo.services }}"
+    spec = task["ansible.builtin.systemd_service"]
+    assert spec["enabled"] is True
+    state = ENV.compile_expression(spec["state"].strip()[2:-2])
+    plan = {"todo": {"restart": ["nvidia-fabricmanager"]}}
+    assert state(item="nvidia-fabricmanager", _nvidia_driver_plan=plan) == "restarted"
+    assert state(item="nvidia-fabricmanager", _nvidia_driver_plan={"todo": {"restart": []}}) == (
+        "started")  # fmt: skip
+    main = (ROLES / "nvidia_driver/tasks/main.yml").read_text()
+    assert "_nvidia_driver_do_services" in main

@@ -259,7 +259,9 @@ def build_library(dest: Path, cc: str = "cc") -> Path:
         generated = Path(tmp)
         stubs_c = generated / "nvml-stubs.c"
         stubs_c.write_text(stubs_source(nvml_names()), encoding="utf-8")
-        (generated / "migstate.h").write_text(migstate.c_header(fabric.c_defines()), encoding="utf-8")
+        (generated / "migstate.h").write_text(
+            migstate.c_header(fabric.c_defines()), encoding="utf-8"
+        )
         flags = ["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-lpthread", f"-I{tmp}"]
         return compile_c([*sources(), stubs_c], dest, flags, cc)
 

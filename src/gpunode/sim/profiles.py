@@ -495,7 +495,10 @@ def _parse_links(
 # NVSwitch]. What NVML reports for an NVLink whose far end is an NVSwitch, and the
 # NVSwitch's "device" in PCI sysfs.
 # the id pci.ids names for each generation's switch (gpunode.nvidia.fabric's one table)
-NVSWITCH_DEVICE_IDS = {(8, 0): nvfabric.GENERATIONS["LR10"][2], (9, 0): nvfabric.GENERATIONS["LS10"][2]}
+NVSWITCH_DEVICE_IDS = {
+    (8, 0): nvfabric.GENERATIONS["LR10"][2],
+    (9, 0): nvfabric.GENERATIONS["LS10"][2],
+}
 NVSWITCH_CLASS = 0x068000  # bridge, "other": what NVIDIA's tools look for (nvpci)
 _SWITCH_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 

@@ -340,7 +340,7 @@ def test_unreachable_node_is_reported_while_others_finish(cluster_inventory):
     for line in proc.stdout:
         out.append(line)
         # mid-run: the driver role has started on every node
-        if not stopped and line.startswith("TASK [nvidia_driver"):
+        if not stopped and line.startswith("TASK [gpunode.gpunode.nvidia_driver"):
             os.kill(init, signal.SIGKILL)
             stopped = True
     proc.wait(timeout=1200)

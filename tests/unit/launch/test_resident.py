@@ -42,19 +42,25 @@ def _wait_for(check, what, timeout=10.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def stragglers() -> list[str]:
-    """The watchdogs left behind: /bin/sleep processes with the tests' timeout (30 s, the
-    protocol's default, unless a test set another) that are not some test's own."""
+def stragglers(directory: Path) -> list[str]:
+    """The watchdogs left behind by this test's stages: /bin/sleep processes with one
+    argument (the timeout) whose environment names this test's service directory (the stages
+    pass theirs on). Another run's watchdogs on the same machine (a suite in another
+    checkout) are alive while their stages are, and none of this test's business."""
+    mark = f"GPUNODE_RESIDENT_DIR={directory}".encode()
     out = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
+            if not (argv and argv[0] == protocol.SLEEP.encode() and len(argv) == 2):
+                continue
+            if mark not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
         except OSError:
             continue
-        if argv and argv[0] == protocol.SLEEP.encode() and len(argv) == 2:
-            out.append(f"{proc.name}: {b' '.join(argv).decode()}")
+        out.append(f"{proc.name}: {b' '.join(argv).decode()}")
     return out
 
 
@@ -138,7 +144,7 @@ def test_a_gpu_create_is_served_by_the_service_as_the_python_runtime_serves_it(s
     _wait_for(lambda: sorted(p.name for p in directory.iterdir()) == ["pid"],
               "the FIFOs' removal")  # fmt: skip
     # the watchdog ended with the conversation: no sleep of the stage's is left
-    assert stragglers() == []
+    assert stragglers(directory) == []
     assert proc.poll() is None
 
 

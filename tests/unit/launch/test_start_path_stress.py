@@ -37,14 +37,20 @@ PARALLEL = 4
 SLOW = 2.0
 
 
-def watchdogs() -> list[str]:
-    """The stages' watchdogs alive now (``/bin/sleep 29``)."""
+def watchdogs(directory: Path) -> list[str]:
+    """This test's stages' watchdogs alive now: ``/bin/sleep 29`` whose environment names
+    this test's service directory (the stages pass theirs on to the watchdog). Only this
+    test's: other runs on the machine (a suite in another checkout) have watchdogs of their
+    own, alive while their stages are, which are none of this test's business."""
     want = [protocol.SLEEP.encode(), TIMEOUT.encode()]
+    mark = f"GPUNODE_RESIDENT_DIR={directory}".encode()
     out = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
-                if (proc / "cmdline").read_bytes().split(b"\0")[:-1] == want:
+                if (proc / "cmdline").read_bytes().split(b"\0")[:-1] == want and mark in (
+                    proc / "environ"
+                ).read_bytes().split(b"\0"):
                     out.append(proc.name)
     return out
 
@@ -126,7 +132,7 @@ def test_thousands_of_hooks_and_creates_leave_no_straggler_and_none_is_slow(
             if took > SLOW:
                 slow.append(f"{kind} {i}: {took:.2f} s")
     time.sleep(0.5)
-    after = watchdogs()
+    after = watchdogs(directory)
     assert failed == [], f"{len(failed)} failed: {failed[:5]}"
     assert slow == [], f"{len(slow)} of {len(jobs)} runs took over {SLOW} s: {slow[:10]}"
     assert after == [], f"watchdogs left behind: {after}"

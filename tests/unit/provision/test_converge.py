@@ -241,7 +241,9 @@ def test_a_fresh_node_without_the_repository_gets_an_unresolved_plan(node, capsy
 @pytest.mark.parametrize(
     ("name", "text"),
     [
-        ("nvidia-cuda.sources",  # what ansible's deb822_repository writes
+        # what the role writes (roles/nvidia_driver/tasks/repository.yml: the plan's line)
+        ("nvidia-cuda.list", f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {MIRROR_D12} /\n"),
+        ("nvidia-cuda.sources",  # a deb822 entry, as ansible's deb822_repository writes one
          f"X-Repolib-Name: nvidia-cuda\nTypes: deb\nURIs: {MIRROR_D12}\nSuites: /\n"
          "Signed-By: /etc/apt/keyrings/nvidia-cuda.asc\n"),
         ("cuda.list", f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {MIRROR_D12[:-1]} /\n"),

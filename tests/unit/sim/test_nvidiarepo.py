@@ -255,7 +255,7 @@ def test_fabric_manager_carries_the_stand_in_at_its_own_version(built, tmp_path)
                                    capture_output=True, check=True).stdout  # fmt: skip
         assert conffiles == b"/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
     pin = deb_file(next(repo_dir(built).glob("nvidia-driver-pinning-580_*.deb")),
-                   "/etc/apt/preferences.d/nvidia-driver-pinning-580")  # fmt: skip
+                   "/etc/apt/preferences.d/nvidia-driver-pinning-580.pref")  # fmt: skip
     assert b"Pin: version 580.*\n" in pin
 
 
@@ -359,3 +359,17 @@ def test_sim_up_serves_it_when_the_inventory_asks_for_nvidias_repository(tmp_pat
     assert nvidiarepo.wanted(inv)
     # the shipped simulated cluster does not (yet): sim up starts no repository for it
     assert not nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")
+
+
+def test_every_apt_preferences_file_has_a_name_apt_reads(catalogue):
+    """apt reads a file in /etc/apt/preferences.d only when its name has no extension or
+    `.pref` and holds only letters, digits, `-`, `_` and `.` (apt_preferences(5)): a pinning
+    package's `nvidia-driver-pinning-550.163.01` was silently ignored (its "extension" is
+    `01`), and the driver's dependencies then resolved to another branch."""
+    paths = [f["path"] for p in catalogue["packages"] for f in p.get("files", [])
+             if f["path"].startswith("/etc/apt/preferences.d/")]  # fmt: skip
+    assert paths
+    for path in paths:
+        name = path.rsplit("/", 1)[1]
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+", name), path
+        assert "." not in name or name.endswith(".pref"), path

@@ -10,16 +10,15 @@ from collections.abc import Callable
 
 from ..util.command import UsageError
 
-# the collection's direct_command action, as playbooks/validate.yml names it (and the
-# names a run resolving it by short name reports)
-ACTIONS = ("gpunode.gpunode.direct_command", "direct_command", "ansible.legacy.direct_command")
+# the collection's direct_command action, as playbooks/validate.yml names it
+ACTION = "gpunode.gpunode.direct_command"
 
 
 def progress_line(event: dict) -> str | None:
     """The line printed for one ansible-runner event: the result of a node's validation."""
     kind = event.get("event")
     data = event.get("event_data") or {}
-    if data.get("task_action") not in ACTIONS:
+    if data.get("task_action") != ACTION:
         return None
     if "gpunode validate" not in str(data.get("task", "")):
         return None

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from ..nvidia import fabric as nvfabric
 from ..util.command import OperationError
 from . import fabric, images
 from .docker import docker, exec_
@@ -225,6 +226,24 @@ def build_deb(pkg: dict, out: Path, sim_dir: Path, epoch: int) -> Path:
         _run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(stage), str(deb)],
              f"building {deb.name}", env=env)  # fmt: skip
     return deb
+
+
+def fm_deb(version: str, out: Path, repo_id: str = "debian12", catalogue: Path = CATALOGUE,
+           sim_dir: Path = SIM_DIR) -> Path:
+    """The repository's fabric manager package at exactly ``version`` (upstream, e.g.
+    550.163.01) built into ``out``: for a node that is not provisioned from the repository
+    but needs its fabric manager (tests, benchmarks: cluster.install_fabric_manager)."""
+    doc = load_catalogue(catalogue)
+    fms = [p for p in doc["packages"] if repo_id in p["repos"]
+           and nvfabric.PACKAGE_RE.fullmatch(p["name"])
+           and upstream_version(p["version"]) == version]  # fmt: skip
+    if not fms:
+        offered = sorted({upstream_version(p["version"]) for p in doc["packages"]
+                          if nvfabric.PACKAGE_RE.fullmatch(p["name"])})  # fmt: skip
+        raise RepoError(f"the simulated NVIDIA repository ({repo_id}) has no fabric manager "
+                        f"{version}; it has {', '.join(offered)}")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    return build_deb(fms[0], out, sim_dir, _epoch(doc))
 
 
 def _digests(data: bytes, names) -> dict[str, str]:

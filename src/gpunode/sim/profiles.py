@@ -93,6 +93,8 @@ class Fault:
     shows: dict[str, str]  # check id -> "fail" or "warn", in health.CHECKS order
     # what it shows on a PCIe card instead (a card is judged apart from an SXM module)
     on_card: dict[str, str] | None = None
+    # what it also shows on the node's own rows (a GPU's fault the node check sums up)
+    node: dict[str, str] | None = None
 
 
 # The one table of simulated faults. A fault is named by the health flag it raises (the
@@ -133,9 +135,10 @@ FAULTS = {
     # NVSwitch GPUs (Hopper+): shows once a fabric manager has trained the fabric. No fault
     # stands for "fabric manager not installed or not running": that is every NVSwitch
     # node's state until one runs (gpunode.sim.fabric), not something a profile injects.
+    # node.fabric_manager sums the node's fabric up: one GPU's failed training fails it
     "fabric_manager_failed": Fault(
         "fabric training completed with an error (NVSwitch GPUs only)",
-        {"gpu.fabric_manager": "fail"}),
+        {"gpu.fabric_manager": "fail"}, node={"node.fabric_manager": "fail"}),
 }  # fmt: skip
 # Faults renamed to the flag they raise (commit 524d374): a profile naming the old name is
 # told the new one.

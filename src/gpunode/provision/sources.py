@@ -469,7 +469,10 @@ def _cuda_repo_debian(plan: DriverPlan, km: bool, open_: bool) -> None:
     """
     kernel = ["nvidia-kernel-open-dkms" if open_ else "nvidia-kernel-dkms"]
     plan.packages = ["nvidia-driver-cuda"] + ([*kernel, "nvidia-persistenced"] if km else [])
-    plan.hold = ["nvidia-driver-cuda"] + (kernel if km else [])
+    # libnvidia-ml1 (NVML, a dependency at exactly the driver's version) held as well: on
+    # every source gpunode holds the package NVML's version comes from, which is what
+    # validate and tests/infra find as the driver's package
+    plan.hold = ["nvidia-driver-cuda", "libnvidia-ml1"] + (kernel if km else [])
     plan.version_package = "nvidia-driver-cuda"
     plan.pin_packages = [f"nvidia-driver-pinning-{plan.pin}"]
     plan.apt_preferences = ""

@@ -225,7 +225,7 @@ def test_branch_pin_resolves_to_the_newest_version_with_fm(tmp_path, apt, capsys
     offered, _, _ = apt
     root = sysfs(tmp_path, H100, 8, "0x22a3", 4)
     drv = ["580.126.09-1", "580.105.08-1", "580.95.05-1"]
-    for p in ("nvidia-driver-cuda", "nvidia-kernel-open-dkms"):
+    for p in ("nvidia-driver-cuda", "libnvidia-ml1", "nvidia-kernel-open-dkms"):
         offered[p] = drv
     offered["nvidia-fabricmanager"] = ["580.105.08-1", "580.95.05-1"]  # 580.126.09 not yet
     offered["nvidia-driver-pinning-580"] = ["580-5"]
@@ -238,7 +238,7 @@ def test_branch_pin_resolves_to_the_newest_version_with_fm(tmp_path, apt, capsys
     ]  # fmt: skip
     assert out["todo"]["pin_packages"] == ["nvidia-driver-pinning-580"]
     assert out["todo"]["hold"] == [
-        "nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-fabricmanager"
+        "nvidia-driver-cuda", "libnvidia-ml1", "nvidia-kernel-open-dkms", "nvidia-fabricmanager"
     ]  # fmt: skip
     assert (
         "NVSwitch node: 4 LS10 switches, fabric manager nvidia-fabricmanager at 580.105.08"

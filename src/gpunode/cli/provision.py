@@ -17,6 +17,9 @@ change) and 2 for a bad input value (one line naming the variable and what is ac
                 held, and `todo`: what the role still has to change; --cuda-plan-args:
                 cuda-plan too, in the same run)
   driver-check  matching-version check: NVML vs loaded module vs installed package vs pin
+  fabric-wait   on an NVSwitch node, wait (bounded: --timeout) until validate's
+                node.fabric_manager verdict passes; a failure no wait heals (the unit
+                failed, the fabric manager package missing or at another version) at once
   cuda-gate     CUDA release(s) against the driver under strict|minor|forward
   cuda-plan     CUDA toolkit packages per version (--resolve: against the node's sources;
                 --gate: the compatibility gate first; `todo` as driver-plan)
@@ -99,6 +102,11 @@ def _cuda_list(values: list[str]) -> list[str]:
 
 def _validate(args: argparse.Namespace) -> dict:
     """Pure inventory-value validation (controller side). Bad values raise ProvisionError."""
+    if args.fabric_wait_timeout:
+        try:
+            fabric.seconds(args.fabric_wait_timeout, fabric.WAIT_MAX_S, whole=True)
+        except ValueError as exc:
+            raise ProvisionError(f"{fabric.WAIT_VARIABLE}: {exc}") from None
     table = cuda.load_table()
     notes = []
     versions = _cuda_list(args.cuda)
@@ -307,6 +315,54 @@ def cmd_driver_check(args: argparse.Namespace) -> int:
     return _emit(args, converge.node_match(args.package, args.pin, args.proc_version).to_dict())
 
 
+def _wait_seconds(maximum: float | None = None):
+    """The argparse type of fabric-wait's --timeout/--interval (bad values: one line, exit 2)."""
+
+    def parse(text: str) -> float:
+        try:
+            return fabric.seconds(text, maximum)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def cmd_fabric_wait(args: argparse.Namespace) -> int:
+    """Wait (at most --timeout seconds) for the NVSwitch fabric (gpunode.validate.fabric.wait):
+    ready (exit 0) when validate's node.fabric_manager verdict passes or the node has no
+    NVSwitch; exit 1 with one line at once when the verdict fails in a way no wait heals or
+    NVML cannot be read, and when the time is up."""
+    from ..validate import fabric as fabric_facts
+
+    waited = fabric_facts.wait(args.timeout, args.interval)
+    detail = waited.detail
+    if waited.outcome == "timeout":
+        message = (
+            f"the NVSwitch fabric was not trained within {args.timeout:g} s "
+            f"({fabric.WAIT_VARIABLE}): {detail}"
+        )
+    elif waited.outcome == "failed":
+        message = f"the NVSwitch fabric will not be trained by waiting: {detail}"
+    elif waited.outcome == "no_driver":
+        message = f"cannot judge the NVSwitch fabric: {detail}"
+    elif waited.nvswitch:
+        message = f"the NVSwitch fabric is ready after {waited.waited_s:.1f} s: {detail}"
+    else:
+        message = detail
+    result = {"ok": waited.ready, "changed": False, "ready": waited.ready,
+              "nvswitch": waited.nvswitch, "detail": detail,
+              "waited_s": round(waited.waited_s, 3), "polls": waited.polls,
+              "message": message}  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif waited.ready:
+        print(message)
+    if not waited.ready:
+        return fail(message, EXIT_FAIL)
+    return EXIT_OK
+
+
 def cmd_cuda_gate(args: argparse.Namespace) -> int:
     driver = datacenter = None
     if args.driver:
@@ -430,6 +486,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     v.add_argument("--driver-branch", default="")
     v.add_argument("--driver-version", default="")
     v.add_argument("--flavor", default="auto")
+    v.add_argument("--fabric-wait-timeout", default="", metavar="SECONDS",
+                   help="nvidia_driver_fabric_wait_timeout (fabric-wait --timeout)")  # fmt: skip
     v.add_argument("--gpu-device-id", action="append", default=[])
     v.add_argument("--batch", action="store_true",
                    help="validate many hosts: stdin is JSON {host: [these arguments]}")  # fmt: skip
@@ -495,6 +553,14 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dc.add_argument("--pin", required=True, help="exact version or branch")
     dc.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
     dc.set_defaults(func=cmd_driver_check)
+
+    fw = sub.add_parser("fabric-wait", help="wait (bounded) for the NVSwitch fabric to train")
+    fw.add_argument("--timeout", type=_wait_seconds(fabric.WAIT_MAX_S), default=120.0,
+                    metavar="SECONDS", help=f"give up after this long (> 0, at most "
+                    f"{fabric.WAIT_MAX_S}; default 120)")  # fmt: skip
+    fw.add_argument("--interval", type=_wait_seconds(), default=1.0, metavar="SECONDS",
+                    help="between two looks (> 0; default 1)")  # fmt: skip
+    fw.set_defaults(func=cmd_fabric_wait)
 
     cg = sub.add_parser("cuda-gate", help="CUDA release(s) against the driver")
     cg.add_argument("--cuda", action="append", default=[])

@@ -29,6 +29,7 @@ gpu-driver-container PR #451 and issue #585; Ubuntu's archive, packages.ubuntu.c
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,10 @@ from . import ProvisionError
 
 FM_SERVICE = nvfabric.UNIT.removesuffix(".service")
 FM_UNVERSIONED_FROM = 580  # NVIDIA's repositories: nvidia-fabricmanager (no branch) from here
+# `provision fabric-wait --timeout` (gpunode.validate.fabric.wait): the role variable that
+# sets it and its upper bound (nvidia_driver_fabric_wait_timeout: 1..3600 seconds)
+WAIT_VARIABLE = "nvidia_driver_fabric_wait_timeout"
+WAIT_MAX_S = 3600
 
 
 def nvswitch_generation(device_id: int) -> tuple[str, str] | None:
@@ -111,3 +116,23 @@ def fm_package(family: str, distro: str, source: str, branch: str) -> str:
     if source == "distro" and distro == "ubuntu":
         return f"nvidia-fabricmanager-{branch}"
     return "nvidia-fabricmanager" if b >= FM_UNVERSIONED_FROM else f"nvidia-fabricmanager-{branch}"
+
+
+def seconds(text: str, maximum: float | None = None, whole: bool = False) -> float:
+    """A wait's seconds from the command line or the inventory: a number above 0 (with
+    ``whole``, a whole number from 1 to ``maximum``), at most ``maximum`` when given.
+    ValueError naming the value and what is accepted."""
+    if whole:
+        want = f"a whole number of seconds from 1 to {maximum:g}"
+    else:
+        want = "a number of seconds above 0" + (f", at most {maximum:g}" if maximum else "")
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = math.nan
+    ok = math.isfinite(value) and value > 0 and (maximum is None or value <= maximum)
+    if ok and whole and (value != int(value) or value < 1):
+        ok = False
+    if not ok:
+        raise ValueError(f"{str(text)!r} is not {want}")
+    return value

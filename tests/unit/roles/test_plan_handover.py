@@ -191,7 +191,9 @@ def test_fm_service_phase_runs_only_where_the_plan_says(km, todo, want):
 
 
 def test_services_yml_starts_or_restarts_what_todo_names():
-    (task,) = yaml.safe_load((ROLES / "nvidia_driver/tasks/services.yml").read_text())
+    task, wait = yaml.safe_load((ROLES / "nvidia_driver/tasks/services.yml").read_text())
+    assert wait == {"name": "Wait for the NVSwitch fabric once the fabric manager runs",
+                    "ansible.builtin.import_tasks": "fabric_wait.yml"}  # fmt: skip
     assert task["loop"] == "{{ _nvidia_driver_plan.todo.services }}"
     spec = task["ansible.builtin.systemd_service"]
     assert spec["enabled"] is True
@@ -202,3 +204,59 @@ def test_services_yml_starts_or_restarts_what_todo_names():
         "started")  # fmt: skip
     main = (ROLES / "nvidia_driver/tasks/main.yml").read_text()
     assert "_nvidia_driver_do_services" in main
+
+
+# ------------------------------- the bounded wait for the NVSwitch fabric (fabric_wait.yml)
+
+FABRIC_WAIT = yaml.safe_load((ROLES / "nvidia_driver/tasks/fabric_wait.yml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("plan", "check_mode", "want"),
+    [
+        ({"fabric_manager": "nvidia-fabricmanager-535"}, False, True),
+        ({"fabric_manager": "nvidia-fabricmanager-535"}, True, False),  # nothing was started
+        ({"fabric_manager": ""}, False, False),  # no NVSwitch: no fabric manager
+        ({"fabric_manager": None}, False, False),
+        ({}, False, False),  # a failed plan's result
+    ],
+)
+def test_the_fabric_wait_runs_only_where_the_plan_has_a_fabric_manager(plan, check_mode, want):
+    ctx = {"_nvidia_driver_plan": plan, "ansible_check_mode": check_mode}
+    assert value(DRIVER, "_nvidia_driver_do_fabric_wait", ctx) is want
+
+
+def test_the_fabric_wait_runs_gpunode_with_the_timeout_and_fails_with_its_line():
+    from gpunode.cli.main import build_parser
+
+    wait, check = FABRIC_WAIT
+    assert wait["name"] == "Wait for the NVSwitch fabric (bounded)"
+    assert wait["when"] == "_nvidia_driver_do_fabric_wait"
+    assert (wait["check_mode"], wait["changed_when"], wait["failed_when"]) == (False, False, False)
+    argv = ENV.compile_expression(wait["gpunode.gpunode.direct_command"]["argv"].strip()[2:-2])
+    cli = ["/usr/local/bin/gpunode"]
+    got = argv(nvidia_driver_cli=cli, nvidia_driver_fabric_wait_timeout=300)
+    assert got == [*cli, "provision", "fabric-wait", "--json", "--timeout=300"]
+    args = build_parser("provision").parse_args(got[1:])  # gpunode's own parser takes them
+    assert (args.timeout, args.interval, args.json) == (300.0, 1.0, True)
+    # the check: gpunode's JSON, or its one error line when it printed none
+    assert check["when"] == "_nvidia_driver_fabric_wait.rc is defined"
+    assert check["ansible.builtin.assert"]["that"] == "_nvidia_driver_fabric_wait_result.ok"
+    line = "the NVSwitch fabric was not trained within 300 s (nvidia_driver_fabric_wait_timeout): x"
+    for run in ({"rc": 1, "stdout": json.dumps({"ok": False, "message": line}), "stderr": ""},
+                {"rc": 2, "stdout": "", "stderr": line}):  # fmt: skip
+        result = value(
+            DRIVER, "_nvidia_driver_fabric_wait_result", {"_nvidia_driver_fabric_wait": run}
+        )
+        assert result["ok"] is False and result["message"] == line
+
+
+def test_kernel_yml_waits_after_starting_the_services_when_it_started_them():
+    (block,) = [t for t in yaml.safe_load((ROLES / "nvidia_driver/tasks/kernel.yml").read_text())
+                if "block" in t]  # fmt: skip
+    names = [t["name"] for t in block["block"]]
+    start = names.index("Start the driver's services (the loaded module is the installed one)")
+    assert names[start + 1] == "Wait for the NVSwitch fabric once the fabric manager runs"
+    started, wait = block["block"][start : start + 2]
+    assert wait["ansible.builtin.import_tasks"] == "fabric_wait.yml"
+    assert wait["when"] == started["when"]

@@ -50,7 +50,9 @@ def fm_package(node) -> tuple[str, str] | None:
         out = node.run(r"dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' "
                        "'nvidia-fabricmanager*' 'nvidia-fabric-manager*'").stdout  # fmt: skip
         rows = [ln.split() for ln in out.splitlines()]
-        rows = [(r[0], r[1]) for r in rows if len(r) >= 3 and r[2].startswith("ii")]
+        # the status abbreviation's second letter is the state: i = installed ("ii", or
+        # "hi" when held); "un" rows (known, not installed) have no version
+        rows = [(r[0], r[1]) for r in rows if len(r) == 3 and r[2][1:2] == "i"]
     else:
         out = node.run("rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' nvidia-fabric-manager "
                        "nvidia-fabricmanager").stdout  # fmt: skip

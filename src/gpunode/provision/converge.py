@@ -148,19 +148,21 @@ def driver_state(
     if pin_file and plan.apt_preferences:
         pin_current = read(pin_file) == plan.apt_preferences
     out["pin_current"] = pin_current
+    unhold = [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held]
     todo = {
         "pin": pin_current is False,
         "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
         # NVIDIA's pinning package, installed before the driver packages
         "pin_packages": [p for p in plan.pin_packages if st[p].version is None],
-        "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
+        "unhold": unhold,
         "install": [
             spec
             for p, spec in zip(plan.packages, out["install"], strict=True)
             if st[p].version is None or (p in versions and st[p].version != versions[p])
         ],
         "kernel_packages": [p for p in out["kernel_packages"] if st[p].version is None],
-        "hold": [p for p in plan.hold if hold and st[p].held is not True],
+        # held again after the install: what is not held, and what the install releases
+        "hold": [p for p in plan.hold if hold and (st[p].held is not True or p in unhold)],
     }
     if not plan.kernel_module and plan.services:
         # the fabric manager's service where the kernel module is not managed here (the

@@ -104,7 +104,9 @@ def test_driver_plan_says_what_is_left_to_do(node, capsys):
     assert out["todo"]["unhold"] == DRIVER and out["todo"]["install"] == [
         f"{p}={V}" for p in DRIVER
     ]
-    assert out["todo"]["hold"] == [] and out["todo"]["pin"] is False
+    # held again after the install: apt-mark hold after the release (an upgrade once left
+    # the driver unheld: todo.hold was empty because they were held when it was planned)
+    assert out["todo"]["hold"] == DRIVER and out["todo"]["pin"] is False
     # at the pin but one not held; --no-hold: holding is not asked for
     state.update({p: (V, p != "libcuda1") for p in DRIVER})
     _, out = driver_plan(capsys, pin_file)

@@ -357,8 +357,8 @@ def test_sim_up_serves_it_when_the_inventory_asks_for_nvidias_repository(tmp_pat
         " cuda_toolkit_source: cuda-repo}\n"
     )
     assert nvidiarepo.wanted(inv)
-    # the shipped simulated cluster does not (yet): sim up starts no repository for it
-    assert not nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")
+    # the shipped simulated cluster does: its HGX node installs from NVIDIA's repository
+    assert nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")
 
 
 def test_every_apt_preferences_file_has_a_name_apt_reads(catalogue):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark: cluster validation wall time, `ansible-playbook playbooks/validate.yml` from
-start to the report, for the simulated cluster (the four nodes of inventories/sim: a100x4,
-h100x8, t4x2-faulty, nogpu) and for 16 nodes (the same four profiles, four times).
+start to the report, for a cluster shaped like inventories/sim (a100x4, h100x8-pcie for its
+GPU node on Debian 13: validation only, nothing installs a fabric manager here, t4x2-faulty,
+nogpu) and for 16 nodes (the same four profiles, four times).
 
 A machine of two cores does not boot 16 systemd node containers (the 13th had not finished
 booting after 300 s), so at most --containers node containers (default 4) are started and a
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from gpunode.sim import cluster, images, profiles  # noqa: E402
 from gpunode.sim.docker import exec_  # noqa: E402
 
-SHAPE = [("bookworm", "a100x4"), ("trixie", "h100x8"), ("bookworm", "t4x2-faulty"),
+SHAPE = [("bookworm", "a100x4"), ("trixie", "h100x8-pcie"), ("bookworm", "t4x2-faulty"),
          ("trixie", "nogpu")]  # fmt: skip
 SETUP = (
     "gpunode runtime configure docker --set-as-default --json >/dev/null && "

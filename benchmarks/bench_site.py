@@ -63,7 +63,7 @@ from gpunode.sim.docker import docker, exec_, image_exists  # noqa: E402
 
 MIX = [
     ("bookworm", "a100x4"),
-    ("trixie", "h100x8"),
+    ("trixie", "h100x8-pcie"),
     ("bookworm", "t4x2-faulty"),
     ("trixie", "nogpu"),
 ]

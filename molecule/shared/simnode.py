@@ -4,6 +4,12 @@ steps after the container is up, taken from gpunode.sim.cluster (their one home)
   simnode.py settings NAME RELEASE PROFILE        -> JSON: image tag + docker_container options
   simnode.py prepare NAME PROFILE BUILD_DIR       -> boot wait, gpunode, mock NVML, profile,
                                                      workload image in the node's engine
+  simnode.py repo-up NAME                         -> the simulated NVIDIA repository served by
+                                                     container NAME: its debian12 endpoint
+  simnode.py repo-down NAME                       -> that container removed
+  simnode.py load-driver NAME PROFILE VERSION DIR -> the node restarted on another driver
+                                                     version: PROFILE at VERSION (written to
+                                                     DIR) applied
 """
 
 from __future__ import annotations
@@ -12,10 +18,14 @@ import json
 import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
-from gpunode.sim import cluster, images
+import yaml
+
+from gpunode.sim import cluster, images, nvidiarepo
 from gpunode.sim.docker import DockerError
+from gpunode.sim.profiles import ProfileError, builtin_names, load_profile
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -64,16 +74,54 @@ def prepare(name: str, profile: str, build_dir: str) -> dict:
     return {"changed": bool(applied["changes"]), "workload": workload}
 
 
+def repo_up(name: str) -> dict:
+    """The simulated NVIDIA repository (built or current in the simulator's cache) served
+    by a container of this scenario's own (scenarios run side by side)."""
+    quiet = lambda *_: None  # noqa: E731
+    repo = nvidiarepo.build(log=quiet)
+    address = nvidiarepo.serve(repo, images.build("node", "bookworm", quiet), quiet, name=name)
+    return nvidiarepo.endpoint(repo, address, "debian12").as_dict()
+
+
+def repo_down(name: str) -> dict:
+    return {"changed": nvidiarepo.stop(name)}
+
+
+def load_driver(name: str, profile: str, version: str, out_dir: str) -> dict:
+    """What a node restarted on another kernel module shows: the profile at that driver
+    version (its file written to out_dir), applied (a driver load: the fabric untrained,
+    an enabled fabric manager restarted; gpunode.sim.apply)."""
+    if profile not in builtin_names():
+        raise ProfileError(f"unknown profile {profile!r}; built-in: {', '.join(builtin_names())}")
+    doc = yaml.safe_load((resources.files("gpunode") / "data" / "profiles" / f"{profile}.yaml")
+                         .read_text(encoding="utf-8"))  # fmt: skip
+    doc["driver"]["version"] = version
+    doc["name"] = f"{profile}-{version}"
+    path = Path(out_dir) / f"{doc['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    load_profile(path)  # the profile check, before the node is touched
+    applied = cluster.apply(name, str(path), lambda *_: None)
+    return {"changed": bool(applied["changes"]), "profile": str(path)}
+
+
 def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["settings"] and len(argv) == 4:
             out = settings(*argv[1:])
         elif argv[:1] == ["prepare"] and len(argv) == 4:
             out = prepare(*argv[1:])
+        elif argv[:1] == ["repo-up"] and len(argv) == 2:
+            out = repo_up(argv[1])
+        elif argv[:1] == ["repo-down"] and len(argv) == 2:
+            out = repo_down(argv[1])
+        elif argv[:1] == ["load-driver"] and len(argv) == 5:
+            out = load_driver(*argv[1:])
         else:
             print(__doc__, file=sys.stderr)
             return 2
-    except (cluster.SimError, images.ImageError, DockerError) as exc:
+    except (cluster.SimError, images.ImageError, DockerError, nvidiarepo.RepoError,
+            ProfileError) as exc:  # fmt: skip
         print(f"simnode: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(out))

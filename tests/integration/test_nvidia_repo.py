@@ -7,26 +7,23 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 
 import pytest
 
-from gpunode.sim import cluster, nvidiarepo
+from gpunode.sim import cluster, fabric, nvidiarepo
 
 from .conftest import Node, start_nodes
 
 pytestmark = pytest.mark.integration
 
-FM_STANDIN = b"#!/bin/sh\n# test stand-in for nv-fabricmanager\nexit 0\n"
-FM_UNIT = b"[Unit]\nDescription=test stand-in\n[Service]\nExecStart=/usr/bin/nv-fabricmanager\n"
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, image_tags):
     tmp = tmp_path_factory.mktemp("nvrepo")
-    sim = tmp / "sim"
-    (sim / "fabricmanager").mkdir(parents=True)
-    (sim / "fabricmanager/nv-fabricmanager").write_bytes(FM_STANDIN)
-    (sim / "fabricmanager/nvidia-fabricmanager.service").write_bytes(FM_UNIT)
+    sim = tmp / "sim"  # the simulator's FM stand-in, unit and config (rendered per package)
+    sim.mkdir()
+    shutil.copytree(fabric.STANDIN_DIR, sim / "fabricmanager")
     repo = nvidiarepo.build(tmp / "cache", sim_dir=sim, log=lambda *_: None)
     # world-readable for the server (pytest's tmp directories are 0700)
     for path in (tmp, tmp / "cache"):

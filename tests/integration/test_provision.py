@@ -47,7 +47,10 @@ def cluster_inventory(artifacts, image_tags, tmp_path_factory) -> dict:
     prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
     hosts = {
         f"{prefix}-prov-a100": {"gpunode_sim_release": "bookworm", "gpunode_sim_profile": "a100x4"},
-        f"{prefix}-prov-h100": {"gpunode_sim_release": "trixie", "gpunode_sim_profile": "h100x8"},
+        f"{prefix}-prov-h100": {
+            "gpunode_sim_release": "trixie",
+            "gpunode_sim_profile": "h100x8-pcie",
+        },
         f"{prefix}-prov-cpu": {"gpunode_sim_release": "trixie", "gpunode_sim_profile": "nogpu"},
     }
     inv = tmp_path_factory.mktemp("inventory")

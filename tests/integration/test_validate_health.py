@@ -5,9 +5,11 @@ result's consumers (report JSON, JUnit, HTML, Markdown, the Prometheus textfile)
 new check, and `gpunode sim check-report`'s judge accepts the report.
 
 The node has the driver package NVML's version names (a stub with the real package name,
-Debian 12's libnvidia-ml1, at 550.163.01-1) and what `gpunode runtime refresh` leaves (the
-inventory cache, /dev/char links); the engine and container checks are left out (`--engine
-none`): this is about the GPUs.
+Debian 12's libnvidia-ml1, at 550.163.01-1), what `gpunode runtime refresh` leaves (the
+inventory cache, /dev/char links) and, as an HGX board needs, the fabric manager at the
+driver's version, running (the simulated NVIDIA repository's package: it trains the fabric;
+GPU 6's training completes with the injected error, which node.fabric_manager sums up); the
+engine and container checks are left out (`--engine none`): this is about the GPUs.
 """
 
 from __future__ import annotations
@@ -53,13 +55,17 @@ NEW_CHECKS = ["gpu.pcie_link", "gpu.pcie_replay", "gpu.clocks_event", "gpu.nvlin
 
 
 @pytest.fixture(scope="module")
-def hnode(artifacts, image_tags) -> Node:
+def hnode(artifacts, image_tags, tmp_path_factory) -> Node:
     prefix = os.environ.get("GPUNODE_TEST_PREFIX", "gpunode-test")
     spec = cluster.NodeSpec(f"{prefix}-health", "bookworm", PROFILE)
     start_nodes([spec], artifacts, image_tags)
     node = Node(spec.name, spec.release, "")
     node.sh(STUB.format(pkg="libnvidia-ml1", ver="550.163.01-1"))
     node.sh("gpunode runtime refresh --json")  # the cache, and the driver nodes' /dev/char links
+    # an HGX board: its fabric manager at the driver's version trains the fabric (GPU 6's
+    # training then completes with the injected error)
+    cluster.install_fabric_manager(spec.name, "550.163.01", tmp_path_factory.mktemp("fm"),
+                                   log=lambda *_: None)  # fmt: skip
     yield node
     if not os.environ.get("GPUNODE_KEEP_NODES"):
         cluster.down_names([spec.name], log=lambda *_: None)
@@ -90,8 +96,13 @@ def test_exactly_the_injected_gpus_fail_on_exactly_their_checks(hnode, tmp_path)
         assert "DCGM_FR_" in bad[check]["title"]
     for check in NEW_CHECKS:  # every new check ran on every GPU; an H100 passes each healthy
         assert grid[7][check]["status"] == "pass", grid[7][check]
-    node_level = [c for c in grid[None].values() if c["status"] in ("fail", "warn")]
-    assert node_level == []
+    # the node's own rows: node.fabric_manager sums the fabric up (GPU 6's training failed;
+    # the fabric manager itself runs at the driver's version)
+    node_level = {c["id"]: c for c in grid[None].values() if c["status"] in ("fail", "warn")}
+    assert list(node_level) == ["node.fabric_manager"], node_level
+    fm = node_level["node.fabric_manager"]
+    assert fm["status"] == "fail" and "1 of 8 GPUs' fabric not trained" in fm["detail"], fm
+    assert "does not match" not in fm["detail"] and "is failed" not in fm["detail"], fm
 
     # the consumers: report JSON/JUnit/HTML/Markdown and the textfile show the new checks
     results = tmp_path / "results"
@@ -109,15 +120,15 @@ def test_exactly_the_injected_gpus_fail_on_exactly_their_checks(hnode, tmp_path)
     html, md = (out / "index.html").read_text(), (out / "summary.md").read_text()
     for check in NEW_CHECKS:
         assert check in names and check in html, check
-    assert " pass, 2 warn, 5 fail, " in md  # 7 faults: 2 warn, 5 fail
+    assert " pass, 2 warn, 6 fail, " in md  # 7 faults: 2 warn, 5 fail; node.fabric_manager
     assert "DCGM\\_FR\\_CORRUPT\\_INFOROM" in md and "NVLink 0 down" in md
     failures = [k for k, c in cases.items() if c.find("failure") is not None]
-    assert len(failures) == 5, failures  # the five fails; warnings are not failures
+    assert len(failures) == 6, failures  # the six fails; warnings are not failures
     xmlschema.XMLSchema(str(XSD)).validate(str(out / "junit.xml"))
     parsed = [c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite]
     assert sorted(c.name for c in parsed if not c.is_passed and not c.is_skipped) == [
         "gpu.clocks_event[gpu2]", "gpu.fabric_manager[gpu6]", "gpu.inforom[gpu5]",
-        "gpu.nvlink[gpu4]", "gpu.pcie_link[gpu0]"]  # fmt: skip
+        "gpu.nvlink[gpu4]", "gpu.pcie_link[gpu0]", "node.fabric_manager"]  # fmt: skip
     prom = tmp_path / "gpunode.prom"
     docker(["cp", f"{hnode.name}:/var/lib/gpunode-textfile/gpunode.prom", str(prom)])
     text = prom.read_text()

@@ -17,6 +17,9 @@ change) and 2 for a bad input value (one line naming the variable and what is ac
                 held, and `todo`: what the role still has to change; --cuda-plan-args:
                 cuda-plan too, in the same run)
   driver-check  matching-version check: NVML vs loaded module vs installed package vs pin
+  fabric-wait   on an NVSwitch node, wait (bounded: --timeout) until validate's
+                node.fabric_manager verdict passes; a failure no wait heals (the unit
+                failed, the fabric manager package missing or at another version) at once
   cuda-gate     CUDA release(s) against the driver under strict|minor|forward
   cuda-plan     CUDA toolkit packages per version (--resolve: against the node's sources;
                 --gate: the compatibility gate first; `todo` as driver-plan)
@@ -73,10 +76,8 @@ def _fabric_note(plan: dict) -> str:
     if not fab:
         return ""
     what = f"; NVSwitch node: {fab['count']} {fab['generation']} switches"
-    if plan.get("fabric_manager"):
-        at = fab.get("driver_version", "the driver's version")
-        return f"{what}, fabric manager {plan['fabric_manager']} at {at}"
-    return f"{what}; {fab['problem']}" if fab.get("problem") else what
+    at = fab.get("driver_version", "the driver's version")
+    return f"{what}, fabric manager {plan['fabric_manager']} at {at}"
 
 
 def _gpus(
@@ -101,6 +102,11 @@ def _cuda_list(values: list[str]) -> list[str]:
 
 def _validate(args: argparse.Namespace) -> dict:
     """Pure inventory-value validation (controller side). Bad values raise ProvisionError."""
+    if args.fabric_wait_timeout:
+        try:
+            fabric.seconds(args.fabric_wait_timeout, fabric.WAIT_MAX_S, whole=True)
+        except ValueError as exc:
+            raise ProvisionError(f"{fabric.WAIT_VARIABLE}: {exc}") from None
     table = cuda.load_table()
     notes = []
     versions = _cuda_list(args.cuda)
@@ -237,18 +243,35 @@ def cmd_driver_plan(args: argparse.Namespace) -> int:
     if args.resolve and args.refresh_lists is not None:
         out["lists"] = lists.refresh(plat.family, args.refresh_lists)
     root = Path(args.root)
+    resolve = args.resolve
+    configured = None
+    if args.source == "cuda-repo":
+        # NVIDIA's repository (or its mirror) must be among the node's sources before its
+        # versions can be resolved: on a fresh node the plan says so (repository.configured
+        # false, todo.repository) and the role adds it, then plans again
+        repo = sources.cuda_repository(plat, args.cuda_repo_url, args.cuda_repo_key_url)
+        configured = converge.repository_configured(repo, plat.family, root)
+        resolve = resolve and configured
     plan, planned = converge.driver(
         plat, source=args.source, branch=args.branch, version=args.version, flavor=args.flavor,
-        kernel_module=args.kernel_module, gpus=_gpus(args, root=root), resolve=args.resolve,
-        fabric=fabric.scan(root),
+        kernel_module=args.kernel_module, gpus=_gpus(args, root=root), resolve=resolve,
+        fabric=fabric.scan(root), repo_url=args.cuda_repo_url, repo_key_url=args.cuda_repo_key_url,
     )  # fmt: skip
     out.update(planned)
+    if configured is not None:
+        out["repository"]["configured"] = configured
     out["ok"] = True
     out["message"] = (
         f"driver {plan.pin} ({plan.flavor}: {plan.flavor_reason}) from {plan.source}"
         + _fabric_note(out)
     )
-    if args.resolve:
+    if args.resolve and not resolve:
+        converge.unresolved(plan, out, hold=args.hold)
+        out["message"] += (
+            f"; NVIDIA's repository {plan.repository['url']} is not among this node's package "
+            "sources yet: add it, then plan again (versions unresolved)"
+        )
+    elif args.resolve:
         converge.driver_state(
             plat, plan, out, pin_file=args.pin_file, hold=args.hold, check=args.check,
             allow_downgrade=args.allow_downgrade, proc_version=args.proc_version,
@@ -292,6 +315,54 @@ def cmd_driver_check(args: argparse.Namespace) -> int:
     return _emit(args, converge.node_match(args.package, args.pin, args.proc_version).to_dict())
 
 
+def _wait_seconds(maximum: float | None = None):
+    """The argparse type of fabric-wait's --timeout/--interval (bad values: one line, exit 2)."""
+
+    def parse(text: str) -> float:
+        try:
+            return fabric.seconds(text, maximum)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def cmd_fabric_wait(args: argparse.Namespace) -> int:
+    """Wait (at most --timeout seconds) for the NVSwitch fabric (gpunode.validate.fabric.wait):
+    ready (exit 0) when validate's node.fabric_manager verdict passes or the node has no
+    NVSwitch; exit 1 with one line at once when the verdict fails in a way no wait heals or
+    NVML cannot be read, and when the time is up."""
+    from ..validate import fabric as fabric_facts
+
+    waited = fabric_facts.wait(args.timeout, args.interval)
+    detail = waited.detail
+    if waited.outcome == "timeout":
+        message = (
+            f"the NVSwitch fabric was not trained within {args.timeout:g} s "
+            f"({fabric.WAIT_VARIABLE}): {detail}"
+        )
+    elif waited.outcome == "failed":
+        message = f"the NVSwitch fabric will not be trained by waiting: {detail}"
+    elif waited.outcome == "no_driver":
+        message = f"cannot judge the NVSwitch fabric: {detail}"
+    elif waited.nvswitch:
+        message = f"the NVSwitch fabric is ready after {waited.waited_s:.1f} s: {detail}"
+    else:
+        message = detail
+    result = {"ok": waited.ready, "changed": False, "ready": waited.ready,
+              "nvswitch": waited.nvswitch, "detail": detail,
+              "waited_s": round(waited.waited_s, 3), "polls": waited.polls,
+              "message": message}  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif waited.ready:
+        print(message)
+    if not waited.ready:
+        return fail(message, EXIT_FAIL)
+    return EXIT_OK
+
+
 def cmd_cuda_gate(args: argparse.Namespace) -> int:
     driver = datacenter = None
     if args.driver:
@@ -313,6 +384,8 @@ def _cuda_plan(args: argparse.Namespace) -> tuple[sources.Platform, sources.Cuda
         versions=_cuda_list(args.cuda),
         default=args.default or "",
         package_set=args.package_set,
+        repo_url=args.cuda_repo_url,
+        repo_key_url=args.cuda_repo_key_url,
     )
     return plat, plan
 
@@ -381,6 +454,16 @@ def _km(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _repo_args(p: argparse.ArgumentParser) -> None:
+    """Where NVIDIA's CUDA repository is (source cuda-repo): NVIDIA's, or a mirror of it."""
+    p.add_argument("--cuda-repo-url", default=sources.CUDA_REPO_URL, metavar="URL",
+                   help="NVIDIA's CUDA repository or a mirror; placeholders {repo} {arch} "
+                   "(default: NVIDIA's)")  # fmt: skip
+    p.add_argument("--cuda-repo-key-url", default=sources.CUDA_REPO_KEY_URL, metavar="URL",
+                   help="its signing key; placeholders {url} {key} {repo} {arch} "
+                   "(default: NVIDIA's key beside the repository)")  # fmt: skip
+
+
 def _refresh_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--refresh-lists",
@@ -403,6 +486,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     v.add_argument("--driver-branch", default="")
     v.add_argument("--driver-version", default="")
     v.add_argument("--flavor", default="auto")
+    v.add_argument("--fabric-wait-timeout", default="", metavar="SECONDS",
+                   help="nvidia_driver_fabric_wait_timeout (fabric-wait --timeout)")  # fmt: skip
     v.add_argument("--gpu-device-id", action="append", default=[])
     v.add_argument("--batch", action="store_true",
                    help="validate many hosts: stdin is JSON {host: [these arguments]}")  # fmt: skip
@@ -458,6 +543,7 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dp.add_argument("--cuda-plan-args", metavar="JSON",
                     help="also cuda-plan with these arguments (a JSON list), into `cuda`")  # fmt: skip
     _refresh_arg(dp)
+    _repo_args(dp)
     _platform_args(dp)
     _km(dp)
     dp.set_defaults(func=cmd_driver_plan)
@@ -467,6 +553,14 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     dc.add_argument("--pin", required=True, help="exact version or branch")
     dc.add_argument("--proc-version", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
     dc.set_defaults(func=cmd_driver_check)
+
+    fw = sub.add_parser("fabric-wait", help="wait (bounded) for the NVSwitch fabric to train")
+    fw.add_argument("--timeout", type=_wait_seconds(fabric.WAIT_MAX_S), default=120.0,
+                    metavar="SECONDS", help=f"give up after this long (> 0, at most "
+                    f"{fabric.WAIT_MAX_S}; default 120)")  # fmt: skip
+    fw.add_argument("--interval", type=_wait_seconds(), default=1.0, metavar="SECONDS",
+                    help="between two looks (> 0; default 1)")  # fmt: skip
+    fw.set_defaults(func=cmd_fabric_wait)
 
     cg = sub.add_parser("cuda-gate", help="CUDA release(s) against the driver")
     cg.add_argument("--cuda", action="append", default=[])
@@ -497,6 +591,7 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
             c.add_argument("--profile-script", default="",
                            help="with --state: is this profile.d script current")  # fmt: skip
             _refresh_arg(c)
+        _repo_args(c)
         _platform_args(c)
         c.set_defaults(func=func)
         if name == "cuda-plan":

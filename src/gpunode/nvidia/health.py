@@ -9,7 +9,11 @@ both come from ``verdicts`` here, so a counter means the same thing wherever it 
   gone (``gpu.missing``: the kernel lists it, NVML cannot show it) fails
   ``gpu.device_node``, and either skips every check that reads what NVML says (READS_NVML);
 * ``flags(gpu)``: the inventory's health flags, the FLAGS names of the verdicts that fail
-  or warn.
+  or warn;
+* on an NVSwitch node (gpunode.nvidia.fabric), ``fabric_node`` is validate's
+  node.fabric_manager and ``fabric_gpu`` a GPU's gpu.fabric_manager row with the node's
+  fabric manager problems (``fabric_problems``) in it: the fabric manager is the node's,
+  and no GPU of the node is ready without it.
 
 A new check is one entry in CHECKS (id, title), its flag per status in FLAGS and its judge
 in JUDGES (a function of the GPU's record, gpunode.nvidia.gpu.Gpu); nothing else decides
@@ -18,6 +22,7 @@ what a GPU's counters mean.
 
 from __future__ import annotations
 
+from .fabric import GENERATIONS, UNIT, FabricNode
 from .xid import classify
 
 TYPE_CHECKING = False
@@ -346,6 +351,119 @@ def _fabric_manager(gpu: Gpu) -> tuple[str, str]:
             "and reset the GPUs (DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR)"
         )
     return WARN, f"unknown fabric state {state}"
+
+
+FABRIC_STATES = {FABRIC_NOT_STARTED: "not started", FABRIC_IN_PROGRESS: "in progress",
+                 FABRIC_COMPLETED: "completed"}  # fmt: skip
+
+
+def fabric_problems(node: FabricNode, driver_version: str | None) -> list[str]:
+    """Why the node's fabric manager cannot have the fabric ready, whatever a GPU says:
+    the package missing or not at the loaded driver's version, the unit not active, the
+    driver short of switches (gpunode.nvidia.fabric). Empty: none found."""
+    out = []
+    if node.packages_known and node.package is None:
+        out.append(
+            "no fabric manager package is installed: install nvidia-fabricmanager at the "
+            f"driver's version {driver_version or ''}".rstrip()
+        )
+    elif node.package and driver_version and node.package[1] != driver_version:
+        name, version = node.package
+        out.append(
+            f"{name} {version} does not match the loaded driver {driver_version}: the "
+            "fabric manager must be exactly the driver's version (install both at one "
+            "version and hold them)"
+        )
+    if node.service is not None and node.service != "active":
+        why = f": {node.last_words}" if node.last_words else ""
+        out.append(f"{UNIT} is {node.service}{why}")
+    if node.driver is not None and len(node.driver) < len(node.pci):
+        out.append(
+            f"the driver registered {len(node.driver)} of the {len(node.pci)} NVSwitches on "
+            "the PCI bus: reset or reboot, then check the baseboard"
+        )
+    return out
+
+
+def fabric_node(node: FabricNode, driver_version: str | None, gpus: list[Gpu]) -> Verdict:
+    """node.fabric_manager: an NVSwitch node's fabric manager and fabric (see
+    gpunode.nvidia.fabric); skipped on a node without NVSwitches."""
+    cid = "node.fabric_manager"
+    if not node.nvswitch:
+        return (
+            cid,
+            SKIP,
+            (
+                "no NVSwitch on this node (PCI class 0x0680 of NVIDIA, "
+                "/proc/driver/nvidia-nvswitch/devices): no fabric manager needed"
+            ),
+        )
+    problems = fabric_problems(node, driver_version)
+    hopper = [g for g in gpus if g.fabric is not None]
+    untrained = [g for g in hopper if g.fabric.state != FABRIC_COMPLETED or g.fabric.status]
+    if untrained:
+        states = sorted({FABRIC_STATES.get(g.fabric.state, str(g.fabric.state))
+                         if g.fabric.state != FABRIC_COMPLETED else
+                         f"completed with {g.fabric.status_text or g.fabric.status}"
+                         for g in untrained})  # fmt: skip
+        problems.append(
+            f"{len(untrained)} of {len(hopper)} GPUs' fabric not trained ({', '.join(states)})"
+        )
+    board = node.board()
+    if problems:
+        return (
+            cid,
+            FAIL,
+            f"{board}: "
+            + "; ".join(problems)
+            + (
+                " (CUDA fails with 'system not yet initialized' until the fabric manager of the "
+                "driver's version has trained the fabric) (DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR)"
+            ),
+        )
+    unknown = []
+    if node.service is None:
+        unknown.append(f"cannot tell whether {UNIT} runs (no systemctl)")
+    if not node.packages_known:
+        unknown.append("no package manager to ask for the fabric manager's version")
+    gen = node.generation
+    if gen and len(node.pci) != GENERATIONS[gen][1]:
+        unknown.append(
+            f"{len(node.pci)} NVSwitches where an HGX {GENERATIONS[gen][0]} board carries "
+            f"{GENERATIONS[gen][1]}"
+        )
+    if unknown:
+        return cid, WARN, f"{board}: " + "; ".join(unknown) + " (a warning: the node passes)"
+    pkg = f"{node.package[0]} {node.package[1]}" if node.package else "fabric manager"
+    ready = (
+        f"fabric trained on all {len(hopper)} GPUs"
+        if hopper
+        else "its GPUs report no fabric state (A100 generation): the service is their readiness"
+    )
+    return cid, PASS, f"{board}; {UNIT} active, {pkg} at the driver's version; {ready}"
+
+
+def fabric_gpu(gpu: Gpu, verdict: Verdict, node: FabricNode, problems: list[str]) -> Verdict:
+    """A GPU's gpu.fabric_manager row on an NVSwitch node: the GPU's own verdict (its NVML
+    fabric state, Hopper+), failed with the node's fabric manager problems when there are
+    any; a GPU NVML reports no fabric for (A100) passes or fails by the fabric manager.
+    Off an NVSwitch node, or for a GPU NVML cannot read, the verdict as it is."""
+    cid, status, detail = verdict
+    if not node.nvswitch or _unreadable(gpu):
+        return verdict
+    if problems:
+        own = f"{detail}; " if status in (FAIL, WARN) else ""
+        return cid, FAIL, f"{own}fabric manager: " + "; ".join(problems)
+    if status == SKIP:
+        return (
+            cid,
+            PASS,
+            (
+                "NVML reports no fabric state for this GPU (A100 generation): its readiness is "
+                f"the fabric manager, and {UNIT} is active at the driver's version"
+            ),
+        )
+    return verdict
 
 
 def _inforom(gpu: Gpu) -> tuple[str, str]:

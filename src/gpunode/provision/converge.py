@@ -29,18 +29,20 @@ def read(path: str) -> str | None:
 def driver(
     plat: sources.Platform, *, source: str, branch: str, version: str, flavor: str,
     kernel_module: bool, gpus: list[sources.PciGpu], resolve: bool,
-    fabric: Fabric | None = None,
+    fabric: Fabric | None = None, repo_url: str = sources.CUDA_REPO_URL,
+    repo_key_url: str = sources.CUDA_REPO_KEY_URL,
 ) -> tuple[sources.DriverPlan, dict]:  # fmt: skip
     """The driver plan as a dict, its kernel packages for the running kernel and (``resolve``)
     the exact package versions from the node's package sources (`versions`, `install`).
 
     On an NVSwitch node (``fabric``) the versions are resolved in lockstep: the driver's at
     the newest version the fabric manager is offered at too (an exact pin: that version, or
-    one line naming it and what is offered). Where the kernel module is not managed here,
-    the fabric manager must already be installed (`fabric.problem` otherwise)."""
+    one line naming it and what is offered), whether or not the kernel module is managed
+    here: the fabric manager is userspace, installed, held and started either way."""
     plan = sources.driver_plan(
         plat, source=source, branch=branch, version=version or "", flavor=flavor,
-        kernel_module=kernel_module, gpus=gpus, fabric=fabric,
+        kernel_module=kernel_module, gpus=gpus, fabric=fabric, repo_url=repo_url,
+        repo_key_url=repo_key_url,
     )  # fmt: skip
     out = plan.to_dict()
     kernel = os.uname().release
@@ -63,25 +65,65 @@ def driver(
                 )
         versions = packages.resolve_driver(plat.family, plan.hold, pin, variable)
         out["versions"] = versions
-        if plan.fabric and not kernel_module:
-            fm = plan.fabric["fabric_manager"]
-            if packages.installed(plat.family, fm) is None:
-                out["fabric"]["problem"] = fabric_manager_missing(plan.fabric)
         sep = "=" if plat.family == "apt" else "-"
         out["install"] = [f"{p}{sep}{versions[p]}" if p in versions else p for p in plan.packages]
     return plan, out
 
 
-def fabric_manager_missing(fabric: dict) -> str:
-    """One line: an NVSwitch node whose kernel module (and so fabric manager) this role does
-    not manage, and no fabric manager is installed."""
-    return (
-        f"nvidia_driver_kernel_module: false on an NVSwitch node ({fabric['count']} "
-        f"{fabric['generation']} switches) and {fabric['fabric_manager']} is not installed: "
-        "no CUDA program runs there until a fabric manager at exactly the driver's version "
-        "trains the fabric; install it where the kernel module is managed, or set "
-        "nvidia_driver_kernel_module: true so that this role installs both"
-    )
+APT_SOURCES = ("etc/apt/sources.list", "etc/apt/sources.list.d")
+DNF_SOURCES = ("etc/yum.repos.d",)
+
+
+def repository_configured(repository: dict, family: str, root: Path = Path("/")) -> bool:
+    """Whether the node's package sources already name the plan's repository (its URL):
+    apt's sources.list(.d) one-line or deb822 entries, dnf's .repo baseurl. Read only;
+    the role adds the repository before the resolving plan run when this is false."""
+    url = repository["url"].rstrip("/")
+    paths: list[Path] = []
+    for rel in APT_SOURCES if family == "apt" else DNF_SOURCES:
+        where = root / rel
+        if where.is_dir():
+            paths += sorted(
+                p for p in where.iterdir() if p.suffix in (".list", ".sources", ".repo")
+            )
+        elif where.is_file():
+            paths.append(where)
+    for path in paths:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            words = line.replace("=", " ").split()
+            entry = ("deb ", "URIs:") if family == "apt" else ("baseurl",)
+            if line.startswith(entry) and any(w.rstrip("/") == url for w in words):
+                return True
+    return False
+
+
+def unresolved(plan: sources.DriverPlan, out: dict, hold: bool) -> None:
+    """Into ``out``: the plan on a node where NVIDIA's repository is not configured yet, so
+    its versions cannot be resolved: everything left to do (``todo.repository`` first),
+    nothing installed known; the role adds the repository and plans again."""
+    out["install"] = list(plan.packages)
+    out["installed"] = {p: None for p in plan.hold}
+    out["held"] = {p: None for p in plan.hold}
+    out["downgrade"] = False
+    out["pin_current"] = None
+    out["todo"] = {
+        "repository": True,
+        "pin": False,
+        "module": bool(plan.dnf_module),
+        "pin_packages": list(plan.pin_packages),
+        "unhold": [],
+        "install": list(plan.packages),
+        "kernel_packages": list(out["kernel_packages"]),
+        "hold": list(plan.hold) if hold else [],
+        "services": [] if plan.kernel_module else list(plan.services),
+        "restart": [],
+    }
+    out["converged"] = False
 
 
 def driver_state(
@@ -106,20 +148,35 @@ def driver_state(
     if pin_file and plan.apt_preferences:
         pin_current = read(pin_file) == plan.apt_preferences
     out["pin_current"] = pin_current
+    unhold = [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held]
     todo = {
         "pin": pin_current is False,
         "module": bool(plan.dnf_module),  # dnf module streams: the role's task decides
         # NVIDIA's pinning package, installed before the driver packages
         "pin_packages": [p for p in plan.pin_packages if st[p].version is None],
-        "unhold": [p for p in plan.hold if installed[p] not in (None, versions[p]) and st[p].held],
+        "unhold": unhold,
         "install": [
             spec
             for p, spec in zip(plan.packages, out["install"], strict=True)
             if st[p].version is None or (p in versions and st[p].version != versions[p])
         ],
         "kernel_packages": [p for p in out["kernel_packages"] if st[p].version is None],
-        "hold": [p for p in plan.hold if hold and st[p].held is not True],
+        # held again after the install: what is not held, and what the install releases
+        "hold": [p for p in plan.hold if hold and (st[p].held is not True or p in unhold)],
     }
+    if not plan.kernel_module and plan.services:
+        # the fabric manager's service where the kernel module is not managed here (the
+        # kernel-module phase starts the services otherwise): started when it is not
+        # enabled and active, restarted when its package changes
+        svc = packages.services(plan.services)
+        changing = {spec.split("=")[0] for spec in todo["install"]}
+        todo["services"] = [
+            s for s in plan.services if not (svc[s].enabled and svc[s].active)
+            or plan.fabric_manager in changing
+        ]  # fmt: skip
+        todo["restart"] = [s for s in todo["services"] if svc[s].active]
+        out["services_state"] = {s: {"enabled": v.enabled, "active": v.active}
+                                 for s, v in svc.items()}  # fmt: skip
     out["todo"] = todo
     out["converged"] = not any(todo.values())
     if check and installed.get(plan.version_package) == versions.get(plan.version_package):

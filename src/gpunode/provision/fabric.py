@@ -7,22 +7,11 @@ mismatch). So the driver plan has to know about the switches before the driver i
 from PCI sysfs — the test below is generic: whatever lists NVIDIA functions in
 ``<root>/sys/bus/pci/devices`` is read the same way.
 
-This module holds the one table of PCI ids gpunode uses for that (``NVSWITCH_IDS``,
-``NVLINK5_GPUS``); nothing else may carry its own copy. Sources (read August 2026, see
-docs/provisioning.md "NVSwitch nodes" and shared/reference/hgx.md §3):
-
-* NVSwitch device ids the NVSwitch kernel driver accepts, per generation:
-  open-gpu-kernel-modules src/common/nvswitch/kernel/nvswitch.c —
-  LR10 (A100 generation) 0x1AE8 and 0x1AF0-0x1AFF; LS10 (H100/H200 generation)
-  0x22A0-0x22AF (management endpoint, PCI-PCI bridge, non-transparent bridge functions).
-  pci.ids names 10de:1af1 "GA100 [A100 NVSwitch]" and 10de:22a3 "GH100 [H100 NVSwitch]".
-* lspci shows them as ``Bridge [0680]``: PCI class 0x0680xx, "other bridge"
-  (leptonai/gpud fabric-manager testdata lspci.nn.a100).
-* Fourth-generation (B200, NVLink5) switches have no id in pci.ids or in the driver's list;
-  NVIDIA's driver container recognises that path by InfiniBand VPD (``SW_MNG``), and it
-  needs the NVLink Subnet Manager (``nvlsm``) and the InfiniBand stack besides FM. gpunode
-  recognises such a board by its GPUs instead: pci.ids 10de:2901 "GB100 [B200]" (also what
-  aws-parallelcluster-cookbook counts), and refuses it: not supported yet.
+The NVSwitch PCI id table and the reading of PCI sysfs are gpunode.nvidia.fabric's (the
+one table: validation reads the same one after the driver); this module turns them into
+what the plan needs: the switches by generation, NVLink5 (B200-class) boards refused
+(not supported yet: they need the NVLink Subnet Manager and the InfiniBand stack besides
+FM), and the fabric manager's package names.
 
 Package names (NVIDIA/gpu-driver-container ubuntu22.04 and debian13 install.sh,
 gpu-driver-container PR #451 and issue #585; Ubuntu's archive, packages.ubuntu.com):
@@ -40,32 +29,25 @@ gpu-driver-container PR #451 and issue #585; Ubuntu's archive, packages.ubuntu.c
 
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..nvidia import fabric as nvfabric
 from . import ProvisionError
 
-NVIDIA_VENDOR = 0x10DE
-NVSWITCH_CLASS = 0x0680  # PCI class 0x0680xx: bridge, "other"
-# (generation, first device id, last device id, the GPUs of that generation's boards)
-NVSWITCH_IDS: tuple[tuple[str, int, int, str], ...] = (
-    ("LR10", 0x1AE8, 0x1AE8, "A100"),
-    ("LR10", 0x1AF0, 0x1AFF, "A100"),
-    ("LS10", 0x22A0, 0x22AF, "H100/H200"),
-)
-# GPUs whose boards use fourth-generation NVSwitch (NVLink5): device id -> name (pci.ids)
-NVLINK5_GPUS: dict[int, str] = {0x2901: "B200"}
-FM_SERVICE = "nvidia-fabricmanager"
+FM_SERVICE = nvfabric.UNIT.removesuffix(".service")
 FM_UNVERSIONED_FROM = 580  # NVIDIA's repositories: nvidia-fabricmanager (no branch) from here
+# `provision fabric-wait --timeout` (gpunode.validate.fabric.wait): the role variable that
+# sets it and its upper bound (nvidia_driver_fabric_wait_timeout: 1..3600 seconds)
+WAIT_VARIABLE = "nvidia_driver_fabric_wait_timeout"
+WAIT_MAX_S = 3600
 
 
 def nvswitch_generation(device_id: int) -> tuple[str, str] | None:
     """(generation, GPUs) of an NVSwitch PCI device id, None when it is not one."""
-    for gen, lo, hi, gpus in NVSWITCH_IDS:
-        if lo <= device_id <= hi:
-            return gen, gpus
-    return None
+    gen = nvfabric.generation(device_id)
+    return (gen, nvfabric.GENERATIONS[gen][0]) if gen else None
 
 
 @dataclass
@@ -95,35 +77,19 @@ class Fabric:
         return f"{len(self.nvswitches)} {self.generation} NVSwitches ({self.gpus} baseboard)"
 
 
-def _hex(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip(), 16)
-    except (OSError, ValueError):
-        return None
-
-
 def scan(root: Path = Path("/")) -> Fabric:
-    """The NVIDIA functions in ``<root>/sys/bus/pci/devices`` that make a fabric."""
-    base = root / "sys/bus/pci/devices"
+    """The NVIDIA functions in ``<root>/sys/bus/pci/devices`` that make a fabric
+    (gpunode.nvidia.fabric's table)."""
     fabric = Fabric()
-    try:
-        entries = sorted(os.listdir(base))
-    except OSError:
-        return fabric
-    for name in entries:
-        vendor, klass, device = (_hex(base / name / f) for f in ("vendor", "class", "device"))
-        if vendor != NVIDIA_VENDOR or klass is None or device is None:
-            continue
-        gen = nvswitch_generation(device)
-        if gen and klass >> 8 == NVSWITCH_CLASS:
-            fabric.nvswitches.append(
-                {"bus_id": name, "device_id": f"0x{device:04x}", "generation": gen[0],
-                 "gpus": gen[1]}
-            )  # fmt: skip
-        elif device in NVLINK5_GPUS and klass >> 16 == 0x03:
-            fabric.nvlink5_gpus.append(
-                {"bus_id": name, "device_id": f"0x{device:04x}", "name": NVLINK5_GPUS[device]}
-            )
+    for name, device in nvfabric.pci_switches(root):
+        gen, gpus = nvswitch_generation(device)
+        fabric.nvswitches.append(
+            {"bus_id": name, "device_id": f"0x{device:04x}", "generation": gen, "gpus": gpus}
+        )
+    for name, device in nvfabric.nvlink5_gpus(root):
+        fabric.nvlink5_gpus.append(
+            {"bus_id": name, "device_id": f"0x{device:04x}", "name": nvfabric.NVLINK5_GPUS[device]}
+        )
     return fabric
 
 
@@ -150,3 +116,23 @@ def fm_package(family: str, distro: str, source: str, branch: str) -> str:
     if source == "distro" and distro == "ubuntu":
         return f"nvidia-fabricmanager-{branch}"
     return "nvidia-fabricmanager" if b >= FM_UNVERSIONED_FROM else f"nvidia-fabricmanager-{branch}"
+
+
+def seconds(text: str, maximum: float | None = None, whole: bool = False) -> float:
+    """A wait's seconds from the command line or the inventory: a number above 0 (with
+    ``whole``, a whole number from 1 to ``maximum``), at most ``maximum`` when given.
+    ValueError naming the value and what is accepted."""
+    if whole:
+        want = f"a whole number of seconds from 1 to {maximum:g}"
+    else:
+        want = "a number of seconds above 0" + (f", at most {maximum:g}" if maximum else "")
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = math.nan
+    ok = math.isfinite(value) and value > 0 and (maximum is None or value <= maximum)
+    if ok and whole and (value != int(value) or value < 1):
+        ok = False
+    if not ok:
+        raise ValueError(f"{str(text)!r} is not {want}")
+    return value

@@ -171,3 +171,24 @@ def fm_lockstep(
         f"{listed(driver_package)}): an NVSwitch node needs the fabric manager at exactly the "
         f"driver's version; {fix}"
     )
+
+
+@dataclass(frozen=True)
+class Service:
+    enabled: bool | None  # None: no systemd to ask
+    active: bool | None
+
+
+def services(names: Sequence[str], runner: Runner = run) -> dict[str, Service]:
+    """systemd's word on each unit: enabled (``systemctl is-enabled``) and active
+    (``is-active``); None for both where systemctl cannot be run."""
+    out = {}
+    for name in names:
+        rc_e, en, _ = runner(["systemctl", "is-enabled", name])
+        rc_a, act, _ = runner(["systemctl", "is-active", name])
+        if rc_e == 127 or rc_a == 127:
+            out[name] = Service(None, None)
+            continue
+        out[name] = Service(en.strip() in ("enabled", "enabled-runtime", "static"),
+                            act.strip() == "active")  # fmt: skip
+    return out

@@ -15,9 +15,10 @@ Sources (``nvidia_driver_source`` / ``cuda_toolkit_source``):
              locked with NVIDIA's pinning package (``nvidia-driver-pinning-<branch|version>``);
              see ``_cuda_repo_driver``.
 
-NVSwitch baseboards (``fabric``, gpunode.provision.fabric): with the kernel module managed,
-the plan adds the fabric manager at exactly the driver's version, held like the driver, and
-its service; B200-class (NVLink5) boards are refused.
+NVSwitch baseboards (``fabric``, gpunode.provision.fabric): the plan adds the fabric manager
+at exactly the driver's version, held like the driver, and its service — also where the
+kernel module is not managed here (FM is userspace); B200-class (NVLink5) boards are
+refused.
 
 Kernel module flavour (``nvidia_driver_kernel_module_flavor``): ``auto`` picks the open
 modules when the branch is >= 560 (NVIDIA's own default since 560) and no GPU is older
@@ -84,6 +85,14 @@ CUDA_REPO_BRANCHES = {
 }  # fmt: skip
 CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{repo}/{arch}/"
 CUDA_REPO_KEYS = {"apt": "3bf863cc.pub", "dnf": "D42D0685.pub"}
+# The key beside the repository, as NVIDIA publishes it: {url} the repository's URL, {key}
+# NVIDIA's key file for the package manager (CUDA_REPO_KEYS). A mirror of NVIDIA's
+# repository (an air-gapped site, the simulator's) gives its own URL and key URL: the
+# repository variables (nvidia_driver_cuda_repo_url, _key_url; cuda_toolkit_'s) with the
+# placeholders {repo} (debian12, ubuntu2404, rhel9, ...), {arch} (x86_64, sbsa), and for
+# the key also {url} and {key}.
+CUDA_REPO_KEY_URL = "{url}{key}"
+REPO_URL_SCHEMES = ("https://", "http://", "file:/")
 APT_KEYRING = "/etc/apt/keyrings/nvidia-cuda.asc"
 # Below this branch NVIDIA's RHEL repository uses dnf module streams; from it on, plain
 # packages held with versionlock.
@@ -249,14 +258,43 @@ def _apt_pin(sources: list[str], pin: str) -> str:
     )
 
 
-def cuda_repository(plat: Platform) -> dict:
+def _repo_template(variable: str, template: str, **values: str) -> str:
+    """A repository URL variable's template filled in, or one line naming it."""
+    names = ", ".join("{" + k + "}" for k in values)
+    try:
+        filled = template.format(**values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ProvisionError(
+            f"{variable}: {template!r} has a placeholder other than {names} ({exc}); "
+            "give a URL, optionally with those placeholders"
+        ) from None
+    if not filled.startswith(REPO_URL_SCHEMES):
+        raise ProvisionError(f"{variable}: {filled!r} is not an http://, https:// or file:/ URL")
+    return filled
+
+
+def cuda_repository(
+    plat: Platform,
+    url: str = CUDA_REPO_URL,
+    key_url: str = CUDA_REPO_KEY_URL,
+    variable: str = "nvidia_driver",
+) -> dict:
+    """NVIDIA's CUDA repository for the platform, at ``url`` (NVIDIA's, or a mirror of it)
+    with its key at ``key_url`` (templates: see CUDA_REPO_KEY_URL); ``variable``: the role
+    whose ``<role>_cuda_repo_url``/``_key_url`` they are, for the error lines."""
     if plat.repo_id not in CUDA_REPO_BRANCHES:
         raise ProvisionError(
-            f"nvidia_driver_source: NVIDIA's CUDA repository has no {plat.distro} {plat.release}; "
+            f"{variable}_source: NVIDIA's CUDA repository has no {plat.distro} {plat.release}; "
             f"use distro"
         )
-    url = CUDA_REPO_URL.format(repo=plat.repo_id, arch=plat.repo_arch)
-    key_url = url + CUDA_REPO_KEYS[plat.family]
+    where = {"repo": plat.repo_id, "arch": plat.repo_arch}
+    url = _repo_template(f"{variable}_cuda_repo_url", url or CUDA_REPO_URL, **where)
+    if not url.endswith("/"):
+        url += "/"  # a flat repository's base: the key and the indexes lie in it
+    key_url = _repo_template(
+        f"{variable}_cuda_repo_key_url", key_url or CUDA_REPO_KEY_URL,
+        url=url, key=CUDA_REPO_KEYS[plat.family], **where,
+    )  # fmt: skip
     repo = {"name": "nvidia-cuda", "url": url, "key_url": key_url}
     if plat.family == "apt":
         repo.update(
@@ -279,9 +317,12 @@ def driver_plan(
     kernel_module: bool = True,
     gpus: list[PciGpu] | None = None,
     fabric: Fabric | None = None,
+    repo_url: str = CUDA_REPO_URL,
+    repo_key_url: str = CUDA_REPO_KEY_URL,
 ) -> DriverPlan:
     """The driver's packages for a platform. ``fabric``: the NVSwitch fabric PCI shows
-    (gpunode.provision.fabric.scan); B200-class boards are refused here, first."""
+    (gpunode.provision.fabric.scan); B200-class boards are refused here, first.
+    ``repo_url``/``repo_key_url``: where NVIDIA's repository is (cuda-repo; a mirror)."""
     if source not in SOURCES:
         raise ProvisionError(f"nvidia_driver_source: {source!r} is not one of {', '.join(SOURCES)}")
     fabric = fabric or Fabric()
@@ -316,6 +357,7 @@ def driver_plan(
     if source == "distro":
         _distro_driver(plat, plan)
     else:
+        plan.repository = cuda_repository(plat, repo_url, repo_key_url)
         _cuda_repo_driver(plat, plan)
     # The distribution's archive is configured on the node: its real metadata decides
     # (`driver-plan --resolve`, apt-cache madison). NVIDIA's repository is not configured
@@ -332,13 +374,13 @@ def driver_plan(
 
 def _fabric_manager(plat: Platform, plan: DriverPlan, fabric: Fabric) -> None:
     """An NVSwitch node: the fabric manager at exactly the driver's version, held like the
-    driver, its service enabled and started — where this role manages the kernel module.
-    Without it (``kernel_module`` false) the module and FM are someone else's; the plan
-    only names the package (converge checks it is installed)."""
+    driver, its service enabled and started. FM is userspace: it is planned whether or not
+    this role manages the kernel module (``kernel_module`` false: a preinstalled driver,
+    simulated nodes), at the version of the driver packages the plan installs (which the
+    matching-version check holds to the loaded module); the resolve refuses, in one line,
+    a node whose sources offer no FM at that version (gpunode.provision.packages.fm_lockstep)."""
     fm = fm_package(plat.family, plat.distro, plan.source, plan.branch)
     plan.fabric = {**fabric.to_dict(), "fabric_manager": fm, "service": FM_SERVICE}
-    if not plan.kernel_module:
-        return
     plan.fabric_manager = fm
     plan.packages.append(fm)
     plan.hold.append(fm)
@@ -380,7 +422,6 @@ def _distro_driver(plat: Platform, plan: DriverPlan) -> None:
 
 def _cuda_repo_driver(plat: Platform, plan: DriverPlan) -> None:
     b, km, open_ = plan.branch, plan.kernel_module, plan.flavor == "open"
-    plan.repository = cuda_repository(plat)
     plan.known_branches = list(CUDA_REPO_BRANCHES[plat.repo_id])
     if plat.distro == "debian":
         _cuda_repo_debian(plan, km, open_)
@@ -428,7 +469,10 @@ def _cuda_repo_debian(plan: DriverPlan, km: bool, open_: bool) -> None:
     """
     kernel = ["nvidia-kernel-open-dkms" if open_ else "nvidia-kernel-dkms"]
     plan.packages = ["nvidia-driver-cuda"] + ([*kernel, "nvidia-persistenced"] if km else [])
-    plan.hold = ["nvidia-driver-cuda"] + (kernel if km else [])
+    # libnvidia-ml1 (NVML, a dependency at exactly the driver's version) held as well: on
+    # every source gpunode holds the package NVML's version comes from, which is what
+    # validate and tests/infra find as the driver's package
+    plan.hold = ["nvidia-driver-cuda", "libnvidia-ml1"] + (kernel if km else [])
     plan.version_package = "nvidia-driver-cuda"
     plan.pin_packages = [f"nvidia-driver-pinning-{plan.pin}"]
     plan.apt_preferences = ""
@@ -471,6 +515,8 @@ def cuda_plan(
     versions: list[str],
     default: str = "",
     package_set: str = "full",
+    repo_url: str = CUDA_REPO_URL,
+    repo_key_url: str = CUDA_REPO_KEY_URL,
 ) -> CudaPlan:
     if source not in SOURCES:
         raise ProvisionError(f"cuda_toolkit_source: {source!r} is not one of {', '.join(SOURCES)}")
@@ -516,7 +562,7 @@ def cuda_plan(
         plan.homes[mm] = "/usr/lib/nvidia-cuda-toolkit"
         plan.bin_dirs[mm] = "/usr/bin"
         return plan
-    plan.repository = cuda_repository(plat)
+    plan.repository = cuda_repository(plat, repo_url, repo_key_url, "cuda_toolkit")
     for mm in mms:
         dash = mm.replace(".", "-")
         plan.packages[mm] = [

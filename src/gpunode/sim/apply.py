@@ -5,7 +5,10 @@ Runs as root *inside* the node container (``gpunode sim apply-local``). It produ
 * device nodes: ``/dev/nvidiactl`` (195:255), ``/dev/nvidia-modeset`` (195:254),
   ``/dev/nvidia-uvm`` / ``/dev/nvidia-uvm-tools`` (a dynamic major, like the real module
   registers) and ``/dev/nvidia<minor>`` (195:minor) per GPU;
-* a ``/proc/driver/nvidia`` tree on a tmpfs mounted over ``/proc/driver``;
+* a ``/proc/driver/nvidia`` tree on a tmpfs mounted over ``/proc/driver``, and the
+  driver's ``/proc/driver/nvidia-nvswitch`` (its NVSwitches, if any);
+* a driver load resets the NVSwitch fabric to untrained and restarts an enabled fabric
+  manager unit, as a boot would (:func:`apply_fabric`, :mod:`gpunode.sim.fabric`);
 * the driver's kernel log lines (its load line, an Xid per fault) in ``/dev/kmsg``;
 * the driver's MIG state and its footprint (capability files, ``mig-minors``,
   ``/dev/nvidia-caps``; see :mod:`gpunode.sim.migstate`): set from the profile's ``mig:``,
@@ -44,7 +47,7 @@ from pathlib import Path
 
 from ..nvidia.devices import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from ..util.files import write_atomic
-from . import migstate, mocknvml, pcisysfs, procdriver, procfs
+from . import fabric, migstate, mocknvml, pcisysfs, procdriver, procfs
 from .devnodes import ensure_chr
 from .procfs import UVM_MAJOR, DevicesError
 from .profiles import Profile, mock_payload
@@ -140,11 +143,15 @@ def apply_devices(profile: Profile, paths: Paths, res: Result) -> None:
         _ensure_chr(paths.dev / name, major, minor, res)
 
 
-def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
+def apply_procfs(profile: Profile, paths: Paths, res: Result) -> bool:
+    """The driver's /proc/driver trees: ``nvidia`` and ``nvidia-nvswitch``
+    (:func:`fabric.proc_tree`). True when this (re)loads the driver: the tmpfs was mounted
+    (a fresh or restarted node) or the driver's version line changed."""
     nvidia = paths.proc_driver / "nvidia"
+    loaded = False
     if paths.real_system and not _is_mountpoint_tmpfs(paths.proc_driver):
         if profile.driver is None:
-            return  # nothing to show and nothing to clean up
+            return False  # nothing to show and nothing to clean up
         subprocess.run(
             [
                 "mount",
@@ -158,10 +165,14 @@ def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
             check=True,
         )
         res.note(f"mounted tmpfs on {paths.proc_driver}")
+        loaded = True
     if profile.driver is None:
         _remove(nvidia, res)
-        return
+        _remove(paths.proc_driver / fabric.NVSWITCH_PROC, res)
+        return False
+    before = len(res.changed)
     _write_if_changed(nvidia / "version", procfs.render_version(profile), res)
+    loaded = loaded or len(res.changed) > before
     _write_if_changed(nvidia / "params", procfs.render_params(), res)
     _write_if_changed(nvidia / "registry", 'Binary: ""\n', res)
     gpus_dir = nvidia / "gpus"
@@ -174,6 +185,38 @@ def apply_procfs(profile: Profile, paths: Paths, res: Result) -> None:
         _write_if_changed(
             gpus_dir / bus / "information", procfs.render_information(gpu, profile), res
         )
+    switch_files = fabric.proc_tree(profile)
+    devices = paths.proc_driver / fabric.NVSWITCH_PROC / "devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(devices.iterdir()):
+        if f"{fabric.NVSWITCH_PROC}/devices/{entry.name}/information" not in switch_files:
+            _remove(entry, res)
+    for name, text in switch_files.items():
+        _write_if_changed(paths.proc_driver / name, text, res)
+    return loaded
+
+
+def apply_fabric(paths: Paths, res: Result, loaded: bool) -> None:
+    """A driver load untrains the NVSwitch fabric (:mod:`gpunode.sim.fabric`): its state
+    goes, NOT_STARTED until a fabric manager trains it again. On a node, a fabric manager
+    unit that is enabled (or running) is then restarted, as a boot starts it after the
+    driver has loaded: the simulator loads its driver after systemd has started the node's
+    units, so FM would otherwise have found no driver (or the previous one). Whether it
+    trains the fabric is FM's business (a version mismatch: it exits 1)."""
+    if not loaded:
+        return
+    if fabric.reset(paths.proc_driver):
+        res.note(f"reset the NVSwitch fabric ({fabric.state_file(paths.proc_driver)})")
+    if not paths.real_system or shutil.which("systemctl") is None:
+        return
+    unit = fabric.UNIT_NAME
+    enabled = subprocess.run(["systemctl", "is-enabled", "--quiet", unit], check=False)
+    active = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
+    if enabled.returncode == 0 or active.returncode == 0:
+        done = subprocess.run(
+            ["systemctl", "restart", unit], capture_output=True, check=False, timeout=300
+        )
+        res.note(f"restarted {unit} after the driver load (exit {done.returncode})")
 
 
 def _kernel_devices(paths: Paths) -> str:
@@ -470,14 +513,19 @@ def _is_mock(path: Path) -> bool:
 def apply_profile(profile: Profile, paths: Paths | None = None) -> Result:
     paths = paths or Paths()
     res = Result()
-    apply_procfs(profile, paths, res)
+    state = json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"
+    try:
+        other = paths.state.read_text(encoding="utf-8") != state
+    except FileNotFoundError:
+        other = True
+    loaded = apply_procfs(profile, paths, res) or (other and profile.driver is not None)
     apply_proc_devices(profile, paths, res)
     apply_devices(profile, paths, res)
     apply_pci_sysfs(profile, paths, res)
     apply_kernel_log(profile, paths, res)
     apply_library(profile, paths, res)
     apply_procdriver(paths, res)
-    state = json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"
     _write_if_changed(paths.state, state, res, mode=0o644)
     migstate.apply_mig(profile, mock_payload(profile), paths, res)
+    apply_fabric(paths, res, loaded)
     return res

@@ -466,6 +466,24 @@ def copy_mock(name: str, art: Artifacts) -> None:
     docker(["cp", str(Path(__file__).resolve().parents[1]), f"{name}:{SIM_IN_NODE}/gpunode"])
 
 
+def install_fabric_manager(name: str, version: str, build_dir: Path, log=print) -> None:
+    """NVIDIA's fabric manager package at ``version``, as the simulated NVIDIA repository
+    builds it (the stand-in at that version, its unit and config), installed, enabled and
+    started on a running node that is not provisioned from that repository: tests and
+    benchmarks that need an HGX node's fabric trained without a provisioning run. dpkg
+    installs it without its dependencies (systemd-coredump, from Debian's archive: not
+    needed to run the stand-in); apt on that node then reports them missing."""
+    deb = nvidiarepo.fm_deb(version, build_dir)
+    docker(["cp", str(deb), f"{name}:/tmp/{deb.name}"])
+    steps = (f"dpkg -i --force-depends /tmp/{deb.name} >/dev/null 2>&1 && rm /tmp/{deb.name} "
+             "&& systemctl daemon-reload && systemctl enable --now nvidia-fabricmanager.service")  # fmt: skip
+    proc = exec_(name, ["sh", "-c", steps], check=False)
+    if proc.returncode != 0:
+        raise SimError(f"{name}: installing the fabric manager {version} failed: "
+                       f"{proc.stderr.decode().strip() or 'see the node journal'}")  # fmt: skip
+    log(f"{name}: fabric manager {version} installed and started")
+
+
 def apply(name: str, profile: str, log=print) -> dict:
     """Apply a profile (built-in name or host path) on a running node."""
     ref = profile

@@ -1,6 +1,7 @@
 """What the cluster report of a simulated cluster must show: each GPU with faults in its
 node's profile a failed (or warning) GPU row on exactly that node and GPU, bad in exactly
-the checks profiles.FAULTS names for its faults, every other GPU and node passing, GPU-less
+the checks profiles.FAULTS names for its faults (and on the node's own rows what a fault
+sums up there: node.fabric_manager), every other GPU and node passing, GPU-less
 nodes a row of skips. `gpunode sim check-report` (the demo's last step) and the
 integration tests judge a report with it.
 
@@ -26,6 +27,16 @@ def shows(faults: list[str]) -> dict[str, str]:
         fault = FAULTS[f.removesuffix(CARD)]
         table = fault.on_card if f.endswith(CARD) and fault.on_card else fault.shows
         for check, status in table.items():
+            want[check] = "fail" if "fail" in (status, want.get(check)) else status
+    return want
+
+
+def node_shows(faults: list[str]) -> dict[str, str]:
+    """check id -> status the node's own rows must show for its GPUs' faults (a fault's
+    ``node`` entry in profiles.FAULTS: node.fabric_manager sums up the GPUs' fabric)."""
+    want: dict[str, str] = {}
+    for f in faults:
+        for check, status in (FAULTS[f.removesuffix(CARD)].node or {}).items():
             want[check] = "fail" if "fail" in (status, want.get(check)) else status
     return want
 
@@ -64,9 +75,16 @@ def compare(model: dict, expected: dict[str, dict[int, list[str]]]) -> list[str]
         if n is None:
             problems.append(f"{name}: not in the report")
             continue
-        for c in n["checks"]:
-            if c["gpu"] is None and c["status"] in BAD:
-                problems.append(f"{name}: {c['id']} {c['status']}: {c['detail']}")
+        node_want = node_shows([f for faults in gpus.values() for f in faults])
+        node_got = {c["id"]: c for c in n["checks"] if c["gpu"] is None and c["status"] in BAD}
+        for cid, c in sorted(node_got.items()):
+            if node_want.get(cid) != c["status"]:
+                problems.append(f"{name}: {cid} {c['status']}: {c['detail']}")
+        for cid, status in sorted(node_want.items()):
+            if cid not in node_got:
+                problems.append(
+                    f"{name}: its GPUs' faults must show {cid} {status}; the report does not"
+                )
         if not gpus:  # no GPU: a row of skips (and the engine check) that passes
             if not n.get("no_gpu"):
                 problems.append(f"{name}: no GPU in its profile but not reported as GPU-less")

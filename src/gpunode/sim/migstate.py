@@ -131,7 +131,7 @@ def _c_string(text: str) -> str:
     return json.dumps(text)  # ASCII with \t, \n and \" escapes: a C string literal too
 
 
-def c_header() -> str:
+def c_header(extra: dict[str, str] | None = None) -> str:
     """``migstate.h`` for the mock NVML: this module's definition of the state, its files
     (the Xid event log's, which sim/xidraise appends to, among them), the driver's
     capability files and the cap minors as C macros (generated at build time; nothing else
@@ -174,6 +174,9 @@ def c_header() -> str:
         "CAP_CONFIG_NODE_MODE": oct(CAP_CONFIG_NODE_MODE).replace("0o", "0"),
         "CAP_NODE_MODE": oct(CAP_NODE_MODE).replace("0o", "0"),
     }
+    # the NVSwitch fabric's state file sits beside the MIG state (gpunode.sim.fabric's
+    # c_defines, passed in by the build: fabric imports this module, not the other way)
+    defines.update(extra or {})
     for name, line in MIG_MINORS_LINES.items():
         defines[f"MIG_MINORS_{name.upper()}_FORMAT"] = _c_string(line + "\n")
     for kind, fields in RECORDS.items():

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..util.command import OperationError
 from ..util.files import write_atomic
-from . import migstate
+from . import fabric, migstate
 
 MAGIC = b"GPUNODE-NVML-PROFILE-V1\n"
 BLOB_SIZE = 262144
@@ -207,7 +207,7 @@ def build_digest() -> str:
         h.update(f"{path.name}\0{len(path.read_bytes())}\0".encode())
         h.update(path.read_bytes())
     h.update(stubs_source(nvml_names()).encode())
-    h.update(migstate.c_header().encode())
+    h.update(migstate.c_header(fabric.c_defines()).encode())
     return h.hexdigest()
 
 
@@ -259,7 +259,9 @@ def build_library(dest: Path, cc: str = "cc") -> Path:
         generated = Path(tmp)
         stubs_c = generated / "nvml-stubs.c"
         stubs_c.write_text(stubs_source(nvml_names()), encoding="utf-8")
-        (generated / "migstate.h").write_text(migstate.c_header(), encoding="utf-8")
+        (generated / "migstate.h").write_text(
+            migstate.c_header(fabric.c_defines()), encoding="utf-8"
+        )
         flags = ["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-lpthread", f"-I{tmp}"]
         return compile_c([*sources(), stubs_c], dest, flags, cc)
 

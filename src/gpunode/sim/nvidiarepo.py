@@ -7,8 +7,11 @@ The simulator serves its nodes the same: one catalogue (``nvidia-repo.json``: NV
 package names, versions and relations, each with its sources) built into real ``.deb`` files
 (``dpkg-deb --build``), ``Packages``/``Packages.gz`` and a ``Release`` signed (``InRelease``,
 ``Release.gpg``) with a key the simulator generates once. The packages' contents are the
-simulator's: a note per package, the fabric manager stand-in (``fabricmanager/``), apt
-preferences for the pinning packages; nothing of NVIDIA's.
+simulator's: a note per package, apt preferences for the pinning packages, and in each
+fabric manager package the stand-in (``fabricmanager/nv-fabricmanager`` rendered at the
+package's version by gpunode.sim.fabric.render_standin, as /usr/bin/nv-fabricmanager), its
+unit (/lib/systemd/system/nvidia-fabricmanager.service) and its configuration
+(/usr/share/nvidia/nvswitch/fabricmanager.cfg, a conffile); nothing of NVIDIA's.
 
 The build is reproducible (fixed dates, sorted, root-owned; only the signatures carry the
 signing time) and happens again only when its inputs change (the catalogue, the files it
@@ -32,8 +35,9 @@ from pathlib import Path
 
 import yaml
 
+from ..nvidia import fabric as nvfabric
 from ..util.command import OperationError
-from . import images
+from . import fabric, images
 from .docker import docker, exec_
 
 CATALOGUE = Path(__file__).with_name("nvidia-repo.json")
@@ -128,15 +132,28 @@ def _epoch(doc: dict) -> int:
     return int(email.utils.parsedate_to_datetime(doc["date"]).timestamp())
 
 
+def upstream_version(version: str) -> str:
+    """A Debian version's upstream part: 1:580.105.08-1 -> 580.105.08."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
 def _file_bytes(entry: dict, pkg: dict, sim_dir: Path) -> bytes:
     if "from" in entry:
         src = sim_dir / entry["from"]
         try:
+            if entry.get("render") == "fm-version":
+                # the fabric manager stand-in, its version baked in as NVIDIA's binary has
+                # its own: the package's (FM runs only at exactly the driver's version)
+                return fabric.render_standin(upstream_version(pkg["version"]), src).encode()
+            if "render" in entry:
+                raise RepoError(f"{pkg['name']}: unknown file rendering {entry['render']!r}")
             return src.read_bytes()
         except OSError as exc:
             raise RepoError(
                 f"{pkg['name']} {pkg['version']} carries {entry['path']} from {src}: {exc.strerror}"
             ) from None
+        except ValueError as exc:
+            raise RepoError(f"{pkg['name']} {pkg['version']}: {exc}") from None
     kind = entry["template"]
     if kind == "pin":
         return (
@@ -145,15 +162,6 @@ def _file_bytes(entry: dict, pkg: dict, sim_dir: Path) -> bytes:
             f"Pin: version {entry['pin']}\n"
             "Pin-Priority: 1000\n"
         ).encode()
-    if kind == "fmcfg":
-        return (
-            "# fabricmanager.cfg (gpunode simulator): the keys NVIDIA's file sets\n"
-            "LOG_LEVEL=4\nLOG_FILE_NAME=/var/log/fabricmanager.log\nLOG_APPEND_TO_LOG=1\n"
-            "LOG_USE_SYSLOG=0\nDAEMONIZE=1\nBIND_INTERFACE_IP=127.0.0.1\n"
-            "STARTING_TCP_PORT=16000\nFABRIC_MODE=0\nFM_STAY_RESIDENT_ON_FAILURES=0\n"
-            "ACCESS_LINK_FAILURE_MODE=0\nTRUNK_LINK_FAILURE_MODE=0\nNVSWITCH_FAILURE_MODE=0\n"
-            "ABORT_CUDA_JOBS_ON_FM_EXIT=1\nTOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch\n"
-        ).encode("ascii")
     if kind == "placeholder":
         return f"{pkg['name']} {pkg['version']} (gpunode simulator)\n".encode()
     raise RepoError(f"{pkg['name']}: unknown file template {kind!r}")
@@ -220,6 +228,24 @@ def build_deb(pkg: dict, out: Path, sim_dir: Path, epoch: int) -> Path:
     return deb
 
 
+def fm_deb(version: str, out: Path, repo_id: str = "debian12", catalogue: Path = CATALOGUE,
+           sim_dir: Path = SIM_DIR) -> Path:
+    """The repository's fabric manager package at exactly ``version`` (upstream, e.g.
+    550.163.01) built into ``out``: for a node that is not provisioned from the repository
+    but needs its fabric manager (tests, benchmarks: cluster.install_fabric_manager)."""
+    doc = load_catalogue(catalogue)
+    fms = [p for p in doc["packages"] if repo_id in p["repos"]
+           and nvfabric.PACKAGE_RE.fullmatch(p["name"])
+           and upstream_version(p["version"]) == version]  # fmt: skip
+    if not fms:
+        offered = sorted({upstream_version(p["version"]) for p in doc["packages"]
+                          if nvfabric.PACKAGE_RE.fullmatch(p["name"])})  # fmt: skip
+        raise RepoError(f"the simulated NVIDIA repository ({repo_id}) has no fabric manager "
+                        f"{version}; it has {', '.join(offered)}")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    return build_deb(fms[0], out, sim_dir, _epoch(doc))
+
+
 def _digests(data: bytes, names) -> dict[str, str]:
     return {field: hashlib.new(algo, data).hexdigest() for field, algo in names}
 
@@ -274,6 +300,7 @@ def inputs_digest(doc_bytes: bytes, doc: dict, sim_dir: Path, fpr: str) -> str:
     h = hashlib.sha256()
     h.update(doc_bytes)
     h.update(Path(__file__).read_bytes())
+    h.update(Path(fabric.__file__).read_bytes())  # render_standin
     h.update(fpr.encode())
     for src in sorted({e["from"] for p in doc["packages"] for e in p["files"] if "from" in e}):
         h.update(src.encode())

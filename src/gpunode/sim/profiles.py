@@ -24,6 +24,8 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
         pcie_gen: 5                   # the link's maximum generation and width, and the
         pcie_width: 16                #   NVLinks (all up): defaults by compute capability
         nvlinks: 18                   #   (LINK_DEFAULTS); NVSwitch fabric: 9.0+ with NVLinks
+                                      #   (untrained until a fabric manager runs:
+                                      #   gpunode.sim.fabric)
         mig:                          # false (default), true (enabled, no instances) or
           - profile: 3g.40gb          #   the MIG devices: GPU instance profile,
             placement: 0              #   its start slot (see sim/mig-geometry.json)
@@ -72,6 +74,7 @@ from typing import Any
 
 import yaml
 
+from ..nvidia import fabric as nvfabric
 from ..nvidia.busid import BusId
 from ..nvidia.nvml import BRANDS
 from ..util.command import InputError
@@ -90,6 +93,8 @@ class Fault:
     shows: dict[str, str]  # check id -> "fail" or "warn", in health.CHECKS order
     # what it shows on a PCIe card instead (a card is judged apart from an SXM module)
     on_card: dict[str, str] | None = None
+    # what it also shows on the node's own rows (a GPU's fault the node check sums up)
+    node: dict[str, str] | None = None
 
 
 # The one table of simulated faults. A fault is named by the health flag it raises (the
@@ -127,9 +132,13 @@ FAULTS = {
     "nvlink_down": Fault("NVLink 0 is down (a GPU with NVLinks only)", {"gpu.nvlink": "fail"}),
     "inforom_corrupt": Fault("the InfoROM is corrupted: nvmlDeviceValidateInforom fails",
                              {"gpu.inforom": "fail"}),
+    # NVSwitch GPUs (Hopper+): shows once a fabric manager has trained the fabric. No fault
+    # stands for "fabric manager not installed or not running": that is every NVSwitch
+    # node's state until one runs (gpunode.sim.fabric), not something a profile injects.
+    # node.fabric_manager sums the node's fabric up: one GPU's failed training fails it
     "fabric_manager_failed": Fault(
         "fabric training completed with an error (NVSwitch GPUs only)",
-        {"gpu.fabric_manager": "fail"}),
+        {"gpu.fabric_manager": "fail"}, node={"node.fabric_manager": "fail"}),
 }  # fmt: skip
 # Faults renamed to the flag they raise (commit 524d374): a profile naming the old name is
 # told the new one.
@@ -488,7 +497,11 @@ def _parse_links(
 # capability), as the PCI ID database names them: GA100 [A100 NVSwitch], GH100 [H100
 # NVSwitch]. What NVML reports for an NVLink whose far end is an NVSwitch, and the
 # NVSwitch's "device" in PCI sysfs.
-NVSWITCH_DEVICE_IDS = {(8, 0): 0x1AF1, (9, 0): 0x22A3}
+# the id pci.ids names for each generation's switch (gpunode.nvidia.fabric's one table)
+NVSWITCH_DEVICE_IDS = {
+    (8, 0): nvfabric.GENERATIONS["LR10"][2],
+    (9, 0): nvfabric.GENERATIONS["LS10"][2],
+}
 NVSWITCH_CLASS = 0x068000  # bridge, "other": what NVIDIA's tools look for (nvpci)
 _SWITCH_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -814,7 +827,8 @@ def mock_payload(profile: Profile) -> str:
 def _link_fields(g: Gpu) -> dict[str, Any]:
     """PCIe, clock event reasons, NVLink, fabric and InfoROM as NVML shows them: a healthy
     GPU idle (clock event reason 0x1) on a link trained at its maximum, every NVLink up, the
-    fabric (NVSwitch GPUs) trained, the InfoROM valid; each fault changes its value."""
+    InfoROM valid; each fault changes its value. The fabric (NVSwitch GPUs) is untrained
+    until the node's fabric manager trains it (gpunode.sim.fabric), as on hardware."""
     f = g.faults
     reasons = (0x8 if "clocks_hw_slowdown" in f else 0) | (0x20 if "clocks_sw_thermal" in f else 0)
     return {
@@ -826,7 +840,9 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "clocks_reasons": reasons or 0x1,
         "nvlinks": g.nvlinks,
         "nvlink_down": int("nvlink_down" in f),  # a bit per link: link 0
-        "fabric_state": 3 if g.fabric else 0,  # NVML_GPU_FABRIC_STATE_COMPLETED
+        # on an NVSwitch fabric NVML reports (Hopper+): its state is the node's, trained by
+        # the fabric manager (gpunode.sim.fabric); the status training ends with is the GPU's
+        "fabric": int(g.fabric),
         "fabric_status": 999 if "fabric_manager_failed" in f else 0,  # NVML_ERROR_UNKNOWN
         "inforom_corrupt": int("inforom_corrupt" in f),
     }

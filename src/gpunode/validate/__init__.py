@@ -4,7 +4,9 @@ configured, and containers seeing exactly the GPUs they request.
 Modules:
   model      Check, Result, statuses, the summary and exit code (schema gpunode.validate/v1)
   expect     what the node should be (flags and an inventory vars file)
-  gpus       node.gpu_count, node.xid and the per-GPU health checks, from gpunode's inventory
+  gpus       node.gpu_count, node.xid, node.fabric_manager and the per-GPU health checks,
+             from gpunode's inventory
+  fabric     an NVSwitch node's switches, fabric manager unit and package (node.fabric_manager)
   versions   driver loaded / installed / pinned, CUDA installed and compatible
   engine     daemon.json, the runtime's registration, the engine answering
   mig        the MIG layout (mig.mode, mig.layout) against a mig-parted config

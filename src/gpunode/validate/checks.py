@@ -17,7 +17,7 @@ from .model import Result
 
 def validate(expect: Expectations, node: str | None = None) -> Result:
     """Run every check (no output). The checks' modules load here, not for --help."""
-    from . import container, engine, gpus, mig, versions
+    from . import container, engine, fabric, gpus, mig, versions
     from . import node as node_checks
 
     started = time.gmtime()
@@ -52,7 +52,8 @@ def validate(expect: Expectations, node: str | None = None) -> Result:
                 cri_client.close()
         if inv is not None and watch.unavailable is None:
             attach_xid_events(inv, watch.drain(), "NVML events while validating")
-    result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds)
+    fabric_node = fabric.collect() if inv is not None else None
+    result.gpus, checks = gpus.evaluate(inv, no_driver, expect, seconds, fabric_node)
     result.checks += checks + mig.evaluate(inv, expect.mig_layout) + later
     # after the containers: what the runtime cached and generated for them is compared
     result.checks += node_checks.evaluate(inv)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from ..nvidia import health, inventory, xid
+from ..nvidia.fabric import FabricNode
 from ..nvidia.gpu import Gpu
 from .expect import Expectations
 from .model import FAIL, PASS, SKIP, WARN, Check, GpuRow
@@ -31,6 +32,7 @@ TITLES = {
     "node.nvml": "NVML usable",
     "node.gpu_count": "GPU count",
     "node.xid": "Xid errors on a bus no GPU has (a GPU gone from the bus)",
+    "node.fabric_manager": "Fabric manager at the driver's version, NVSwitch fabric trained",
     **health.CHECKS,
 }
 GPU_CHECKS = list(health.CHECKS)
@@ -42,10 +44,17 @@ def listed(gpus: list[Gpu]) -> list[GpuRow]:
 
 
 def evaluate(
-    inv: inventory.Inventory | None, no_driver: str | None, expect: Expectations, seconds: float
+    inv: inventory.Inventory | None,
+    no_driver: str | None,
+    expect: Expectations,
+    seconds: float,
+    fabric_node: FabricNode | None = None,
 ) -> tuple[list[GpuRow], list[Check]]:
     """The checks for a collected inventory (or the NoDriver reason); ``seconds``: how long
-    the inventory took, counted to node.gpu_count (the walk every GPU check reads)."""
+    the inventory took, counted to node.gpu_count (the walk every GPU check reads).
+    ``fabric_node``: the node's NVSwitches and fabric manager (gpunode.validate.fabric);
+    on an NVSwitch node node.fabric_manager judges them and every GPU's gpu.fabric_manager
+    row carries the fabric manager's problems (gpunode.nvidia.health.fabric_gpu)."""
     checks: list[Check] = []
 
     def add(cid: str, status: str, detail: str, gpu: GpuRow | None = None, t: float = 0.0) -> None:
@@ -79,9 +88,16 @@ def evaluate(
         st = PASS if found == expect.gpus else FAIL
         add("node.gpu_count", st, f"{found} GPU(s), expected {expect.gpus}", t=seconds)
     add("node.xid", *_unmatched_xids(inv))
+    problems: list[str] = []
+    if fabric_node is not None:
+        add(*health.fabric_node(fabric_node, inv.driver_version, gpus))
+        problems = health.fabric_problems(fabric_node, inv.driver_version)
     for g, entry in zip(gpus, listing, strict=True):
         start = time.monotonic()
         verdicts = health.verdicts(g)
+        if fabric_node is not None:
+            verdicts = [health.fabric_gpu(g, v, fabric_node, problems)
+                        if v[0] == "gpu.fabric_manager" else v for v in verdicts]  # fmt: skip
         if nvml_problem and g.missing is None:
             verdicts = [(c, SKIP, "NVML unavailable") if c != "gpu.device_node" else (c, s, d)
                         for c, s, d in verdicts]  # fmt: skip

@@ -19,8 +19,9 @@ from ..nvidia.test_inventory import gpus
 
 APPLY_THEN_INVENTORY = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, subprocess, sys
     from pathlib import Path
+    from gpunode.sim import fabric
     from gpunode.sim.profiles import load_profile
     from gpunode.sim.apply import Paths, apply_profile
     from gpunode.cli.main import main
@@ -33,6 +34,12 @@ APPLY_THEN_INVENTORY = textwrap.dedent(
     assert first.changed and not again.changed, again.changed
     for minor in filter(None, remove.split(",")):
         os.unlink(f"/dev/nvidia{minor}")
+    # the node's fabric manager has trained the NVSwitch fabric, as on a provisioned HGX
+    # node: the state the mock reads on the driver's /proc/driver (gpunode.sim.fabric)
+    subprocess.run(["mount", "-t", "tmpfs", "none", "/proc/driver"], check=True)
+    state = fabric.state_file(Path("/proc/driver"))
+    state.parent.mkdir()
+    state.write_text(fabric.STATE_FORMAT % fabric.COMPLETED)
     os.environ["LD_LIBRARY_PATH"] = str(paths.libdir)
     os.execv(sys.executable, [sys.executable, "-m", "gpunode", "inventory",
              "--proc-root", str(paths.proc_driver / "nvidia"), *flags])
@@ -82,8 +89,14 @@ def test_faults_show_as_health_flags(private_dev, tmp_path, mock_lib):
     inv = json.loads(inventory(private_dev, tmp_path, mock_lib, "t4x2-faulty").stdout)
     assert inv["gpus"][0]["health"] == []
     # the double-bit errors were also logged by the driver as Xid 48 (the simulated /dev/kmsg)
-    assert set(inv["gpus"][1]["health"]) == {"ecc_uncorrectable", "retired_pages_pending", "xid_error"}
-    assert [e["xid"] for e in inv["gpus"][1]["xid_errors"]] == [48] and inv["gpus"][0]["xid_errors"] == []
+    assert set(inv["gpus"][1]["health"]) == {
+        "ecc_uncorrectable",
+        "retired_pages_pending",
+        "xid_error",
+    }
+    assert [e["xid"] for e in inv["gpus"][1]["xid_errors"]] == [48] and inv["gpus"][0][
+        "xid_errors"
+    ] == []
     assert inv["gpus"][1]["ecc_errors"]["uncorrected_volatile"] == 2
     assert inv["gpus"][1]["retired_pages"] == {"single_bit": 0, "double_bit": 2, "pending": True}
 
@@ -185,7 +198,9 @@ def test_link_and_state_faults_show_as_health_flags(private_dev, tmp_path, mock_
 
 def test_mig_devices_under_their_gpu_in_the_table():
     a100, t4 = gpus()
-    text = format_table(Inventory("nvml", "535.261.03", "12.2", "12.535", [a100, t4], hostname="n1"))
+    text = format_table(
+        Inventory("nvml", "535.261.03", "12.2", "12.535", [a100, t4], hostname="n1")
+    )
     lines = text.splitlines()
     assert lines[2].endswith("NVIDIA A100-SXM4-80GB [ok] MIG on, 3 MIG device(s)")
     assert lines[3].split() == ["0:0", "MIG-00000000-0000-0000-0000-000000000000", "40192",

@@ -104,7 +104,9 @@ def test_driver_plan_says_what_is_left_to_do(node, capsys):
     assert out["todo"]["unhold"] == DRIVER and out["todo"]["install"] == [
         f"{p}={V}" for p in DRIVER
     ]
-    assert out["todo"]["hold"] == [] and out["todo"]["pin"] is False
+    # held again after the install: apt-mark hold after the release (an upgrade once left
+    # the driver unheld: todo.hold was empty because they were held when it was planned)
+    assert out["todo"]["hold"] == DRIVER and out["todo"]["pin"] is False
     # at the pin but one not held; --no-hold: holding is not asked for
     state.update({p: (V, p != "libcuda1") for p in DRIVER})
     _, out = driver_plan(capsys, pin_file)
@@ -203,3 +205,77 @@ def test_driver_plan_bad_cuda_plan_args_is_one_line(node, capsys, value):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "--cuda-plan-args" in err and "cuda-plan's arguments" in err
+
+
+# --- cuda-repo: NVIDIA's repository must be among the node's sources before a resolve -------
+
+MIRROR = "http://10.0.0.5/compute/cuda/repos/{repo}/{arch}/"
+MIRROR_D12 = "http://10.0.0.5/compute/cuda/repos/debian12/x86_64/"
+
+
+def cuda_repo_plan(capsys, pin_file, root, *extra):
+    code = cli_main(
+        ["provision", "driver-plan", "--resolve", "--json", "--source", "cuda-repo",
+         "--branch", "580", "--version", "580.105.08", "--no-kernel-module",
+         "--gpu-device-id", "2330", "--pin-file", str(pin_file), "--root", str(root),
+         "--cuda-repo-url", MIRROR, *D12, *extra]
+    )  # fmt: skip
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_fresh_node_without_the_repository_gets_an_unresolved_plan(node, capsys, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    """No madison on a repository the node does not have: the plan says so (configured
+    false, todo.repository) with the repository from the values alone, and resolves
+    nothing; the role adds the repository and plans again."""
+    monkeypatch.setattr(packages, "resolve_driver", lambda *a: pytest.fail("resolved"))
+    monkeypatch.setattr(packages, "available", lambda *a: pytest.fail("asked apt"))
+    _, pin_file, _, _ = node
+    code, out = cuda_repo_plan(capsys, pin_file, tmp_path)
+    assert code == 0 and out["ok"], out
+    assert out["repository"]["url"] == MIRROR_D12 and out["repository"]["configured"] is False
+    assert out["todo"]["repository"] is True and out["converged"] is False
+    assert out["todo"]["pin_packages"] == ["nvidia-driver-pinning-580.105.08"]
+    assert out["install"] == ["nvidia-driver-cuda"] and "versions" not in out
+    assert "is not among this node's package sources yet" in out["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        # what the role writes (roles/nvidia_driver/tasks/repository.yml: the plan's line)
+        ("nvidia-cuda.list", f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {MIRROR_D12} /\n"),
+        ("nvidia-cuda.sources",  # a deb822 entry, as ansible's deb822_repository writes one
+         f"X-Repolib-Name: nvidia-cuda\nTypes: deb\nURIs: {MIRROR_D12}\nSuites: /\n"
+         "Signed-By: /etc/apt/keyrings/nvidia-cuda.asc\n"),
+        ("cuda.list", f"deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] {MIRROR_D12[:-1]} /\n"),
+    ],
+)  # fmt: skip
+def test_a_node_with_the_repository_resolves_in_one_run(node, capsys, tmp_path, monkeypatch,
+                                                        name, text):  # fmt: skip
+    monkeypatch.setattr(packages, "available", lambda family, p: ["580.105.08-1"])
+    _, pin_file, _, _ = node
+    d = tmp_path / "etc/apt/sources.list.d"
+    d.mkdir(parents=True)
+    (d / name).write_text(text)
+    code, out = cuda_repo_plan(capsys, pin_file, tmp_path)
+    assert code == 0 and out["repository"]["configured"] is True, out
+    assert "repository" not in out["todo"] and out["versions"]
+    # NVIDIA's own repository is another URL: not configured by the mirror's entry
+    (d / name).write_text(text.replace("10.0.0.5", "developer.download.nvidia.com"))
+    _, out = cuda_repo_plan(capsys, pin_file, tmp_path)
+    assert out["repository"]["configured"] is False
+    # a commented-out entry is no entry
+    (d / name).write_text("# " + text.replace("\n", "\n# "))
+    _, out = cuda_repo_plan(capsys, pin_file, tmp_path)
+    assert out["repository"]["configured"] is False
+
+
+def test_repository_configured_reads_dnf_repo_files(tmp_path):
+    repo = {"url": "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/"}
+    assert converge.repository_configured(repo, "dnf", tmp_path) is False
+    (tmp_path / "etc/yum.repos.d").mkdir(parents=True)
+    (tmp_path / "etc/yum.repos.d/nvidia-cuda.repo").write_text(
+        f"[nvidia-cuda]\nname=NVIDIA CUDA\nbaseurl = {repo['url']}\ngpgcheck=1\n"
+    )
+    assert converge.repository_configured(repo, "dnf", tmp_path) is True

@@ -25,6 +25,12 @@ def sysfs(root: Path, gpu: str, gpus: int, switch: str | None = None, switches: 
     plus an Intel function, in <root>/sys/bus/pci/devices."""
     (root / "etc").mkdir(parents=True, exist_ok=True)
     (root / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\n')
+    # NVIDIA's repository among its sources (cuda-repo plans resolve against it)
+    (root / "etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/apt/sources.list.d/cuda.list").write_text(
+        "deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] "
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /\n"
+    )
     funcs = [("0x10de", GPU_CLASS, gpu)] * gpus + [("0x10de", SWITCH_CLASS, switch)] * switches
     funcs.append(("0x8086", "0x068000", "0x22a3"))  # not NVIDIA: an Intel bridge, same id
     for i, (vendor, klass, dev) in enumerate(funcs):
@@ -50,8 +56,10 @@ def test_hgx_h100_and_dgx_a100_switches_are_counted_and_named(tmp_path):
 @pytest.mark.parametrize(
     ("device", "generation"),
     [("0x1ae8", "LR10"), ("0x1af0", "LR10"), ("0x1aff", "LR10"), ("0x22a0", "LS10"),
-     ("0x22af", "LS10"), ("0x1ae9", None), ("0x1aef", None), ("0x22b0", None),
-     ("0x229f", None)],
+     ("0x22a7", "LS10"), ("0x1ae9", None), ("0x1aef", None), ("0x22b0", None),
+     ("0x229f", None),
+     # LS10's PCI-PCI bridge and non-transparent bridge functions: not a switch each
+     ("0x22a8", None), ("0x22ab", None), ("0x22ac", None), ("0x22af", None)],
 )  # fmt: skip
 def test_the_driver_id_ranges_bound_the_table(device, generation):
     assert (fabric.nvswitch_generation(int(device, 16)) or (None,))[0] == generation
@@ -124,13 +132,19 @@ def test_fabric_manager_joins_the_driver(tmp_path, distro, release, source, bran
     assert plan.version_package == plain.version_package
 
 
-def test_without_the_kernel_module_fm_is_named_not_planned(tmp_path):
+def test_without_the_kernel_module_fm_is_still_planned(tmp_path):
+    """nvidia_driver_kernel_module: false (a preinstalled driver, simulated nodes): the
+    fabric manager is userspace, so it is still installed at the driver's version, held and
+    its service started; persistenced stays with the kernel module."""
     fab = fabric.scan(sysfs(tmp_path, A100, 4, "0x1af1", 6))
     plat = platform("debian", "12")
     plain = driver_plan(plat, source="distro", branch="535", kernel_module=False)
     plan = driver_plan(plat, source="distro", branch="535", kernel_module=False, fabric=fab)
-    assert (plan.packages, plan.hold, plan.services) == (plain.packages, plain.hold, [])
-    assert plan.fabric_manager == "" and plan.fabric["fabric_manager"] == "nvidia-fabricmanager-535"
+    fm = "nvidia-fabricmanager-535"
+    assert plan.fabric_manager == fm and plan.fabric["fabric_manager"] == fm
+    assert plan.packages == [*plain.packages, fm] and plan.hold == [*plain.hold, fm]
+    assert plan.services == ["nvidia-fabricmanager"] and plain.services == []
+    assert plan.kernel_packages == [] and plan.version_package == plain.version_package
 
 
 @pytest.mark.parametrize("gpu", [A100, H100])
@@ -171,7 +185,8 @@ def test_persistenced_wherever_the_module_is_managed():
 def apt(monkeypatch):
     """The node's apt as dicts: madison's versions per package, dpkg's installed ones."""
     offered: dict[str, list[str]] = {}
-    installed: dict[str, str] = {}
+    installed: dict[str, str | tuple[str, bool]] = {}  # a version, or (version, held)
+    services: dict[str, tuple[str, str]] = {}  # systemctl is-enabled, is-active
 
     def run(argv, timeout=None, **_):
         if argv[:2] == ["apt-cache", "madison"]:
@@ -182,15 +197,20 @@ def apt(monkeypatch):
             )
             return tool.Ran(0, out, "")
         if argv[0] == "dpkg-query":
-            names = argv[4:]
-            out = "".join(
-                f"{n}|install|installed|{installed[n]}\n" for n in names if n in installed
-            )
+            names = [n for n in argv[4:] if n in installed]
+            have = {n: installed[n] if isinstance(installed[n], tuple) else (installed[n], False)
+                    for n in names}  # fmt: skip
+            out = "".join(f"{n}|{'hold' if h else 'install'}|installed|{v}\n"
+                          for n, (v, h) in have.items())  # fmt: skip
             return tool.Ran(0 if out else 1, out, "")
+        if argv[0] == "systemctl":
+            enabled, active = services.get(argv[2], ("disabled", "inactive"))
+            word = enabled if argv[1] == "is-enabled" else active
+            return tool.Ran(0 if word in ("enabled", "active") else 3, word + "\n", "")
         raise AssertionError(argv)
 
     monkeypatch.setattr(tool, "run", run)
-    return offered, installed
+    return offered, installed, services
 
 
 def plan_json(capsys, root, *args):
@@ -202,10 +222,10 @@ def plan_json(capsys, root, *args):
 
 
 def test_branch_pin_resolves_to_the_newest_version_with_fm(tmp_path, apt, capsys):
-    offered, _ = apt
+    offered, _, _ = apt
     root = sysfs(tmp_path, H100, 8, "0x22a3", 4)
     drv = ["580.126.09-1", "580.105.08-1", "580.95.05-1"]
-    for p in ("nvidia-driver-cuda", "nvidia-kernel-open-dkms"):
+    for p in ("nvidia-driver-cuda", "libnvidia-ml1", "nvidia-kernel-open-dkms"):
         offered[p] = drv
     offered["nvidia-fabricmanager"] = ["580.105.08-1", "580.95.05-1"]  # 580.126.09 not yet
     offered["nvidia-driver-pinning-580"] = ["580-5"]
@@ -218,7 +238,7 @@ def test_branch_pin_resolves_to_the_newest_version_with_fm(tmp_path, apt, capsys
     ]  # fmt: skip
     assert out["todo"]["pin_packages"] == ["nvidia-driver-pinning-580"]
     assert out["todo"]["hold"] == [
-        "nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-fabricmanager"
+        "nvidia-driver-cuda", "libnvidia-ml1", "nvidia-kernel-open-dkms", "nvidia-fabricmanager"
     ]  # fmt: skip
     assert (
         "NVSwitch node: 4 LS10 switches, fabric manager nvidia-fabricmanager at 580.105.08"
@@ -227,7 +247,7 @@ def test_branch_pin_resolves_to_the_newest_version_with_fm(tmp_path, apt, capsys
 
 
 def test_exact_pin_without_fm_build_is_refused_in_one_line(tmp_path, apt, capsys):
-    offered, _ = apt
+    offered, _, _ = apt
     root = sysfs(tmp_path, H100, 8, "0x22a3", 4)
     offered["nvidia-driver-cuda"] = ["580.126.09-1", "580.105.08-1"]
     offered["nvidia-fabricmanager"] = ["580.105.08-1"]
@@ -244,7 +264,7 @@ def test_exact_pin_without_fm_build_is_refused_in_one_line(tmp_path, apt, capsys
 
 
 def test_distro_driver_needs_a_configured_fm(tmp_path, apt, capsys):
-    offered, _ = apt
+    offered, _, _ = apt
     root = sysfs(tmp_path, A100, 8, "0x1af1", 6)
     for p in ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-kernel-dkms"):
         offered[p] = ["535.261.03-1~deb12u1"]
@@ -262,33 +282,60 @@ def test_distro_driver_needs_a_configured_fm(tmp_path, apt, capsys):
     assert code == 0 and "nvidia-fabricmanager-535=535.261.03-1" in out["install"]
 
 
-def test_no_kernel_module_and_no_fm_installed_says_so(tmp_path, apt, capsys):
-    offered, installed = apt
+def test_no_kernel_module_fm_at_the_driver_version_or_one_line(tmp_path, apt, capsys):
+    """kernel_module false on an NVSwitch node: FM is installed in lockstep with the driver
+    packages when the configured sources offer it (held, its service started: todo), and
+    refused in one line, before anything changes, when they do not."""
+    offered, installed, services = apt
     root = sysfs(tmp_path, A100, 4, "0x1af1", 6)
     for p in ("nvidia-smi", "libcuda1", "libnvidia-ml1"):
         offered[p] = ["535.261.03-1"]
     code, out = plan_json(
         capsys, root, "--source", "distro", "--branch", "535", "--no-kernel-module"
     )
-    assert code == 0 and out["install"] == [
-        f"{p}=535.261.03-1" for p in ("nvidia-smi", "libcuda1", "libnvidia-ml1")
-    ]
-    problem = out["fabric"]["problem"]
-    assert problem.startswith(
-        "nvidia_driver_kernel_module: false on an NVSwitch node (6 LR10 switches) and "
-        "nvidia-fabricmanager-535 is not installed"
+    assert code == 2 and "\n" not in out["message"]
+    assert out["message"].startswith(
+        "nvidia_driver_source: distro: branch 535 has no fabric manager at the same version in "
+        "this node's package sources (nvidia-fabricmanager-535: nothing; libnvidia-ml1: "
+        "535.261.03)"
     )
-    assert problem in out["message"] and "\n" not in problem
-    installed["nvidia-fabricmanager-535"] = "535.261.03-1"
+    # NVIDIA's repository offers FM at that version: installed, held, its service started
+    offered["nvidia-fabricmanager-535"] = ["535.261.03-1", "535.247.01-1"]
+    code, out = plan_json(
+        capsys, root, "--source", "distro", "--branch", "535", "--no-kernel-module"
+    )
+    assert code == 0, out
+    assert out["install"] == [
+        f"{p}=535.261.03-1"
+        for p in ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-fabricmanager-535")
+    ]
+    assert out["todo"]["hold"][-1] == "nvidia-fabricmanager-535"
+    assert out["todo"]["services"] == ["nvidia-fabricmanager"] and out["todo"]["restart"] == []
+    assert "fabric manager nvidia-fabricmanager-535 at 535.261.03" in out["message"]
+    # installed, held, running: nothing left to do
+    for p in ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-fabricmanager-535"):
+        installed[p] = ("535.261.03-1", True)
+    services["nvidia-fabricmanager"] = ("enabled", "active")
     _, out = plan_json(capsys, root, "--source", "distro", "--branch", "535", "--no-kernel-module")
-    assert "problem" not in out["fabric"]
+    assert out["todo"]["services"] == [] and out["converged"] is True, out["todo"]
+    # stopped (or an FM upgrade): started again (restarted when its package changes)
+    services["nvidia-fabricmanager"] = ("enabled", "inactive")
+    _, out = plan_json(capsys, root, "--source", "distro", "--branch", "535", "--no-kernel-module")
+    assert out["todo"]["services"] == ["nvidia-fabricmanager"] and not out["converged"]
+    offered["nvidia-fabricmanager-535"] = offered["libnvidia-ml1"] = ["535.288.01-1"]
+    for p in ("nvidia-smi", "libcuda1"):
+        offered[p] = ["535.288.01-1"]
+    services["nvidia-fabricmanager"] = ("enabled", "active")
+    _, out = plan_json(capsys, root, "--source", "distro", "--branch", "535", "--no-kernel-module")
+    assert out["todo"]["restart"] == ["nvidia-fabricmanager"]
 
 
 def test_missing_pinning_package_is_refused(tmp_path, apt, capsys):
-    offered, _ = apt
+    offered, _, _ = apt
     offered["nvidia-driver-cuda"] = offered["nvidia-kernel-dkms"] = ["550.163.01-1"]
+    root = sysfs(tmp_path, H100, 0)  # no GPU in PCI: the repository among its sources only
     code, out = plan_json(
-        capsys, tmp_path, "--source", "cuda-repo", "--branch", "550", "--flavor", "proprietary"
+        capsys, root, "--source", "cuda-repo", "--branch", "550", "--flavor", "proprietary"
     )
     assert code == 2 and re.fullmatch(
         r"nvidia_driver_branch: 550: NVIDIA's repository offers no nvidia-driver-pinning-550 .*",
@@ -315,12 +362,12 @@ def test_lockstep_function_newest_common_within_the_pin():
 
 @pytest.mark.parametrize(("profile", "count", "generation"), [("a100x4", 0, None),
                                                             ("h100x8", 4, "LS10")])  # fmt: skip
-def test_simulated_hgx_profiles_keep_their_userspace_plan(tmp_path, capsys, profile, count,
+def test_simulated_hgx_profiles_plan_fm_on_the_nvswitch_board(tmp_path, capsys, profile, count,
                                                           generation):  # fmt: skip
     """The simulator shows h100x8's NVSwitches in PCI sysfs (gpunode.sim.pcisysfs), so the
     generic detection finds them (a100x4, an HGX A100 4-GPU board, has none); simulated nodes
-    run with nvidia_driver_kernel_module: false (inventories/sim), where the plan's packages,
-    holds and services are unchanged."""
+    run with nvidia_driver_kernel_module: false (inventories/sim), where the plan adds the
+    fabric manager on the NVSwitch board only."""
     from gpunode.sim import pcisysfs, profiles
 
     root = tmp_path / "node"
@@ -341,6 +388,13 @@ def test_simulated_hgx_profiles_keep_their_userspace_plan(tmp_path, capsys, prof
         assert sim["fabric"]["count"] == count and sim["fabric"]["generation"] == generation
     else:
         assert sim["fabric"] == {}
-    assert sim["fabric_manager"] == "" and plain["fabric"] == {}
-    for key in ("packages", "hold", "services", "version_package", "apt_preferences", "flavor"):
+    assert plain["fabric"] == {} and plain["fabric_manager"] == ""
+    # h100x8: the fabric manager besides the userspace packages, though the kernel module
+    # is not managed there (FM is userspace); a100x4: the plain plan
+    fm = ["nvidia-fabricmanager-550"] if count else []
+    assert sim["fabric_manager"] == (fm[0] if fm else "")
+    assert sim["packages"] == plain["packages"] + fm and sim["hold"] == plain["hold"] + fm
+    assert sim["services"] == plain["services"] + ["nvidia-fabricmanager"] * bool(fm) == (
+        ["nvidia-fabricmanager"] if fm else [])  # fmt: skip
+    for key in ("version_package", "apt_preferences", "flavor"):
         assert sim[key] == plain[key], key

@@ -148,7 +148,9 @@ def test_cuda_repo_debian_names_from_nvidias_guide(
     assert cli_main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["packages"] == ["nvidia-driver-cuda", kernel, "nvidia-persistenced"]
-    assert out["hold"] == ["nvidia-driver-cuda", kernel]
+    # NVML's package (a dependency at the driver's version) held too: the package validate
+    # and tests/infra find as the driver's, held on every source
+    assert out["hold"] == ["nvidia-driver-cuda", "libnvidia-ml1", kernel]
     assert out["version_package"] == "nvidia-driver-cuda"
     assert out["pin_packages"] == [pinning]
     assert out["pin_kind"] == ("exact" if version else "branch")
@@ -159,7 +161,8 @@ def test_cuda_repo_debian_names_from_nvidias_guide(
     assert not {p for p in out["packages"] if re.search(r"-(utils|compute)-[0-9]", p)}
     assert cli_main([*argv, "--no-kernel-module"]) == 0
     user = json.loads(capsys.readouterr().out)
-    assert user["packages"] == user["hold"] == ["nvidia-driver-cuda"] and user["services"] == []
+    assert user["packages"] == ["nvidia-driver-cuda"] and user["services"] == []
+    assert user["hold"] == ["nvidia-driver-cuda", "libnvidia-ml1"]
 
 
 def test_cuda_repo_ubuntu2404_lacks_old_branches():
@@ -252,3 +255,83 @@ def test_cuda_plans():
         ProvisionError, match=re.escape("cuda_toolkit_default_version: 12.6 is not one of")
     ):
         cuda_plan(platform("rhel", "9"), source="cuda-repo", versions=["12.4"], default="12.6")
+
+
+# --- a mirror of NVIDIA's repository (nvidia_driver_cuda_repo_url / _key_url) ----------
+
+
+def test_the_repository_defaults_are_nvidias():
+    assert sources.CUDA_REPO_URL == (
+        "https://developer.download.nvidia.com/compute/cuda/repos/{repo}/{arch}/"
+    )
+    deb = driver_plan(platform("debian", "12"), source="cuda-repo", branch="580").repository
+    assert deb["url"] == "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+    assert deb["key_url"] == deb["url"] + "3bf863cc.pub"
+    rhel = cuda_plan(platform("rhel", "9"), source="cuda-repo", versions=["12.4"]).repository
+    assert rhel["key_url"].endswith("/rhel9/x86_64/D42D0685.pub")
+
+
+def test_a_mirror_is_used_for_the_plans_repository():
+    mirror = "http://10.0.0.5/nvidia/{repo}/{arch}"
+    p = driver_plan(
+        platform("debian", "12"), source="cuda-repo", branch="580",
+        repo_url=mirror, repo_key_url="http://10.0.0.5/keys/{key}",
+    )  # fmt: skip
+    r = p.repository
+    assert r["url"] == "http://10.0.0.5/nvidia/debian12/x86_64/"  # a flat repository's base
+    assert r["key_url"] == "http://10.0.0.5/keys/3bf863cc.pub"
+    assert r["line"] == f"deb [signed-by={sources.APT_KEYRING}] {r['url']} /"
+    fixed = cuda_plan(
+        platform("debian", "12"), source="cuda-repo", versions=["12.4"],
+        repo_url="https://mirror.example/cuda/", repo_key_url="{url}abcd1234.pub",
+    )  # fmt: skip
+    assert fixed.repository["url"] == "https://mirror.example/cuda/"
+    assert fixed.repository["key_url"] == "https://mirror.example/cuda/abcd1234.pub"
+    # the distribution's own archive takes no URL
+    distro = driver_plan(platform("debian", "12"), source="distro", branch="535",
+                         repo_url="http://unused/")  # fmt: skip
+    assert distro.repository == {"name": "debian", "components": ["contrib", "non-free"]}
+
+
+@pytest.mark.parametrize(
+    ("url", "key", "line"),
+    [
+        ("http://m/{distro}/", "{url}{key}",
+         r"^nvidia_driver_cuda_repo_url: 'http://m/\{distro\}/' has a placeholder other than "
+         r"\{repo\}, \{arch\}"),
+        ("http://m/{repo}/", "{url}{keyring}",
+         r"^nvidia_driver_cuda_repo_key_url: .* other than \{url\}, \{key\}, \{repo\}, \{arch\}"),
+        ("ftp://m/{repo}/", "{url}{key}",
+         r"^nvidia_driver_cuda_repo_url: 'ftp://m/debian12/' is not an http://, https:// or "),
+        ("http://m/{repo", "{url}{key}", r"^nvidia_driver_cuda_repo_url: 'http://m/\{repo'"),
+    ],
+)  # fmt: skip
+def test_a_bad_repository_url_is_one_line_naming_the_variable(url, key, line):
+    with pytest.raises(ProvisionError, match=line) as exc:
+        driver_plan(platform("debian", "12"), source="cuda-repo", branch="580", repo_url=url,
+                    repo_key_url=key)  # fmt: skip
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ProvisionError, match=line.replace("nvidia_driver", "cuda_toolkit")):
+        cuda_plan(platform("debian", "12"), source="cuda-repo", versions=["12.4"],
+                  repo_url=url, repo_key_url=key)  # fmt: skip
+
+
+def test_driver_plan_and_cuda_plan_take_the_mirror_options(capsys):
+    mirror = ["--cuda-repo-url=http://sim/compute/cuda/repos/{repo}/{arch}/",
+              "--cuda-repo-key-url={url}0123abcd.pub"]  # fmt: skip
+    rc = cli_main(["provision", "driver-plan", "--json", "--distro=debian", "--release=12",
+                   "--source=cuda-repo", "--branch=580", "--gpu-device-id=2330",
+                   "--root=/nonexistent", *mirror])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0, out
+    assert out["repository"]["url"] == "http://sim/compute/cuda/repos/debian12/x86_64/"
+    assert out["repository"]["key_url"] == out["repository"]["url"] + "0123abcd.pub"
+    rc = cli_main(["provision", "cuda-plan", "--json", "--distro=debian", "--release=12",
+                   "--source=cuda-repo", "--cuda=12.4", *mirror])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["repository"]["url"].startswith("http://sim/"), out
+    rc = cli_main(["provision", "driver-plan", "--json", "--distro=debian", "--release=12",
+                   "--source=cuda-repo", "--branch=580", "--gpu-device-id=2330",
+                   "--root=/nonexistent", "--cuda-repo-url=http://sim/{nope}/"])  # fmt: skip
+    assert rc == 2
+    assert json.loads(capsys.readouterr().out)["message"].startswith("nvidia_driver_cuda_repo_url:")

@@ -14,6 +14,7 @@ from gpunode.sim.expected import compare, describe, gpu_faults, injected, shows
 from gpunode.sim.profiles import load_profile
 
 from ..report.synthetic import ALL_GPU_CHECKS as ALL
+from ..report.synthetic import ALL_NODE_CHECKS as ALL_NODES
 from ..report.synthetic import result
 
 HOSTS = {"a100": "a100x4", "t4": "t4x2-faulty", "cpu": "nogpu"}
@@ -87,6 +88,9 @@ def h100_report(shown: dict[int, dict[str, str]]) -> tuple[dict, dict]:
     """A report of one h100x8-degraded node whose GPUs show ``shown`` (GPU -> check ->
     status) beside passing checks, and what its profile injects."""
     doc = result("h100", "H100", 8)
+    if shown.get(6, {}).get("gpu.fabric_manager"):  # the node sums GPU 6's fabric up
+        doc["checks"].append({"id": "node.fabric_manager", "title": "FM", "gpu": None,
+                              "uuid": None, "status": "fail", "detail": "x", "duration_s": 0.0})  # fmt: skip
     for i, checks in shown.items():
         for cid, status in checks.items():
             doc["checks"].append({"id": cid, "title": cid, "gpu": i, "uuid": None,
@@ -127,3 +131,23 @@ def test_the_link_faults_must_show_exactly_their_check_and_status():
     lines = describe(h100_report(EXACT)[1])
     assert lines[0] == "h100 GPU 0: pcie_link_degraded (gpu.pcie_link fail)" and len(lines) == 7
     assert shows(["pcie_link_degraded (PCIe card)"]) == {"gpu.pcie_link": "warn"}
+
+
+def test_a_fault_the_node_sums_up_must_show_on_the_node_row_too():
+    """fabric_manager_failed (a GPU's fabric training failed) fails node.fabric_manager
+    besides that GPU's row (profiles.FAULTS' node entry): the judge asks for both, and
+    takes neither alone."""
+    gpu_row = {("gpu.fabric_manager", 1): ("fail", "fabric training failed")}
+    node_row = {("node.fabric_manager", None): ("fail", "1 of 2 GPUs' fabric not trained")}
+    want = {"t4": {0: [], 1: ["fabric_manager_failed"]}}
+
+    def model(faults):
+        node_checks = [*ALL_NODES, ("node.fabric_manager", "Fabric manager")]
+        doc = result("t4", "T4", 2, faults, node_checks=node_checks, gpu_checks=ALL)
+        return results.merge([("t4.json", results.check_result(doc, "x"))])
+
+    assert compare(model({**gpu_row, **node_row}), want) == []
+    assert compare(model(gpu_row), want) == [
+        "t4: its GPUs' faults must show node.fabric_manager fail; the report does not"]  # fmt: skip
+    assert compare(model(node_row), {"t4": {0: [], 1: []}}) == [
+        "t4: node.fabric_manager fail: 1 of 2 GPUs' fabric not trained"]  # fmt: skip

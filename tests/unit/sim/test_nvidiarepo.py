@@ -8,22 +8,21 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gpunode.sim import nvidiarepo
+from gpunode.sim import fabric, nvidiarepo
 
 ROOT = Path(__file__).resolve().parents[3]
-FM_STANDIN = b"#!/bin/sh\n# test stand-in for nv-fabricmanager\nexit 0\n"
-FM_UNIT = b"[Unit]\nDescription=test stand-in\n[Service]\nExecStart=/usr/bin/nv-fabricmanager\n"
 
 
 def sim_dir(tmp: Path) -> Path:
+    """A copy of the simulator's fabricmanager/ (the stand-in, its unit and config)."""
     d = tmp / "sim"
-    (d / "fabricmanager").mkdir(parents=True)
-    (d / "fabricmanager/nv-fabricmanager").write_bytes(FM_STANDIN)
-    (d / "fabricmanager/nvidia-fabricmanager.service").write_bytes(FM_UNIT)
+    d.mkdir(parents=True)
+    shutil.copytree(fabric.STANDIN_DIR, d / "fabricmanager")
     return d
 
 
@@ -218,20 +217,75 @@ def deb_file(deb: Path, member: str) -> bytes:
     return out.stdout
 
 
-def test_fabric_manager_carries_the_simulators_stand_in(built):
-    d = repo_dir(built)
-    deb = next(d.glob("nvidia-fabricmanager-570_*.deb"))
-    assert deb_file(deb, "/usr/bin/nv-fabricmanager") == FM_STANDIN
-    assert deb_file(deb, "/lib/systemd/system/nvidia-fabricmanager.service") == FM_UNIT
-    listing = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True,
-                             check=True).stdout.decode()  # fmt: skip
-    assert re.search(r"^-rwxr-xr-x root/root .* \./usr/bin/nv-fabricmanager$", listing, re.M)
-    conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True,
-                               check=True).stdout  # fmt: skip
-    assert conffiles == b"/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
-    pin = deb_file(next(d.glob("nvidia-driver-pinning-580_*.deb")),
+def fm_debs(repo) -> list[tuple[Path, str]]:
+    """Every fabric manager .deb (not -dev) of debian12, with its package version."""
+    out = []
+    for deb in sorted(repo_dir(repo).glob("nvidia-fabricmanager*.deb")):
+        if "-dev" not in deb.name:
+            out.append((deb, deb.name.split("_")[1]))
+    return out
+
+
+def extract(deb: Path, where: Path) -> Path:
+    where.mkdir(parents=True)
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(where)], check=True, capture_output=True)
+    return where
+
+
+def test_fabric_manager_carries_the_stand_in_at_its_own_version(built, tmp_path):
+    """Each FM package: the stand-in at /usr/bin/nv-fabricmanager with the package's
+    upstream version baked in (FM runs only at exactly the driver's), the unit and the
+    config (a conffile) from sim/fabricmanager/."""
+    debs = fm_debs(built)
+    assert len(debs) >= 8 and {v.split(".")[0] for _, v in debs} >= {"535", "550", "570", "580"}
+    for deb, version in debs:
+        root = extract(deb, tmp_path / deb.stem)
+        standin = (root / "usr/bin/nv-fabricmanager").read_text()
+        upstream = version.rsplit("-", 1)[0]
+        assert re.findall(r'^FM_VERSION = "(.*)"$', standin, re.M) == [upstream], deb.name
+        assert standin == fabric.render_standin(upstream)
+        assert (root / "lib/systemd/system/nvidia-fabricmanager.service").read_bytes() == (
+            fabric.UNIT.read_bytes())  # fmt: skip
+        assert (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_bytes() == (
+            (fabric.STANDIN_DIR / "fabricmanager.cfg").read_bytes())  # fmt: skip
+        listing = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True,
+                                 check=True).stdout.decode()  # fmt: skip
+        assert re.search(r"^-rwxr-xr-x root/root .* \./usr/bin/nv-fabricmanager$", listing, re.M)
+        conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"],
+                                   capture_output=True, check=True).stdout  # fmt: skip
+        assert conffiles == b"/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+    pin = deb_file(next(repo_dir(built).glob("nvidia-driver-pinning-580_*.deb")),
                    "/etc/apt/preferences.d/nvidia-driver-pinning-580.pref")  # fmt: skip
     assert b"Pin: version 580.*\n" in pin
+
+
+def test_the_extracted_stand_in_says_its_version_and_refuses_another_driver(built, tmp_path):
+    """The packaged stand-in runs: -v prints the package's version. It has no root
+    override (it reads /proc/driver), so the driver it meets is faked in a mount namespace
+    (test_fabric's harness) where unshare is allowed: the same version trains the fabric,
+    another exits 1 with NVIDIA's mismatch line."""
+    from .test_fabric import STATE, in_node, node_script
+    from .test_mocknvml import _UNSHARE_PROBLEM
+
+    deb = next(d for d, v in fm_debs(built) if v.startswith("550.163.01"))
+    root = extract(deb, tmp_path / "fm")
+    standin = root / "usr/bin/nv-fabricmanager"
+    proc = subprocess.run([sys.executable, str(standin), "-v"], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "Fabric Manager version is : 550.163.01\n")
+    if _UNSHARE_PROBLEM is not None:
+        pytest.skip(f"running it against a faked driver needs unshare -m: {_UNSHARE_PROBLEM}")
+    body = f'$FM -c $CFG; echo "exit $?"; cat {STATE} 2>/dev/null || echo "no state"; ' + (
+        f"kill $(cat {fabric.PID_FILE}) 2>/dev/null; true")  # fmt: skip
+    for profile, want in (("h100x8", ["exit 0", "state=3"]), ("a100x4", ["exit 1", "no state"])):
+        (tmp_path / profile).mkdir()
+        script = node_script(profile, "550.163.01", body, tmp_path / profile)
+        script = script.replace(str(tmp_path / profile / "nv-fabricmanager"), str(standin))
+        proc = in_node(script)
+        assert proc.stdout.splitlines() == want, proc.stderr
+    # a100x4's profile loads driver 535.261.03: FM 550.163.01 meets another driver
+    assert "driver interface version 550.163.01 don't match with driver version 535" in (
+        proc.stderr)  # fmt: skip
 
 
 def small_catalogue(tmp: Path) -> Path:
@@ -256,7 +310,8 @@ def test_build_is_reproducible_and_rebuilds_only_when_inputs_change(tmp_path):
     built = len(logs)
     again = nvidiarepo.build(tmp_path / "a", catalogue=cat, sim_dir=sims, log=logs.append)
     assert again.digest == a.digest and len(logs) == built  # nothing rebuilt
-    (sims / "fabricmanager/nv-fabricmanager").write_bytes(FM_STANDIN + b"# changed\n")
+    with (sims / "fabricmanager/nv-fabricmanager").open("a") as fh:
+        fh.write("# changed\n")
     changed = nvidiarepo.build(tmp_path / "a", catalogue=cat, sim_dir=sims, log=logs.append)
     assert changed.digest != a.digest and len(logs) > built
     assert changed.fingerprint == a.fingerprint  # the key is generated once
@@ -302,8 +357,8 @@ def test_sim_up_serves_it_when_the_inventory_asks_for_nvidias_repository(tmp_pat
         " cuda_toolkit_source: cuda-repo}\n"
     )
     assert nvidiarepo.wanted(inv)
-    # the shipped simulated cluster does not (yet): sim up starts no repository for it
-    assert not nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")
+    # the shipped simulated cluster does: its HGX node installs from NVIDIA's repository
+    assert nvidiarepo.wanted(ROOT / "inventories/sim/hosts.yml")
 
 
 def test_every_apt_preferences_file_has_a_name_apt_reads(catalogue):

@@ -346,7 +346,7 @@ typedef struct {
     /* links and state (gpunode.nvidia.health): PCIe, clock event reasons, NVLink, fabric */
     unsigned int pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, pcie_replays;
     unsigned long long clocks_reasons, nvlink_down; /* nvlink_down: a bit per link down */
-    unsigned int nvlinks, fabric_state, fabric_status, inforom_corrupt;
+    unsigned int nvlinks, fabric, fabric_status, inforom_corrupt;
     /* PCI and NVLink layout (see "PCI topology and NVLink far ends" below) */
     unsigned int numa_node;
     char pci_path[STR_LEN]; /* "<NUMA node>/<host bridge>/<switch>/..." */

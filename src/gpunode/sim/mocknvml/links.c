@@ -8,6 +8,9 @@
 #define FABRIC_INFO_V2_VERSION 0x02000024u
 #define FABRIC_INFO_V3_VERSION 0x03000028u
 #define FABRIC_HEALTH_SUMMARY_HEALTHY 1
+/* nvmlGpuFabricState_t */
+#define FABRIC_STATE_NOT_STARTED 1u
+#define FABRIC_STATE_COMPLETED 3u
 
 typedef struct {
     unsigned char clusterUuid[16];
@@ -72,16 +75,42 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int l
     return NVML_SUCCESS;
 }
 
-/* The fabric probe of a GPU on an NVSwitch baseboard (fabric_state != 0):
- * state NVML_GPU_FABRIC_STATE_*, status the probe's nvmlReturn_t once completed. */
+/* The node's fabric state (gpunode.sim.fabric: the one state, which the fabric manager
+ * stand-in writes and a driver load removes): nvmlGpuFabricState_t, NOT_STARTED without
+ * the file or with one that does not parse. Read on every query, as every process of the
+ * node and its containers must see FM's progress at once. */
+static unsigned int node_fabric_state(void)
+{
+    char path[PATH_LEN + 16], buf[32];
+    unsigned int state;
+    snprintf(path, sizeof(path), "%s/" FABRIC_NAME, g_paths.sim_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return FABRIC_STATE_NOT_STARTED;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return FABRIC_STATE_NOT_STARTED;
+    buf[n] = '\0';
+    if (sscanf(buf, FABRIC_FORMAT, &state) != 1 || state < FABRIC_STATE_NOT_STARTED ||
+        state > FABRIC_STATE_COMPLETED)
+        return FABRIC_STATE_NOT_STARTED;
+    return state;
+}
+
+/* The fabric probe of a GPU on an NVSwitch baseboard (Hopper or later: g->fabric):
+ * the node's state; the status once COMPLETED is the GPU's own (the profile's
+ * fabric_status: the fabric_manager_failed fault), meaningful only then (0 before).
+ * Any other GPU (A100 on its NVSwitch board included) answers NOT_SUPPORTED, as A100
+ * does. */
 static nvmlReturn_t fabric_of(nvmlDevice_t device, nvmlReturn_t *status, unsigned int *state,
                               unsigned int *clique)
 {
     GET_GPU(device, g);
-    if (!g->fabric_state)
+    if (!g->fabric)
         return NVML_ERROR_NOT_SUPPORTED;
-    *state = g->fabric_state;
-    *status = (nvmlReturn_t)g->fabric_status;
+    *state = node_fabric_state();
+    *status = *state == FABRIC_STATE_COMPLETED ? (nvmlReturn_t)g->fabric_status : NVML_SUCCESS;
     *clique = 1;
     return NVML_SUCCESS;
 }

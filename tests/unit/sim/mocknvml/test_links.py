@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpunode.sim.fabric import COMPLETED, STATE_FORMAT, STATE_NAME
+from gpunode.sim.migstate import SIM_DIR
 from gpunode.sim.profiles import (
     PCIE_REPLAYS,
     ProfileError,
@@ -74,12 +76,30 @@ PROBE = textwrap.dedent(
 )
 
 
-def probe(lib: Path, tmp_path: Path, payload: str, gpus: int) -> list[dict]:
+def fabric_state(state: int | None) -> list[str]:
+    """in_private_dev's extra steps for a node whose fabric is in ``state`` (None: no
+    state file, as after a driver load): the driver's tmpfs over /proc/driver holding the
+    state file as the fabric manager stand-in writes it (gpunode.sim.fabric)."""
+    steps = ["mount -t tmpfs none /proc/driver"]
+    if state is not None:
+        folder = f"/proc/driver/{SIM_DIR}"
+        text = STATE_FORMAT.replace("%u", str(state)).replace("\n", "\\n")
+        steps += [f"mkdir {folder}", f"printf '{text}' > {folder}/{STATE_NAME}"]
+    return steps
+
+
+def probe(
+    lib: Path, tmp_path: Path, payload: str, gpus: int, state: int | None = COMPLETED
+) -> list[dict]:
+    """What pynvml reads from the mock with ``payload`` on a node whose fabric is in
+    ``state`` (default: trained by the fabric manager)."""
     libdir = install_lib(lib, payload, tmp_path)
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev([sys.executable, str(script)], list(range(gpus)), env=env)
+    proc = in_private_dev(
+        [sys.executable, str(script)], list(range(gpus)), extra=fabric_state(state), env=env
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -161,3 +181,74 @@ def test_link_defaults_and_overrides():
     assert (t4.pcie_gen, t4.pcie_width, t4.nvlinks, t4.fabric) == (3, 16, 0, False)
     g = parse_profile(h100(pcie_gen=4, pcie_width=8, nvlinks=0, nvlink_peers=[])).gpus[0]
     assert (g.pcie_gen, g.pcie_width, g.nvlinks, g.fabric) == (4, 8, 0, False)
+
+
+# NVIDIA's values, as go-nvml's pkg/nvml/nvml.h carries the header (github.com/NVIDIA/go-nvml,
+# and /work/shared/reference/hgx.md §1): nvmlGpuFabricState_t and the nvmlReturn_t values the
+# fabric answers use. The mock must answer exactly these numbers.
+GO_NVML = {
+    "NVML_GPU_FABRIC_STATE_NOT_SUPPORTED": 0,
+    "NVML_GPU_FABRIC_STATE_NOT_STARTED": 1,
+    "NVML_GPU_FABRIC_STATE_IN_PROGRESS": 2,
+    "NVML_GPU_FABRIC_STATE_COMPLETED": 3,
+    "NVML_SUCCESS": 0,
+    "NVML_ERROR_NOT_SUPPORTED": 3,
+    "NVML_ERROR_UNKNOWN": 999,
+}
+
+
+def test_fabric_constants_are_nvidias(pynvml_ready):  # noqa: F811
+    """gpunode.sim.fabric's states are go-nvml's, and so are pynvml's (what the probes read)."""
+    import pynvml
+
+    from gpunode.sim import fabric
+
+    ours = {"NOT_SUPPORTED": fabric.NOT_SUPPORTED, "NOT_STARTED": fabric.NOT_STARTED,
+            "IN_PROGRESS": fabric.IN_PROGRESS, "COMPLETED": fabric.COMPLETED}  # fmt: skip
+    assert {f"NVML_GPU_FABRIC_STATE_{k}": v for k, v in ours.items()} == {
+        k: v for k, v in GO_NVML.items() if "FABRIC" in k
+    }
+    assert {k: getattr(pynvml, k) for k in GO_NVML} == GO_NVML
+
+
+@needs_unshare
+@pytest.mark.parametrize(
+    ("state", "answer"),
+    [
+        (None, "NVML_GPU_FABRIC_STATE_NOT_STARTED"),  # after a driver load: FM has not run
+        (2, "NVML_GPU_FABRIC_STATE_IN_PROGRESS"),  # the stand-in is training
+        (3, "NVML_GPU_FABRIC_STATE_COMPLETED"),  # trained
+        (7, "NVML_GPU_FABRIC_STATE_NOT_STARTED"),  # not a state: nothing trained
+    ],
+)
+def test_hopper_fabric_follows_the_node_state(built_lib, tmp_path, pynvml_ready, state, answer):  # noqa: F811
+    """An H100 on its NVSwitch board reports the node's fabric state (the stand-in's file),
+    status NVML_SUCCESS (meaningful once COMPLETED), in every form of the query."""
+    got = probe(built_lib, tmp_path, mock_payload(load_profile("h100x8")), 8, state=state)
+    s, ok = GO_NVML[answer], GO_NVML["NVML_SUCCESS"]
+    want = [[s, ok, 1, None], [s, ok, 1, 1], "error:NVMLError_ArgumentVersionMismatch", [s, ok]]
+    assert [g["fabric"] for g in got] == [want] * 8
+
+
+@needs_unshare
+def test_fabric_manager_failed_shows_once_trained(built_lib, tmp_path, pynvml_ready):  # noqa: F811
+    """The fault is the GPU's: untrained it looks like every other GPU; trained, its status
+    is NVML_ERROR_UNKNOWN."""
+    payload = mock_payload(load_profile("h100x8-degraded"))
+    untrained = probe(built_lib, tmp_path / "a", payload, 8, state=None)
+    trained = probe(built_lib, tmp_path / "b", payload, 8, state=3)
+    assert untrained[6]["fabric"][3] == untrained[7]["fabric"][3] == [1, 0]
+    assert trained[6]["fabric"][3] == [3, GO_NVML["NVML_ERROR_UNKNOWN"]]
+    assert trained[7]["fabric"][3] == [3, 0]
+
+
+@needs_unshare
+@pytest.mark.parametrize("state", [None, 3])
+def test_a100_answers_not_supported_whatever_the_fabric(built_lib, tmp_path, pynvml_ready, state):  # noqa: F811
+    """A100 on its NVSwitch board (a100x4: 6 switches) answers the query
+    NVML_ERROR_NOT_SUPPORTED before and after FM trained the fabric, as A100 does."""
+    got = probe(built_lib, tmp_path, mock_payload(load_profile("a100x4")), 4, state=state)
+    no = "error:NVMLError_NotSupported"
+    assert [g["fabric"] for g in got] == [
+        [no, no, "error:NVMLError_ArgumentVersionMismatch", no]
+    ] * 4

@@ -46,7 +46,8 @@ MAY_USE = {
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},
     # gpunode watch: the inventory's NVML walk and the health judges, followed over time
-    "watch": {"util", "nvidia", "watch"},
+    # validate: node.fabric_manager's facts (validate.fabric.collect), read as validate does
+    "watch": {"util", "nvidia", "validate", "watch"},
 }
 
 

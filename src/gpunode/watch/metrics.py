@@ -23,7 +23,7 @@ METRICS = {
         "1 when NVML answered in the last cycle, 0 when not (driver gone, NVML error or hang)."),
     "gpunode_watch_problem": ("gauge", ("node", "cause"),
         "1 per current problem the watch could not get past (cause: nvml, kmsg, history, "
-        "textfile); absent when none."),
+        "textfile, fabric); absent when none."),
     "gpunode_gpu_serial_info": ("gauge", (*GPU, "serial"), "1 per GPU (info series)."),
     "gpunode_gpu_health": ("gauge", (*GPU, "check"),
         "0 pass, 1 warn, 2 fail: one per gpunode.nvidia.health GPU check that ran (skips "

@@ -65,16 +65,36 @@ def read_gpus() -> tuple[list[Gpu], bool, str | None]:
     return inv.every_gpu(), down is None, None if down is None else down["detail"]
 
 
+def read_fabric() -> tuple[object | None, str | None]:
+    """The node's NVSwitches and fabric manager as validate's node.fabric_manager reads them
+    (gpunode.validate.fabric.collect: PCI, the driver's list, the unit, the package), and the
+    loaded driver's version that the package must match. (None, None) without a driver."""
+    from ..nvidia import procfs
+    from ..validate import fabric
+
+    try:
+        with open(os.path.join(procfs.PROC_DRIVER_NVIDIA, "version"), encoding="utf-8",
+                  errors="replace") as f:  # fmt: skip
+            version = procfs.parse_version(f.read(65536))
+    except OSError:
+        version = None
+    node = fabric.collect()
+    return (node if node.nvswitch else None), version
+
+
 class Watch:
     def __init__(self, node: str, interval: float = INTERVAL, textfile: str = TEXTFILE,
                  state_dir: str = STATE_DIR, kmsg: str = xid.KMSG,
                  boot_id_file: str = history.BOOT_ID,
                  gpus: Callable[[], tuple[list[Gpu], bool, str | None]] = read_gpus,
+                 fabric: Callable[[], tuple[object | None, str | None]] = read_fabric,
                  nvml_timeout: float | None = None, err=None) -> None:  # fmt: skip
         self.node, self.interval, self.textfile = node, float(interval), textfile
         self.state_dir, self.kmsg_path = state_dir, kmsg
         self.history_path = os.path.join(state_dir, history.NAME)
         self.read_gpus = gpus
+        self.read_fabric = fabric
+        self.fabric: tuple[object | None, str | None] = (None, None)
         self.nvml_timeout = nvml_timeout or min(self.interval, NVML_TIMEOUT_MAX)
         self.err = err or sys.stderr
         self.problems: dict[str, str] = {}
@@ -165,7 +185,12 @@ class Watch:
 
     def start_nvml(self) -> None:
         def work() -> None:
-            self.result = self.read_gpus()
+            gpus = self.read_gpus()
+            try:  # the fabric's facts beside NVML's (an NVSwitch node's node.fabric_manager)
+                fab, fab_why = self.read_fabric(), None
+            except Exception as exc:  # never the end of the watch: said, as cause fabric
+                fab, fab_why = (None, None), f"the fabric manager's facts: {type(exc).__name__}: {exc}"
+            self.result = (*gpus, fab, fab_why)
 
         self.result = None
         self.worker = threading.Thread(target=work, name="gpunode-watch-nvml", daemon=True)
@@ -174,9 +199,11 @@ class Watch:
 
     def take_nvml(self) -> None:
         """The finished cycle's GPUs applied (the worker has ended)."""
-        gpus, up, why = self.result or ([], False, "NVML cycle gave no answer")
+        gpus, up, why, fab, fab_why = self.result or (
+            [], False, "NVML cycle gave no answer", (None, None), None)  # fmt: skip
         self.worker, self.result = None, None
-        self.gpus, self.nvml_up = gpus, up
+        self.gpus, self.nvml_up, self.fabric = gpus, up, fab
+        self.problem("fabric", fab_why)
         self.problem("nvml", None if up else why or "NVML does not answer")
         changed = False
         for i, g in enumerate(gpus):
@@ -211,7 +238,7 @@ class Watch:
         why = self.textfile_problem()
         self.problem("textfile", why)
         snap = state.snapshot(self.node, self.interval, time.time(), self.gpus, self.nvml_up,
-                              self.history, self.problems)  # fmt: skip
+                              self.history, self.problems, self.fabric)  # fmt: skip
         content = snap.content()
         if not heartbeat and content == self.last_content:
             return snap
@@ -224,7 +251,8 @@ class Watch:
                     "textfile", f"{self.textfile}: cannot be written ({exc.strerror or exc})"
                 )
                 snap = state.snapshot(self.node, self.interval, snap.heartbeat, self.gpus,
-                                      self.nvml_up, self.history, self.problems)  # fmt: skip
+                                      self.nvml_up, self.history, self.problems,
+                                      self.fabric)  # fmt: skip
         self.last_content = snap.content()
         try:
             make_dirs(self.state_dir)

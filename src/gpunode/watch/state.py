@@ -6,10 +6,10 @@ the Xid check reads the watch's history (the kernel's Xid records since boot) as
 reads the kernel log. When NVML is down (the inventory fell back to /proc/driver/nvidia),
 every check but gpu.device_node is skipped, as validate skips them.
 
-gpunode_node_fabric_trained: an NVSwitch node's fabric as NVML reports it for its GPUs
-(every GPU with a fabric state passes gpu.fabric_manager); absent when no GPU reports one.
-validate's node.fabric_manager (the service and package as well) is not on this branch yet:
-once it is, ``fabric_trained`` reads it.
+gpunode_node_fabric_trained: on an NVSwitch node validate's node.fabric_manager judgement
+(health.fabric_node: the fabric manager's unit and package at the loaded driver's version,
+the switches registered, every Hopper+ GPU's fabric trained); on a node whose GPUs report
+a fabric state without switches found on PCI, the GPUs' states; absent otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..nvidia import health, xid
+from ..nvidia.fabric import FabricNode
 from ..nvidia.gpu import Gpu, XidError
 from .history import History
 
@@ -110,12 +111,15 @@ def _text(value: object) -> str:
 
 
 def snapshot(node: str, interval: float, now: float, gpus: list[Gpu], nvml_up: bool,
-             history: History, problems: dict[str, str]) -> Snapshot:  # fmt: skip
+             history: History, problems: dict[str, str],
+             fabric: tuple[FabricNode | None, str | None] = (None, None)) -> Snapshot:  # fmt: skip
     """The Snapshot of a cycle: ``gpus`` every GPU the inventory found (every_gpu, PCI bus
     order; lost and device-node-missing ones included), ``nvml_up`` whether NVML answered,
-    ``problems`` the watch's own (cause -> line)."""
+    ``problems`` the watch's own (cause -> line), ``fabric`` an NVSwitch node's switches and
+    fabric manager (gpunode.validate.fabric.collect; None elsewhere) and the loaded
+    driver's version: judged by health.fabric_node, validate's node.fabric_manager."""
     states: list[GpuState] = []
-    fabric: list[bool] = []
+    trained_gpus: list[bool] = []
     for i, g in enumerate(gpus):
         key = key_of(g)
         g.xid_errors = _xid_errors(history, key)
@@ -130,7 +134,7 @@ def snapshot(node: str, interval: float, now: float, gpus: list[Gpu], nvml_up: b
         st.failed = [c for c, s, _ in verdicts if s == health.FAIL]
         st.lost = g.lost
         if g.fabric is not None:
-            fabric.append(
+            trained_gpus.append(
                 all(s != health.FAIL for c, s, _ in verdicts if c == "gpu.fabric_manager")
             )
         states.append(st)
@@ -145,7 +149,11 @@ def snapshot(node: str, interval: float, now: float, gpus: list[Gpu], nvml_up: b
         st.xid_last = history.last(st.key)
         st.xid_fatal = any(fatal(c) for c in st.xid_counts)
         st.lost = st.lost or 79 in st.xid_counts
-    trained = all(fabric) if fabric else None
+    trained = all(trained_gpus) if trained_gpus else None
+    fabric_node, driver_version = fabric
+    if fabric_node is not None and getattr(fabric_node, "nvswitch", False):
+        _cid, status, _detail = health.fabric_node(fabric_node, driver_version, gpus)
+        trained = status != health.FAIL and trained is not False
     healthy = (
         nvml_up
         and trained is not False

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from gpunode.cli.main import main
-from gpunode.nvidia.gpu import Gpu
+from gpunode.nvidia.fabric import FabricNode
+from gpunode.nvidia.gpu import Fabric, Gpu
 from gpunode.watch import history, metrics, service
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,8 +42,13 @@ def node(tmp_path):
     return tmp_path
 
 
+def no_fabric():
+    return None, None
+
+
 def watch(node, read=up, **kw) -> service.Watch:
-    kw = {"interval": 30, "nvml_timeout": 2, "textfile": str(node / "tf/w.prom"), **kw}
+    kw = {"interval": 30, "nvml_timeout": 2, "textfile": str(node / "tf/w.prom"),
+          "fabric": no_fabric, **kw}  # fmt: skip
     return service.Watch("n1", state_dir=str(node / "st"), kmsg=str(node / "kmsg"),
                          boot_id_file=str(node / "boot_id"), gpus=read, **kw)  # fmt: skip
 
@@ -258,3 +264,42 @@ def test_run_reacts_to_a_kernel_xid_well_before_the_interval_and_exits_0_on_sigt
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+SWITCHES = [(f"0000:e{i}:00.0", 0x22A3) for i in range(3, 7)]  # an HGX H100's four
+
+
+def trained(gpu_list):
+    for g in gpu_list:
+        g.fabric = Fabric(3, 0, "Success")
+    return gpu_list
+
+
+@pytest.mark.parametrize(
+    ("fm", "want", "words"),
+    [
+        (FabricNode(SWITCHES, [a for a, _ in SWITCHES], "active",
+                    ("nvidia-fabricmanager-550", "550.163.01"), True), 1, None),  # fmt: skip
+        # validate's node.fabric_manager judgement, not the GPUs' states alone: a fabric
+        # manager that exited (the fabric stays trained until the next driver load)
+        (FabricNode(SWITCHES, [a for a, _ in SWITCHES], "failed",
+                    ("nvidia-fabricmanager-550", "550.163.01"), True), 0, "NVSwitch fabric"),  # fmt: skip
+        (FabricNode(SWITCHES, [a for a, _ in SWITCHES], "active",
+                    ("nvidia-fabricmanager-550", "550.144.03"), True), 0, "NVSwitch fabric"),  # fmt: skip
+    ],
+)
+def test_the_fabric_series_is_validates_node_fabric_manager(node, fm, want, words):
+    text = once(node, lambda: (trained(gpus()), True, None), fabric=lambda: (fm, "550.163.01"))
+    assert f'gpunode_node_fabric_trained{{node="n1"}} {want}' in text
+    assert f'gpunode_node_healthy{{node="n1"}} {want}' in text
+    code, line = service.check(str(node / "st"), None)
+    assert (code, words is None or words in line) == (1 - want, True), line
+
+
+def test_facts_that_cannot_be_read_are_a_problem_not_a_stop(node):
+    def broken():
+        raise OSError("no /sys")
+
+    text = once(node, fabric=broken)
+    assert 'gpunode_watch_problem{node="n1",cause="fabric"} 1' in text
+    assert "gpunode_node_fabric_trained{" not in text  # no facts: no fabric series

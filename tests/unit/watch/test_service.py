@@ -275,17 +275,19 @@ def trained(gpu_list):
     return gpu_list
 
 
+LINKED = [a for a, _ in SWITCHES]
+FM = ("nvidia-fabricmanager-550", "550.163.01")
+FM_OLD = ("nvidia-fabricmanager-550", "550.144.03")
+
+
+# validate's node.fabric_manager judgement, not the GPUs' states alone: a fabric manager that
+# exited leaves the fabric trained until the next driver load, yet the node is not fine
 @pytest.mark.parametrize(
     ("fm", "want", "words"),
     [
-        (FabricNode(SWITCHES, [a for a, _ in SWITCHES], "active",
-                    ("nvidia-fabricmanager-550", "550.163.01"), True), 1, None),  # fmt: skip
-        # validate's node.fabric_manager judgement, not the GPUs' states alone: a fabric
-        # manager that exited (the fabric stays trained until the next driver load)
-        (FabricNode(SWITCHES, [a for a, _ in SWITCHES], "failed",
-                    ("nvidia-fabricmanager-550", "550.163.01"), True), 0, "NVSwitch fabric"),  # fmt: skip
-        (FabricNode(SWITCHES, [a for a, _ in SWITCHES], "active",
-                    ("nvidia-fabricmanager-550", "550.144.03"), True), 0, "NVSwitch fabric"),  # fmt: skip
+        (FabricNode(SWITCHES, LINKED, "active", FM, True), 1, None),
+        (FabricNode(SWITCHES, LINKED, "failed", FM, True), 0, "NVSwitch fabric"),
+        (FabricNode(SWITCHES, LINKED, "active", FM_OLD, True), 0, "NVSwitch fabric"),
     ],
 )
 def test_the_fabric_series_is_validates_node_fabric_manager(node, fm, want, words):

@@ -8,8 +8,12 @@
   judges, the same validate runs) and the history; the node-problem-detector verdict;
 * ``kmsg``     /dev/kmsg followed one record at a time (a file of records in tests);
 * ``service``  the process: the loop, the NVML cycle in a worker thread with a timeout, the
-  lock, the textfile and state files, signals.
+  lock, the textfile and state files, signals;
+* ``cordon``   `watch cordon`'s decisions (the taint, the node's name, the kubectl commands
+  a verdict calls for), pure;
+* ``kubectl``  `watch cordon`'s process part: its inputs checked, kubectl run (argv lists).
 
-The first four are pure or touch only their own files; only ``service`` runs a loop,
-starts a thread or handles a signal.
+``history``, ``state``, ``metrics``, ``kmsg`` and ``cordon`` are pure or touch only their
+own files; only ``service`` runs a loop, starts a thread or handles a signal, and only
+``kubectl`` runs another program.
 """

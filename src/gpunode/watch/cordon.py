@@ -107,12 +107,16 @@ def commands(verdict: int, kubectl: str, kubeconfig: str, node: str, taint: Tain
 
 
 def summary(verdict: int, line: str, node: str, taint: Taint, *, uncordon: bool = False,
-            tainted: bool = False) -> str:  # fmt: skip
-    """One line: what the verdict did to the node (``line``: the check's own line)."""
+            tainted: bool = False, dry_run: bool = False) -> str:  # fmt: skip
+    """One line: what the verdict did to the node, or with ``dry_run`` would do (``line``:
+    the check's own line)."""
     if verdict == NPD_PROBLEM:
-        return f"{node}: cordoned and tainted {taint} ({line})"
+        did = "would cordon and taint" if dry_run else "cordoned and tainted"
+        return f"{node}: {did} {taint} ({line})"
     if verdict == NPD_OK and uncordon and tainted:
-        return f"{node}: healthy ({line}); removed the {taint.key} taint and uncordoned"
+        did = "would remove" if dry_run else "removed"
+        then = "uncordon" if dry_run else "uncordoned"
+        return f"{node}: healthy ({line}); {did} the {taint.key} taint and {then}"
     if verdict == NPD_OK and uncordon:
         return f"{node}: healthy ({line}); no {taint.key} taint, so left as it is"
     if verdict == NPD_OK:

@@ -78,7 +78,8 @@ def act(state_dir: str, max_age: float | None, kubeconfig: str, node: str,
         tainted = cordon.carries(doc, taint.key)
     todo = cordon.commands(verdict, kubectl, kubeconfig, node, taint, uncordon=uncordon,
                            tainted=tainted)  # fmt: skip
-    said = cordon.summary(verdict, line, node, taint, uncordon=uncordon, tainted=tainted)
+    said = cordon.summary(verdict, line, node, taint, uncordon=uncordon, tainted=tainted,
+                          dry_run=dry_run)  # fmt: skip
     if dry_run:
         return Outcome(EXIT_OK, [shlex.join(a) for a in todo], f"dry run: {said}")
     done = []

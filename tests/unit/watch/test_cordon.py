@@ -6,7 +6,6 @@ and exit 2 for bad input (before anything runs)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from pathlib import Path
@@ -118,7 +117,8 @@ def test_dry_run_prints_exactly_the_commands_and_runs_nothing(kube, failing, cap
         f"{k} --kubeconfig {c} cordon n1",
         f"{k} --kubeconfig {c} taint nodes n1 {TAINT} --overwrite",
     ]
-    assert err.count("\n") == 1 and err.startswith("gpunode watch cordon: dry run: n1:")
+    assert err == f"gpunode watch cordon: dry run: n1: would cordon and taint {TAINT} " \
+        f"({FAILING_LINE})\n"  # fmt: skip
 
 
 def test_healthy_does_nothing_and_never_uncordons_by_default(kube, healthy, capsys):
@@ -155,8 +155,9 @@ def test_uncordon_when_healthy_undoes_only_its_own_taint(kube, healthy, capsys):
     ]
     assert out.endswith("removed the gpunode.io/gpu-unhealthy taint and uncordoned\n")
     # dry run: the node read (a read), the two commands printed, not run
-    code, out, _ = run(capsys, kube.args(healthy, "--uncordon-when-healthy", "--dry-run"))
+    code, out, err = run(capsys, kube.args(healthy, "--uncordon-when-healthy", "--dry-run"))
     assert code == 0 and kube.calls()[4:] == [get]
+    assert "would remove the gpunode.io/gpu-unhealthy taint and uncordon" in err
     assert [line.split(" ", 3)[3] for line in out.splitlines()] == [
         "taint nodes n1 gpunode.io/gpu-unhealthy-", "uncordon n1"]  # fmt: skip
 
@@ -211,11 +212,8 @@ def test_bad_inputs_are_one_line_exit_2_before_anything_runs(kube, failing, tmp_
         code, out, err = run(capsys, bad)
         assert (code, out) == (2, "") and err.count("\n") == 1
         assert err.startswith(f"gpunode: error: --kubectl {kubectl}: no executable kubectl")
-    name = args.copy()
-    name[name.index("--k8s-node") + 1] = "--=x"
-    name[name.index("--k8s-node")] = "--k8s-node=-rf"
-    name.remove("--=x")
-    code, out, err = run(capsys, name)
+    i = args.index("--k8s-node")
+    code, out, err = run(capsys, [*args[:i], "--k8s-node=-rf", *args[i + 2 :]])
     assert (code, out) == (2, "") and "'-rf' is not a Kubernetes node name" in err
     assert kube.calls() == []
 
@@ -236,4 +234,3 @@ def test_the_default_taint_parses():
     assert cordon.parse_taint(cordon.DEFAULT_TAINT) == (
         "gpunode.io/gpu-unhealthy", "true", "NoSchedule")  # fmt: skip
     assert str(cordon.parse_taint("k=:PreferNoSchedule")) == "k=:PreferNoSchedule"
-    assert os.path.basename(__file__) == "test_cordon.py"

@@ -41,6 +41,7 @@ INTERVAL = 60.0
 TEXTFILE = "/var/lib/node_exporter/textfile_collector/gpunode-watch.prom"
 STATE_DIR = "/var/lib/gpunode"
 STATE = "watch-state.json"
+FIRST_READ_XIDS = 4096  # Xid records kept from the first read of the log (what it holds)
 LOCK = "watch.lock"
 NVML_TIMEOUT_MAX = 30.0
 TICK_S = 0.2  # the longest the loop waits on the kernel log: Xid to textfile, SIGTERM to exit
@@ -103,6 +104,7 @@ class Watch:
         self.last_content: tuple | None = None
         self.stop = False
         self.follower: Follower | None = None
+        self.kmsg_fresh = False  # the next read is the first since the log was opened
         self.worker: threading.Thread | None = None
         self.worker_started = 0.0
         self.result: tuple | None = None
@@ -131,6 +133,7 @@ class Watch:
     def open_kmsg(self) -> None:
         try:
             self.follower = Follower(self.kmsg_path)
+            self.kmsg_fresh = True
         except OSError as exc:
             self.follower = None
             self.problem("kmsg", f"{self.kmsg_path}: cannot be read ({exc.strerror or exc})")
@@ -138,37 +141,63 @@ class Watch:
             self.problem("kmsg", None)
 
     def read_kmsg(self) -> bool:
-        """The kernel log's new records into the history; True when an Xid was added."""
+        """The kernel log's new records into the history; True when an Xid was added.
+
+        The first read after opening the log covers what it holds: when even its newest
+        record is older than the history's last one, the log started again under the same
+        boot id (a simulated node's restart; a ring buffer cleared by ``dmesg -C`` keeps
+        its numbers, so a real node does not do that) and is read from its start."""
         if self.follower is None:
             self.open_kmsg()
             if self.follower is None:
                 return False
-        added = False
+        first, self.kmsg_fresh = self.kmsg_fresh, False
         hist = self.history
+        found_first: list[tuple[int, object]] = []  # the first read's Xid records (bounded)
+        top = None
+        added = False
         try:
             for line in self.follower.records():
                 found = xid.kmsg_record(line)
                 if found is None:
                     continue
                 seq, event = found
-                if hist.kmsg_seq is not None and seq <= hist.kmsg_seq:
-                    continue  # read before (this boot): counted then
-                hist.kmsg_seq = seq
-                if event is not None:
-                    key = state.bus_key(event, self.gpus)
-                    index = next(
-                        (i for i, g in enumerate(self.gpus) if state.key_of(g) == key), None
-                    )
-                    seen = state.labels_of(index, self.gpus[index]) if index is not None else None
-                    hist.add(key, event.xid, time.time(), seen)
-                    added = True
+                if first:
+                    top = seq if top is None else max(top, seq)
+                    if event is not None and len(found_first) < FIRST_READ_XIDS:
+                        found_first.append((seq, event))
+                    continue
+                added |= self.count(seq, event)
         except OSError as exc:
             self.follower.close()
             self.follower = None
             self.problem("kmsg", f"{self.kmsg_path}: cannot be read ({exc.strerror or exc})")
-        if added:
+        if first and top is not None:
+            if hist.kmsg_seq is not None and top < hist.kmsg_seq:
+                print(f"gpunode watch: kmsg: the kernel log starts again (its newest record "
+                      f"{top} is before the last one read, {hist.kmsg_seq}): read from its "
+                      "start", file=self.err, flush=True)  # fmt: skip
+                hist.kmsg_seq = None
+            for seq, event in found_first:
+                added |= self.count(seq, event)
+            hist.kmsg_seq = max(top, hist.kmsg_seq or 0)
+        if added or first:
             self.save_history()
         return added
+
+    def count(self, seq: int, event) -> bool:
+        """One kernel record: counted once per boot (the history's last sequence number)."""
+        hist = self.history
+        if hist.kmsg_seq is not None and seq <= hist.kmsg_seq:
+            return False  # read before (this boot): counted then
+        hist.kmsg_seq = seq
+        if event is None:
+            return False
+        key = state.bus_key(event, self.gpus)
+        index = next((i for i, g in enumerate(self.gpus) if state.key_of(g) == key), None)
+        seen = state.labels_of(index, self.gpus[index]) if index is not None else None
+        hist.add(key, event.xid, time.time(), seen)
+        return True
 
     def save_history(self) -> None:
         try:

@@ -119,6 +119,19 @@ def test_history_survives_a_restart_and_another_boot_clears_it(node):
     assert (node / "st" / history.NAME).is_file()  # rewritten, never deleted
 
 
+def test_a_log_that_starts_again_under_the_same_boot_is_read_from_its_start(node, capsys):
+    """A simulated node's restart: a new, short kernel log, the same boot id. Its Xids
+    count (they are new) and the history's earlier finding stays (the same boot)."""
+    append(node, *(f"6,{n},{n},-;line {n}" for n in range(2, 40)), f"3,40,400,-;{XID79}")
+    assert 'xid="79"} 1' in once(node)
+    (node / "kmsg").write_text(f"6,1,10,-;Linux version 6.1\n3,2,20,-;{XID79}\n")
+    text = once(node)
+    assert 'xid="79"} 2' in text, text
+    assert "the kernel log starts again (its newest record 2 is before the last one read, 40)" \
+        in capsys.readouterr().err
+    assert 'xid="79"} 2' in once(node)  # and then counted once, as any record
+
+
 def test_a_corrupt_history_is_one_line_and_a_fresh_start(node, capsys):
     (node / "st").mkdir()
     (node / "st" / history.NAME).write_text('{"schema": "gpunode.watch-history/v1", "gpus": [')

@@ -7,6 +7,8 @@ steps after the container is up, taken from gpunode.sim.cluster (their one home)
   simnode.py repo-up NAME                         -> the simulated NVIDIA repository served by
                                                      container NAME: its debian12 endpoint
   simnode.py repo-down NAME                       -> that container removed
+  simnode.py restart NAME PROFILE                 -> the node restarted (its container), booted,
+                                                     its profile applied (the driver loads)
   simnode.py load-driver NAME PROFILE VERSION DIR -> the node restarted on another driver
                                                      version: PROFILE at VERSION (written to
                                                      DIR) applied
@@ -87,6 +89,18 @@ def repo_down(name: str) -> dict:
     return {"changed": nvidiarepo.stop(name)}
 
 
+def restart(name: str, profile: str) -> dict:
+    """A node restart: its container restarted (systemd boots again, enabled units start),
+    then what the simulator does after a node's boot: the profile applied (the driver's
+    /proc/driver tree and device nodes), as `gpunode sim up` does."""
+    subprocess.run([shutil.which("docker") or "docker", "restart", name], capture_output=True,
+                   check=True)  # fmt: skip
+    cluster.wait_booted(name)
+    cluster.tune_node(name)
+    applied = cluster.apply(name, profile, lambda *_: None)
+    return {"changed": True, "applied": len(applied["changes"])}
+
+
 def load_driver(name: str, profile: str, version: str, out_dir: str) -> dict:
     """What a node restarted on another kernel module shows: the profile at that driver
     version (its file written to out_dir), applied (a driver load: the fabric untrained,
@@ -115,6 +129,8 @@ def main(argv: list[str]) -> int:
             out = repo_up(argv[1])
         elif argv[:1] == ["repo-down"] and len(argv) == 2:
             out = repo_down(argv[1])
+        elif argv[:1] == ["restart"] and len(argv) == 3:
+            out = restart(*argv[1:])
         elif argv[:1] == ["load-driver"] and len(argv) == 5:
             out = load_driver(*argv[1:])
         else:

@@ -41,10 +41,13 @@ MAY_USE = {
     # the command line: parsing, output, calling inward. Nothing else imports it.
     "cli": {
         "util", "nvidia", "runtime", "launch", "sim", "provision", "report", "engines", "validate",
-        "cli", "mig", "",
+        "cli", "mig", "watch", "",
     },
     # the CRI client stands beside the engines, talking to them as kubelet does
     "cri": {"util", "cri"},
+    # gpunode watch: the inventory's NVML walk and the health judges, followed over time
+    # validate: node.fabric_manager's facts (validate.fabric.collect), read as validate does
+    "watch": {"util", "nvidia", "validate", "watch"},
 }
 
 

@@ -46,6 +46,7 @@ COMMANDS = {
     "provision": ("gpunode.cli.provision", "checks and decisions for the provisioning roles"),
     "report": ("gpunode.cli.report", "the cluster report from validation results"),
     "mig": ("gpunode.cli.mig", "MIG layouts (mig-parted format): apply, assert, export"),
+    "watch": ("gpunode.cli.watch", "GPU health followed continuously: a textfile exporter"),
 }
 
 

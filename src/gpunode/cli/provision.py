@@ -100,6 +100,25 @@ def _cuda_list(values: list[str]) -> list[str]:
     return out
 
 
+# gpu_watch's interval (gpunode-watch.service's `watch run --interval`): whole seconds in
+# these bounds, so that a typo cannot make the watch spin or go stale for hours
+WATCH_INTERVAL_VARIABLE = "gpu_watch_interval"
+WATCH_INTERVAL_S = (5, 3600)
+
+
+def check_watch_interval(text: str) -> int:
+    """gpu_watch_interval from the inventory: a whole number of seconds in WATCH_INTERVAL_S.
+    ProvisionError naming the variable, the value and what is accepted."""
+    low, high = WATCH_INTERVAL_S
+    value = str(text).strip()
+    if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
+        raise ProvisionError(
+            f"{WATCH_INTERVAL_VARIABLE}: {str(text)[:40]!r} is not a whole number of seconds "
+            f"from {low} to {high}"
+        )
+    return int(value)
+
+
 def _validate(args: argparse.Namespace) -> dict:
     """Pure inventory-value validation (controller side). Bad values raise ProvisionError."""
     if args.fabric_wait_timeout:
@@ -107,6 +126,8 @@ def _validate(args: argparse.Namespace) -> dict:
             fabric.seconds(args.fabric_wait_timeout, fabric.WAIT_MAX_S, whole=True)
         except ValueError as exc:
             raise ProvisionError(f"{fabric.WAIT_VARIABLE}: {exc}") from None
+    if args.watch_interval:
+        check_watch_interval(args.watch_interval)
     table = cuda.load_table()
     notes = []
     versions = _cuda_list(args.cuda)
@@ -488,6 +509,8 @@ def add_arguments(pv: argparse.ArgumentParser) -> None:
     v.add_argument("--flavor", default="auto")
     v.add_argument("--fabric-wait-timeout", default="", metavar="SECONDS",
                    help="nvidia_driver_fabric_wait_timeout (fabric-wait --timeout)")  # fmt: skip
+    v.add_argument("--watch-interval", default="", metavar="SECONDS",
+                   help="gpu_watch_interval (gpunode-watch.service's --interval)")  # fmt: skip
     v.add_argument("--gpu-device-id", action="append", default=[])
     v.add_argument("--batch", action="store_true",
                    help="validate many hosts: stdin is JSON {host: [these arguments]}")  # fmt: skip

@@ -109,6 +109,8 @@ class Gpu:
     uuid: str | None
     name: str | None
     pci_bus_id: str | None  # NVML form: 00000000:07:00.0
+    # the board's serial number (nvmlDeviceGetSerial); None where NVML does not tell
+    serial: str | None = None
     # nvmlPciInfo_t.pciDeviceId (device id << 16 | vendor 0x10DE): what a mig-parted
     # device-filter names; None when NVML is not the source
     pci_device_id: int | None = None

@@ -110,6 +110,10 @@ def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
     except nv.NVMLError:
         cc = None
     current, pending = mig_modes(nv, handle) or (None, None)
+    try:
+        serial: str | None = nvml_text(nv.nvmlDeviceGetSerial(handle)) or None
+    except (nv.NVMLError, AttributeError):  # NOT_SUPPORTED on consumer boards
+        serial = None
     pci = nv.nvmlDeviceGetPciInfo(handle)
     pci_device_id = getattr(pci, "pciDeviceId", None)
     return Gpu(
@@ -118,6 +122,7 @@ def read_gpu(nv: Any, index: int, handle: Any) -> Gpu:
         uuid=nvml_text(nv.nvmlDeviceGetUUID(handle)),
         name=nvml_text(nv.nvmlDeviceGetName(handle)),
         pci_bus_id=nvml_text(pci.busId),
+        serial=serial,
         pci_device_id=pci_device_id if isinstance(pci_device_id, int) else None,
         compute_capability=cc,
         brand=brand,

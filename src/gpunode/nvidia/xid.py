@@ -172,6 +172,20 @@ def parse_line(text: str, usec: int | None = None) -> XidEvent | None:
     )
 
 
+def kmsg_record(line: str) -> tuple[int, XidEvent | None] | None:
+    """One /dev/kmsg record (``prio,seq,usec,flags;message``, its first line): (its sequence
+    number, the Xid event it reports or None); None when the line is not a record (a
+    continuation line, or numbers longer than the kernel writes). A record userspace wrote
+    (prio of 8 and above) reports none (see the module docstring)."""
+    m = _KMSG_RECORD.fullmatch(line)
+    if m is None or len(m["prio"]) > 10 or len(m["seq"]) > 20 or len(m["usec"]) > 20:
+        return None
+    seq = int(m["seq"])
+    if int(m["prio"]) >= KERNEL_PRIO_END:
+        return seq, None
+    return seq, parse_line(m["text"], int(m["usec"]))
+
+
 def parse_log(text: str) -> list[XidEvent]:
     """Every Xid event the driver logged, in order: /dev/kmsg records (a text whose first
     line is one; then every other line, a record's continuation, is skipped) or plain-text
@@ -180,18 +194,15 @@ def parse_log(text: str) -> list[XidEvent]:
     lines = text.splitlines()
     records = bool(lines) and _KMSG_RECORD.fullmatch(lines[0]) is not None
     for line in lines:
-        usec = None
-        if records:
-            m = _KMSG_RECORD.fullmatch(line)
-            if m is None or int(m["prio"]) >= KERNEL_PRIO_END:
-                continue  # a continuation line, or a record userspace wrote
-            line, usec = m["text"], int(m["usec"])
-        else:
-            h = _PLAIN_HEADER.match(line)
-            if h is None or (h["prio"] is not None and int(h["prio"]) >= KERNEL_PRIO_END):
-                continue
-            line = line[h.end() :]
-        event = parse_line(line, usec)
+        if records:  # a continuation line or a record userspace wrote gives no event
+            found = kmsg_record(line)
+            if found is not None and found[1] is not None:
+                events.append(found[1])
+            continue
+        h = _PLAIN_HEADER.match(line)
+        if h is None or (h["prio"] is not None and int(h["prio"]) >= KERNEL_PRIO_END):
+            continue
+        event = parse_line(line[h.end() :])
         if event is not None:
             events.append(event)
     return events

@@ -27,6 +27,8 @@ import os
 import time
 
 from ..util.files import write_atomic
+from ..util.promtext import family as _family
+from ..util.promtext import labels as _labels
 from .model import FAIL, PASS, SKIP, WARN, Result
 
 STATUS_VALUE = {PASS: 0, WARN: 1, FAIL: 2, SKIP: -1}
@@ -54,28 +56,12 @@ def table(result: Result) -> str:
     return "\n".join(lines)
 
 
-def _escape(value: object) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    """Exactly, in the exposition format: integers without exponent or fraction."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _labels(**labels: object) -> str:
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
-
-
 def textfile(result: Result) -> str:
     node = result.node
     out: list[str] = []
 
     def family(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} gauge")
-        out.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
+        out.extend(_family(name, help_text, samples))
 
     def check_labels(c) -> str:
         gpu = "" if c.gpu is None else c.gpu if c.mig is None else f"{c.gpu}:{c.mig}"

@@ -70,6 +70,7 @@ def test_nvml_inventory_reports_exactly_the_profile(private_dev, tmp_path, mock_
     assert [g["pci_bus_id"] for g in inv["gpus"]] == [g.bus_id.nvml for g in p.gpus]
     assert [g["memory_total_mib"] for g in inv["gpus"]] == [81920] * 4
     assert [g["minor"] for g in inv["gpus"]] == [0, 1, 2, 3]
+    assert [g["serial"] for g in inv["gpus"]] == [g.serial for g in p.gpus]
     assert inv["healthy"] is True and inv["problems"] == []
 
 

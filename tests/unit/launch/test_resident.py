@@ -707,10 +707,11 @@ def test_a_hook_impostor_in_another_mount_namespace_is_not_run(hook_service, cal
     c = caller(directory, ["unshare", "-m", "--propagation", "private", *HOOK_CALLER],
                skew=-3 if how == "another start time" else 0,
                hold=how != "not holding the conversation", settled=_other_mounts)  # fmt: skip
+    # the service's answer, read from the conversation's FIFO: python, nothing run. (Not
+    # whether that FIFO still exists afterwards: the service removes it once its worker
+    # for the caller has ended, which on a loaded machine can be before the test looks.)
     assert c.ask(len(HOOK_ARGS), kind=protocol.HOOK) == protocol.PYTHON
     assert not (rootfs / "a/l").is_symlink()
-    answer_fifo = c.base.with_name(c.base.name + protocol.ANSWERS_SUFFIX)
-    assert answer_fifo.exists()  # answered python, before anything was run
 
 
 def test_the_hooks_first_stage_checks_the_services_directory(hook_service):

@@ -218,7 +218,7 @@ def gpus():
 # gpunode.inventory/v1: a GPU's keys, in order (the record's fields, less brand, lost and
 # missing, then the health flags)
 INVENTORY_GPU_KEYS = [
-    "index", "minor", "uuid", "name", "pci_bus_id", "pci_device_id", "memory_total_mib",
+    "index", "minor", "uuid", "name", "pci_bus_id", "serial", "pci_device_id", "memory_total_mib",
     "memory_used_mib", "compute_capability", "persistence_mode", "ecc_mode", "mig_mode",
     "mig_mode_pending", "mig_devices", "ecc_errors", "retired_pages", "remapped_rows",
     "temperature_c", "xid_errors", "xid_sources", "pcie_link", "pcie_replays",

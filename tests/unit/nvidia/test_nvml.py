@@ -68,6 +68,11 @@ class FakeNvml(types.SimpleNamespace):
     def nvmlDeviceGetName(self, h):
         return "NVIDIA A100"
 
+    def nvmlDeviceGetSerial(self, h):
+        if h == "h2":  # a board NVML gives no serial for (NOT_SUPPORTED)
+            raise self.NVMLError()
+        return b"1323620018001"
+
 
 def test_walk():
     nv = FakeNvml()
@@ -92,6 +97,8 @@ def test_walk():
     # the PCI device id a mig-parted device-filter names (gpunode mig, validate)
     assert (nvml.read_gpu(nv, 0, "h0").pci_device_id, record.pci_device_id) == (0x20B210DE, None)
     assert record.facts() == g2 and record.mig_devices == []
+    # the board's serial (gpunode watch labels its GPU series with it); None when not told
+    assert (nvml.read_gpu(nv, 0, "h0").serial, record.serial) == ("1323620018001", None)
 
 
 def test_session_opens_and_shuts_down(monkeypatch):

@@ -246,3 +246,18 @@ def test_a_netfilter_log_record_is_never_an_xid(record):
     assert [e.usec for e in xid.parse_log(KMSG + record + "\n")] == [9123456, 9200000, 9300000]
     line = f"[    9.600000] {record.split(';', 1)[1]}"  # the same record as dmesg prints it
     assert xid.parse_log(line + "\n") == []
+
+
+def test_one_kmsg_record_gives_its_sequence_and_only_a_kernel_xid():
+    """gpunode watch reads /dev/kmsg one record at a time: the record's sequence number
+    (what it has seen) and its Xid, a userspace record's none, a line of numbers longer
+    than the kernel writes no record (never int() of thousands of digits)."""
+    line = (
+        "4,812,9123456,-;NVRM: Xid (PCI:0000:d8:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    )
+    seq, event = xid.kmsg_record(line)
+    assert (seq, event.xid, event.bus.nvml) == (812, 79, "00000000:D8:00.0")
+    assert xid.kmsg_record("12,813,9123457,-;" + line.split(";", 1)[1]) == (813, None)
+    assert xid.kmsg_record(" DEVICE=+pci:0000:d8:00.0") is None
+    assert xid.kmsg_record("4" * 5000 + ",1,2,-;" + line.split(";", 1)[1]) is None
+    assert xid.parse_log("4" * 5000 + ",1,2,-;x\n" + line) == [event]

@@ -5,6 +5,7 @@ by default shipped inside it."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import tomllib
 from pathlib import Path
@@ -23,6 +24,27 @@ def test_one_version_for_the_collection_and_the_package():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert galaxy["version"] == project["version"]
     assert (galaxy["namespace"], galaxy["name"]) == ("gpunode", "gpunode")
+
+
+def left_out(path: str) -> bool:
+    """Whether ``ansible-galaxy collection build`` leaves the repository's file ``path`` out:
+    as its walk does, any directory on the way or the file itself matching (fnmatch, the path
+    relative to the root) a build_ignore pattern of galaxy.yml."""
+    patterns = yaml.safe_load((ROOT / "galaxy.yml").read_text())["build_ignore"]
+    parts = path.split("/")
+    on_the_way = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(fnmatch.fnmatch(p, pattern) for p in on_the_way for pattern in patterns)
+
+
+def test_the_collection_ships_the_alert_rules():
+    """monitoring/ (the Prometheus alert rules, their promtool tests, the watch's metric
+    list) reaches operators in the collection; the development tree does not."""
+    shipped = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "monitoring").iterdir())
+    assert "monitoring/gpunode-alerts.yml" in shipped
+    assert [p for p in shipped if left_out(p)] == []
+    assert left_out("tests/unit/monitoring/test_alert_rules.py")
+    assert left_out("src/gpunode/nvidia/health.py")
+    assert left_out("roles/nvidia_driver/__pycache__/x.pyc")
 
 
 def test_what_the_installed_collection_holds(collections_path):

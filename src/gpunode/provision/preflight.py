@@ -19,11 +19,11 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..nvidia import fabric as nvfabric
 from ..util import tool
 from . import ProvisionError, fabric
 from .sources import SUPPORTED, platform
 
-NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 RUN_INSTALLER_FILES = ("usr/bin/nvidia-uninstall", "var/log/nvidia-installer.log")
@@ -94,21 +94,13 @@ def distro_release(rel: dict[str, str]) -> tuple[str, str]:
 
 
 def pci_gpus(root: Path) -> list[dict]:
-    base = root / "sys/bus/pci/devices"
+    """NVIDIA's display/3D controllers on the PCI bus (nvidia.fabric.pci_functions, the one
+    reader of NVIDIA's PCI functions), with sysfs's hex spellings."""
     out = []
-    try:
-        entries = sorted(os.listdir(base))
-    except OSError:
-        return out
-    for name in entries:
-        try:
-            vendor = (base / name / "vendor").read_text().strip().lower()
-            klass = (base / name / "class").read_text().strip().lower()
-            device = (base / name / "device").read_text().strip().lower()
-        except OSError:
-            continue
-        if vendor == NVIDIA_VENDOR and klass[:6] in GPU_CLASSES:
-            out.append({"bus_id": name, "device_id": device, "class": klass})
+    for name, klass, device in nvfabric.pci_functions(root):
+        text = f"0x{klass:06x}"
+        if text[:6] in GPU_CLASSES:
+            out.append({"bus_id": name, "device_id": f"0x{device:04x}", "class": text})
     return out
 
 

@@ -20,15 +20,7 @@ from gpunode.validate import fabric as facts
 
 from ..validate.fakes import healthy_gpu
 from ..validate.fakes import inventory as fake_inventory
-
-DRIVER = "535.261.03"
-H100 = "NVIDIA H100 80GB HBM3"
-SWITCHES = [(f"0000:{b}:00.0", 0x22A3) for b in ("e3", "e4", "e5", "e6")]
-A100_SWITCHES = [(f"0000:{b:02x}:00.0", 0x1AF1) for b in range(0xC4, 0xCA)]
-MISMATCH = (
-    "fabric manager NVIDIA GPU driver interface version 535.230.02 don't match with driver "
-    "version 535.261.03. Please update with matching NVIDIA driver package."
-)
+from ..validate.test_fabric import A100_SWITCHES, DRIVER, H100, MISMATCH, SWITCHES
 
 
 def node(**kw) -> FabricNode:

@@ -7,40 +7,24 @@ playbook wires it in."""
 from __future__ import annotations
 
 import configparser
-import functools
 import shlex
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
 
 from gpunode.cli.main import main as cli_main
+
+from .test_gpu_mig_role import _plugins, _trusted
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "gpu_watch"
 
 
-@functools.cache
-def _plugins() -> None:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured")
-        init_plugin_loader()
-
-
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    return value
 
 
 def render(expr: str, **inventory):

@@ -292,7 +292,14 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
     the check columns in first-seen order, and the counts."""
     seen: dict[str, str] = {}
     nodes = []
+    # the checks the results hold (an unreachable entry's, or one where validate could not
+    # run: its one fail); not the report's own node.reachable pass ("results received") nor
+    # the skips a GPU-less node's row is filled with, which no result reported
+    counts = dict.fromkeys(STATUSES, 0)
     for source, r in results:
+        for c in r["checks"]:
+            if r.get("unreachable") or c["id"] != REACHABLE:  # merge puts its own in place
+                counts[c["status"]] += 1
         if r["node"] in seen:
             raise _fail(source, f"node {r['node']!r} is also in {seen[r['node']]}")
         seen[r["node"]] = source
@@ -329,10 +336,6 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
                 for c in columns
                 if c not in have
             ]
-    counts = dict.fromkeys(STATUSES, 0)
-    for n in nodes:
-        for c in n["checks"]:
-            counts[c["status"]] += 1
     failed = [n["node"] for n in nodes if n["status"] == "fail"]
     return {
         "schema": REPORT_SCHEMA,

@@ -104,6 +104,8 @@ details.groups{margin:.4em 0}details.groups>summary{font-weight:600}
 details.healthy>summary{font-weight:600;padding:.3em 0}
 details.node{content-visibility:auto;contain-intrinsic-size:auto 2em}
 .changes ul{margin:.2em 0 .6em;padding-left:1.4em}.changes b{padding:0 .4em;border-radius:3px}
+table.diff{border-collapse:collapse;margin:.2em 0 .6em;font-size:.9em}
+.diff td,.diff th{border:1px solid #e0e0e0;padding:.1em .5em;text-align:left}
 table.gpus,table.list{border-collapse:collapse;margin:.3em 0 .5em 1.2em;font-size:.9em}
 .gpus td,.gpus th,.list td,.list th{border:1px solid #e0e0e0;padding:.1em .5em;text-align:left}
 .gpus td.uuid{font-family:monospace;font-size:.85em}
@@ -518,7 +520,34 @@ def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
     return (
         f'<div class="changes" id="changes"><h2>Since the previous report '
         f"(generated {escape(str(prev['generated']))}, {escape(str(prev['source']))})</h2>"
-        f"<ul>{''.join(items)}</ul></div>"
+        f"<ul>{''.join(items)}</ul>{_diff(changes.get('failures') or [], anchors)}</div>"
+    )
+
+
+DIFF_ROWS = 200  # the per-check changes shown; report.json has them all
+
+
+def _diff(failures: list[dict], anchors: dict[str, int]) -> str:
+    """A row per failure new or resolved since the previous report: node, check, GPU (or
+    MIG device), the detail now and then."""
+    if not failures:
+        return ""
+    rows = []
+    for e in failures[:DIFF_ROWS]:
+        cls = "s-fail" if e["change"] == "new" else "s-pass"
+        was = "" if e["was"] is None else escape(e["was"])
+        rows.append(
+            f'<tr data-change="{e["change"]}"><td><b class="{cls}">{e["change"]}</b></td>'
+            f'<td><a href="#node-{anchors[e["node"]]}">{escape(e["node"])}</a></td>'
+            f"<td>{escape(e['check'])}</td><td>{escape(overview.where(e)) or '—'}</td>"
+            f"<td>{escape(e['status'])}: {escape(e['detail'])}</td><td>{was}</td></tr>"
+        )
+    more = len(failures) - DIFF_ROWS
+    tail = f"<p>and {more} more (report.json: changes.failures)</p>" if more > 0 else ""
+    return (
+        '<table class="diff" id="failure-changes"><thead><tr><th>change</th><th>node</th>'
+        "<th>check</th><th>GPU</th><th>now</th><th>then</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>{tail}"
     )
 
 

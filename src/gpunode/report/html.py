@@ -104,6 +104,8 @@ details.groups{margin:.4em 0}details.groups>summary{font-weight:600}
 details.healthy>summary{font-weight:600;padding:.3em 0}
 details.node{content-visibility:auto;contain-intrinsic-size:auto 2em}
 .changes ul{margin:.2em 0 .6em;padding-left:1.4em}.changes b{padding:0 .4em;border-radius:3px}
+.when{color:#555;font-size:.85em;margin-left:.6em}.badge.xid{margin-left:.4em}
+.grid th small.serial{font-family:monospace;font-size:.8em}
 table.diff{border-collapse:collapse;margin:.2em 0 .6em;font-size:.9em}
 .diff td,.diff th{border:1px solid #e0e0e0;padding:.1em .5em;text-align:left}
 table.gpus,table.list{border-collapse:collapse;margin:.3em 0 .5em 1.2em;font-size:.9em}
@@ -298,10 +300,16 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
         bus = escape(str(g.get("pci_bus_id") or ""))
         uuid = escape(str(g.get("uuid") or ""))
         full = " · ".join(x for x in (bus, info, uuid) if x)
+        serial = escape(str(g.get("serial") or ""))
+        if serial:
+            full += f" · S/N {serial}"
         head = (
             f'<th class="gpu{bad}" scope="row" title="{full}">{escape(label)}'
+            f"{_xid_badges(overview.xids(n, i))}"
             f'<small class="bus">{bus}</small><small>{info}</small>'
-            f'<small class="uuid">{uuid}</small></th>'
+            f'<small class="uuid">{uuid}</small>'
+            + (f'<small class="serial">S/N {serial}</small>' if serial else "")
+            + "</th>"
         )
         cells = []
         for col in columns:
@@ -382,20 +390,21 @@ def _gpu_list(n: dict) -> str:
         mig = " · MIG on" if g.get("mig_enabled") else ""
         rows.append(
             f"<tr><td>{escape(_gpu_label(g))}</td><td>{escape(str(g.get('pci_bus_id') or ''))}"
-            f'{mig}</td><td class="uuid">{escape(str(g.get("uuid") or ""))}</td>{model}</tr>'
+            f'{mig}</td><td class="uuid">{escape(str(g.get("uuid") or ""))}</td>'
+            f'<td class="serial">{escape(str(g.get("serial") or ""))}</td>{model}</tr>'
         )
         for m in g.get("mig") or []:
             mem = f" · {m['memory_mib']} MiB" if isinstance(m.get("memory_mib"), int) else ""
             rows.append(
                 f"<tr><td>MIG {escape(str(g.get('index', '?')))}:{escape(str(m['index']))}</td>"
                 f"<td>{escape(str(m.get('profile') or ''))}{mem}</td>"
-                f'<td class="uuid">{escape(str(m.get("uuid") or ""))}</td>'
+                f'<td class="uuid">{escape(str(m.get("uuid") or ""))}</td><td></td>'
                 f"{'<td></td>' if mixed else ''}</tr>"
             )
     if not rows:
         return info
     return (f'{info}<table class="gpus"><tr><th>GPU</th><th>bus id</th><th>UUID</th>'
-            f"{'<th>model</th>' if mixed else ''}</tr>{''.join(rows)}</table>")  # fmt: skip
+            f"<th>serial</th>{'<th>model</th>' if mixed else ''}</tr>{''.join(rows)}</table>")  # fmt: skip
 
 
 def _check_list(n: dict) -> str:
@@ -444,8 +453,32 @@ def _node(
         f'<details class="node k-{k}" id="node-{i}" data-node="{escape(n["node"])}" '
         f'data-status="{k}" data-group="{group}"{"" if folded else " open"}><summary>'
         f'<span class="badge s-{k}">{k}</span><b>{escape(n["node"])}</b>'
-        f'<span class="line">{line}</span></summary>\n{inner}</details>'
+        f'<span class="line">{line}</span>{_xid_badges(overview.xids(n), True)}{_when(n)}'
+        f"</summary>\n{inner}</details>"
     )
+
+
+def _when(n: dict) -> str:
+    """When the node was validated (its result's start) and how long before the report."""
+    said = overview.validated(n)
+    if not said:
+        return ""
+    age = overview.age_text(n.get("age_s"))
+    return (f'<span class="when" title="{escape(said)}">validated '
+            f"{escape(str(n['started']))} · {escape(age)} before</span>")  # fmt: skip
+
+
+def _xid_badges(xids: list[dict], where: bool = False) -> str:
+    """A badge per Xid code of the gpu.xid failures and warnings ("Xid 79"), the GPUs that
+    logged it in its tooltip (``where``: also after the code)."""
+    out = []
+    for e in xids:
+        gpus = ", ".join(str(g) for g in e["gpus"])
+        on = f" on GPU {gpus}" if gpus else ""
+        shown = f"Xid {e['code']}" + (f" · GPU {gpus}" if where and gpus else "")
+        out.append(f'<span class="badge xid s-{e["status"]}" data-xid="{e["code"]}" '
+                   f'title="gpu.xid {e["status"]}: Xid {e["code"]}{on}">{escape(shown)}</span>')  # fmt: skip
+    return "".join(out)
 
 
 def _plural(k: int, what: str) -> str:

@@ -1,7 +1,8 @@
 """The cluster report as a short Markdown summary: what changed since the previous report
 (--previous: each failure new and resolved, per node, check and GPU), the failures and
-warnings with their details, then a line per node and the MIG devices under their GPU
-(when a node has any).
+warnings with their details, then a line per node (when it was validated and how long
+before the report, the Xid codes of its gpu.xid failures and warnings) and the MIG devices
+under their GPU (when a node has any).
 
 Names, versions and details come from the nodes' result files and are text, never markup:
 each goes through ``md`` (line breaks and control characters become one space; every
@@ -111,7 +112,8 @@ def render(model: dict) -> str:
     ]
     if problems:
         out += ["## Failures and warnings", "", *problems, ""]
-    out += ["## Nodes", "", "| node | status | driver | CUDA | GPUs |", "| --- | --- | --- | --- | --- |"]
+    out += ["## Nodes", "", "| node | status | validated | driver | CUDA | GPUs | Xid |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for n in model["nodes"]:
         v = n.get("versions") or {}
         models = Counter(g.get("model") or "unknown" for g in n.get("gpus") or [])
@@ -120,6 +122,12 @@ def render(model: dict) -> str:
         status = "unreachable" if n.get("unreachable") else md(n["status"])
         status = "could not run" if n.get("error") else status
         driver = md(v.get("driver_loaded")) if v.get("driver_loaded") else "—"
-        out.append(f"| {md(n['node'])} | {status} | {driver} | {cuda} | {gpus} |")
+        when = "—"
+        if n.get("started"):  # the result's start, and how long before the report
+            when = f"{md(n['started'])} ({md(overview.age_text(n.get('age_s')))} before)"
+        xids = ", ".join(f"{e['code']} ({md(e['status'])}"
+                         + (f" GPU {', '.join(str(g) for g in e['gpus'])})" if e["gpus"] else ")")
+                         for e in overview.xids(n)) or "—"  # fmt: skip
+        out.append(f"| {md(n['node'])} | {status} | {when} | {driver} | {cuda} | {gpus} | {xids} |")
     out += _mig_table(model)
     return "\n".join(out).replace("|  |", "| — |") + "\n"

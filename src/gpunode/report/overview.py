@@ -5,6 +5,8 @@ checks by status (which checks fail where). Plain data: html.py renders it, test
 
 from __future__ import annotations
 
+import re
+
 from .results import worst
 
 # how a node ranks on the page: failures first, then warnings, then the nodes that ran no
@@ -245,3 +247,59 @@ def where(c: dict) -> str:
     if c.get("gpu") is None:
         return ""
     return f"GPU {c['gpu']}" if c.get("mig") is None else f"MIG {c['gpu']}:{c['mig']}"
+
+
+# the codes a gpu.xid detail opens with: "Xid 79, 48 x2; last 79 (...)" (validate's
+# health._judge_xid), "Xid 79 at 2026-...: ..." (one record)
+_XID = re.compile(r"\bXid ((?:\d+(?: x\d+)?)(?:, \d+(?: x\d+)?)*)")
+XID_CHECK = "gpu.xid"
+
+
+def xid_codes(c: dict) -> list[int]:
+    """The Xid codes of a gpu.xid check that failed or warned, in the order its detail
+    names them; [] for any other check."""
+    if c.get("id") != XID_CHECK or c.get("status") not in ("fail", "warn"):
+        return []
+    m = _XID.search(str(c.get("detail") or ""))
+    if not m:
+        return []
+    return [int(x) for x in re.findall(r"(\d+)(?: x\d+)?", m[1])]
+
+
+def xids(n: dict, gpu: int | None = None) -> list[dict]:
+    """The Xid codes of a node's gpu.xid failures and warnings (``gpu``: of that GPU only):
+    {"code", "status" (the worst), "gpus": the GPUs that logged it}, failures first, then by
+    code."""
+    out: dict[int, dict] = {}
+    for c in n["checks"]:
+        if gpu is not None and c["gpu"] != gpu:
+            continue
+        for code in xid_codes(c):
+            e = out.setdefault(code, {"code": code, "status": c["status"], "gpus": []})
+            e["status"] = worst((e["status"], c["status"]))
+            if c["gpu"] is not None and c["gpu"] not in e["gpus"]:
+                e["gpus"].append(c["gpu"])
+    return sorted(out.values(), key=lambda e: (e["status"] != "fail", e["code"]))
+
+
+def age_text(seconds: int | None) -> str:
+    """45 s, 12 min, 3 h 05 min, 2 d 4 h; "in the future" for a clock ahead of the report's."""
+    if seconds is None:
+        return "?"
+    if seconds < 0:
+        return "in the future"
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def validated(n: dict) -> str:
+    """When a node was validated and how old that is at the report's build: "validated
+    2026-11-22T08:00:00Z, 3 h 05 min before the report"; "" for a node without a result."""
+    if not n.get("started"):
+        return ""
+    return f"validated {n['started']}, {age_text(n.get('age_s'))} before the report"

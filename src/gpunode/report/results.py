@@ -283,6 +283,18 @@ def result_files(paths: list[str]) -> list[str]:
     return out
 
 
+def _age(started: object, generated: str) -> int | None:
+    """Seconds from a result's start (its ``started``) to the report's build."""
+    import calendar
+
+    try:
+        a, b = (calendar.timegm(time.strptime(str(t), "%Y-%m-%dT%H:%M:%SZ"))
+                for t in (started, generated))  # fmt: skip
+    except ValueError:
+        return None
+    return b - a
+
+
 def worst(statuses) -> str | None:
     return max(statuses, key=SEVERITY.__getitem__, default=None)
 
@@ -337,9 +349,13 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
                 if c not in have
             ]
     failed = [n["node"] for n in nodes if n["status"] == "fail"]
+    generated = generated or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for n in nodes:  # how old each result is when the report is built
+        if n.get("started"):
+            n["age_s"] = _age(n["started"], generated)
     return {
         "schema": REPORT_SCHEMA,
-        "generated": generated or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "generated": generated,
         "columns": [{"id": c, "title": titles[c], "per_gpu": c in gpu_checks} for c in columns],
         "summary": {"nodes": len(nodes), "nodes_failed": len(failed), "failed": failed}
         | {"checks": counts},

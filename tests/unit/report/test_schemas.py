@@ -79,6 +79,13 @@ def test_a_report_built_from_them_is_valid_with_and_without_changes(tmp_path, re
     (previous / "report.json").write_bytes(build.render_all(model)["report.json"])
     changed = build.compare(model, str(previous))
     assert _errors(report_schema, json.loads(build.render_all(changed)["report.json"])) == []
+    # changes per check and GPU: the MIG device fixed, the T4's GPU 1 failing again
+    (tmp_path / "r" / "sim-a100-mig.json").write_text(json.dumps(mig_result(broken=None)))
+    changed = build.compare(build.model_from([str(tmp_path / "r")]), str(previous))
+    doc = json.loads(build.render_all(changed)["report.json"])
+    assert [e["change"] for e in doc["changes"]["failures"]] == ["resolved"]
+    assert doc["nodes"][0]["age_s"] is not None
+    assert _errors(report_schema, doc) == []
 
 
 @pytest.mark.parametrize("key", ["node", "schema", "checks", "started", "summary"])

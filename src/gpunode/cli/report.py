@@ -75,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--previous",
         metavar="PATH",
         help="compare with the previous report: its directory or report.json, or the previous "
-        "run's result files (a file or directory); the page says which nodes newly fail and "
+        "run's result files (a file or directory); the page, summary.md and report.json say "
+        "each failure new or resolved per node, check and GPU, and which nodes newly fail and "
         "which were fixed",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the report path")

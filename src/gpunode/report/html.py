@@ -8,7 +8,8 @@ top (nodes and GPUs by status, which checks fail where), a filter by check and s
 At 500 (issue 28): a folded node has no grid, only its GPUs and its checks each verdict
 once (or a link to a node above with the same), the healthy nodes in one closed fold, the
 header names 10 failed nodes, groups by GPU model and driver, a find by node, GPU, bus id
-or UUID, and what changed since a previous report (model["changes"], build.compare):
+or UUID, and what changed since a previous report (model["changes"], build.compare;
+issue 37: also per check and GPU, each failure new or resolved, a table):
 13 MB -> 2 MB, a 2 s load -> 0.6 s in Chromium (benchmarks/bench_report.py).
 
 No external assets and no framework: inline CSS, and a few dozen lines of JS (the details
@@ -518,8 +519,9 @@ def _groups(groups: list[dict]) -> str:
 
 
 def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
-    """What changed since the previous report: new failures (with the checks newly failing),
-    fixed nodes, and the nodes added and gone."""
+    """What changed since the previous report: the nodes newly failing (with the checks
+    newly failing), fixed nodes, the nodes added and gone, then each failure new or
+    resolved per node, check and GPU (a table)."""
     if not changes:
         return ""
     prev = changes["previous"]
@@ -532,10 +534,14 @@ def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
             for e in new[:30]
         )
         more = f" and {len(new) - 30} more" if len(new) > 30 else ""
-        items.append(f'<li id="new-failures"><b class="s-fail">{_plural(len(new), "new failure")}'
-                     f"</b> {links}{more}</li>")  # fmt: skip
+        items.append(f'<li id="new-failures"><b class="s-fail">{_plural(len(new), "node")} '
+                     f"newly failing</b> {links}{more}</li>")  # fmt: skip
     else:
-        items.append('<li id="new-failures">no new failure</li>')
+        items.append('<li id="new-failures">no node newly failing</li>')
+    per_check = [e["change"] for e in changes.get("failures") or []]
+    items.append(f'<li id="check-changes">per check and GPU: '
+                 f"{_plural(per_check.count('new'), 'new failure')}, "
+                 f"{per_check.count('resolved')} resolved</li>")  # fmt: skip
     fixed = changes["fixed"]
     items.append(
         f'<li id="fixed"><b class="s-pass">{len(fixed)} fixed</b> {_links(fixed, anchors, 30)}</li>'

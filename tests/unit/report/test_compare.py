@@ -162,6 +162,8 @@ def test_a_new_failure_on_a_failing_node_is_new_per_check_and_gpu(tmp_path, caps
     assert md.index("## Since the previous report") < md.index("## Failures and warnings") \
         < md.index("## Nodes")  # fmt: skip
     root = Tree((out / "index.html").read_text()).root
+    assert root.by_id("check-changes").content() == "per check and GPU: 1 new failure, 1 resolved"
+    assert root.by_id("new-failures").content() == "no node newly failing"
     rows = [[td.content() for td in tr.all("td")]
             for tr in root.by_id("failure-changes").all("tr") if "data-change" in tr.attrs]  # fmt: skip
     assert [r[:4] for r in rows] == [["new", "gpu-x", "gpu.xid", "GPU 3"],

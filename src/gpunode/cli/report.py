@@ -5,7 +5,8 @@ run over an inventory through ansible-runner (playbooks/validate.yml), with a li
 --run needs the gpunode project (the playbook, its roles, ansible.cfg): --project,
 $GPUNODE_PROJECT, or the source tree gpunode runs from; an installed wheel has none.
 --previous names the previous report (its directory or report.json) or the previous run's
-result files: the page and report.json say what changed (new failures, fixed nodes).
+result files: the page, summary.md and report.json say what changed (each failure new or
+resolved per node, check and GPU; nodes newly failing, fixed, added, gone).
 
 Exit codes: 0 report written and every node passed, 1 report written and a node failed (or
 the run failed), 2 bad input (result files, inventory, a report directory not writable).
@@ -74,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--previous",
         metavar="PATH",
         help="compare with the previous report: its directory or report.json, or the previous "
-        "run's result files (a file or directory); the page says which nodes newly fail and "
+        "run's result files (a file or directory); the page, summary.md and report.json say "
+        "each failure new or resolved per node, check and GPU, and which nodes newly fail and "
         "which were fixed",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print only the report path")
@@ -123,8 +125,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{verdict}; junit {paths['junit.xml']}, summary {paths['summary.md']}")
         if "changes" in model:
             ch = model["changes"]
-            print(f"since the previous report: {len(ch['new'])} new failure(s), "
-                  f"{len(ch['fixed'])} fixed")  # fmt: skip
+            changed = [e["change"] for e in ch.get("failures") or []]
+            print(f"since the previous report: {changed.count('new')} new failure(s), "
+                  f"{changed.count('resolved')} resolved (per check and GPU); "
+                  f"{len(ch['new'])} node(s) newly failing, {len(ch['fixed'])} fixed")  # fmt: skip
     print(f"report: {paths['index.html']}")
     return EXIT_FAIL if s["failed"] else EXIT_OK
 

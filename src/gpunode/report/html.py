@@ -8,7 +8,8 @@ top (nodes and GPUs by status, which checks fail where), a filter by check and s
 At 500 (issue 28): a folded node has no grid, only its GPUs and its checks each verdict
 once (or a link to a node above with the same), the healthy nodes in one closed fold, the
 header names 10 failed nodes, groups by GPU model and driver, a find by node, GPU, bus id
-or UUID, and what changed since a previous report (model["changes"], build.compare):
+or UUID, and what changed since a previous report (model["changes"], build.compare;
+issue 37: also per check and GPU, each failure new or resolved, a table):
 13 MB -> 2 MB, a 2 s load -> 0.6 s in Chromium (benchmarks/bench_report.py).
 
 No external assets and no framework: inline CSS, and a few dozen lines of JS (the details
@@ -104,6 +105,10 @@ details.groups{margin:.4em 0}details.groups>summary{font-weight:600}
 details.healthy>summary{font-weight:600;padding:.3em 0}
 details.node{content-visibility:auto;contain-intrinsic-size:auto 2em}
 .changes ul{margin:.2em 0 .6em;padding-left:1.4em}.changes b{padding:0 .4em;border-radius:3px}
+.when{color:#555;font-size:.85em;margin-left:.6em}.badge.xid{margin-left:.4em}
+.grid th small.serial{font-family:monospace;font-size:.8em}
+table.diff{border-collapse:collapse;margin:.2em 0 .6em;font-size:.9em}
+.diff td,.diff th{border:1px solid #e0e0e0;padding:.1em .5em;text-align:left}
 table.gpus,table.list{border-collapse:collapse;margin:.3em 0 .5em 1.2em;font-size:.9em}
 .gpus td,.gpus th,.list td,.list th{border:1px solid #e0e0e0;padding:.1em .5em;text-align:left}
 .gpus td.uuid{font-family:monospace;font-size:.85em}
@@ -296,10 +301,16 @@ def _rows(n: dict, columns: list[dict]) -> list[str]:
         bus = escape(str(g.get("pci_bus_id") or ""))
         uuid = escape(str(g.get("uuid") or ""))
         full = " · ".join(x for x in (bus, info, uuid) if x)
+        serial = escape(str(g.get("serial") or ""))
+        if serial:
+            full += f" · S/N {serial}"
         head = (
             f'<th class="gpu{bad}" scope="row" title="{full}">{escape(label)}'
+            f"{_xid_badges(overview.xids(n, i))}"
             f'<small class="bus">{bus}</small><small>{info}</small>'
-            f'<small class="uuid">{uuid}</small></th>'
+            f'<small class="uuid">{uuid}</small>'
+            + (f'<small class="serial">S/N {serial}</small>' if serial else "")
+            + "</th>"
         )
         cells = []
         for col in columns:
@@ -380,20 +391,21 @@ def _gpu_list(n: dict) -> str:
         mig = " · MIG on" if g.get("mig_enabled") else ""
         rows.append(
             f"<tr><td>{escape(_gpu_label(g))}</td><td>{escape(str(g.get('pci_bus_id') or ''))}"
-            f'{mig}</td><td class="uuid">{escape(str(g.get("uuid") or ""))}</td>{model}</tr>'
+            f'{mig}</td><td class="uuid">{escape(str(g.get("uuid") or ""))}</td>'
+            f'<td class="serial">{escape(str(g.get("serial") or ""))}</td>{model}</tr>'
         )
         for m in g.get("mig") or []:
             mem = f" · {m['memory_mib']} MiB" if isinstance(m.get("memory_mib"), int) else ""
             rows.append(
                 f"<tr><td>MIG {escape(str(g.get('index', '?')))}:{escape(str(m['index']))}</td>"
                 f"<td>{escape(str(m.get('profile') or ''))}{mem}</td>"
-                f'<td class="uuid">{escape(str(m.get("uuid") or ""))}</td>'
+                f'<td class="uuid">{escape(str(m.get("uuid") or ""))}</td><td></td>'
                 f"{'<td></td>' if mixed else ''}</tr>"
             )
     if not rows:
         return info
     return (f'{info}<table class="gpus"><tr><th>GPU</th><th>bus id</th><th>UUID</th>'
-            f"{'<th>model</th>' if mixed else ''}</tr>{''.join(rows)}</table>")  # fmt: skip
+            f"<th>serial</th>{'<th>model</th>' if mixed else ''}</tr>{''.join(rows)}</table>")  # fmt: skip
 
 
 def _check_list(n: dict) -> str:
@@ -442,8 +454,32 @@ def _node(
         f'<details class="node k-{k}" id="node-{i}" data-node="{escape(n["node"])}" '
         f'data-status="{k}" data-group="{group}"{"" if folded else " open"}><summary>'
         f'<span class="badge s-{k}">{k}</span><b>{escape(n["node"])}</b>'
-        f'<span class="line">{line}</span></summary>\n{inner}</details>'
+        f'<span class="line">{line}</span>{_xid_badges(overview.xids(n), True)}{_when(n)}'
+        f"</summary>\n{inner}</details>"
     )
+
+
+def _when(n: dict) -> str:
+    """When the node was validated (its result's start) and how long before the report."""
+    said = overview.validated(n)
+    if not said:
+        return ""
+    age = overview.age_text(n.get("age_s"))
+    return (f'<span class="when" title="{escape(said)}">validated '
+            f"{escape(str(n['started']))} · {escape(age)} before</span>")  # fmt: skip
+
+
+def _xid_badges(xids: list[dict], where: bool = False) -> str:
+    """A badge per Xid code of the gpu.xid failures and warnings ("Xid 79"), the GPUs that
+    logged it in its tooltip (``where``: also after the code)."""
+    out = []
+    for e in xids:
+        gpus = ", ".join(str(g) for g in e["gpus"])
+        on = f" on GPU {gpus}" if gpus else ""
+        shown = f"Xid {e['code']}" + (f" · GPU {gpus}" if where and gpus else "")
+        out.append(f'<span class="badge xid s-{e["status"]}" data-xid="{e["code"]}" '
+                   f'title="gpu.xid {e["status"]}: Xid {e["code"]}{on}">{escape(shown)}</span>')  # fmt: skip
+    return "".join(out)
 
 
 def _plural(k: int, what: str) -> str:
@@ -483,8 +519,9 @@ def _groups(groups: list[dict]) -> str:
 
 
 def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
-    """What changed since the previous report: new failures (with the checks newly failing),
-    fixed nodes, and the nodes added and gone."""
+    """What changed since the previous report: the nodes newly failing (with the checks
+    newly failing), fixed nodes, the nodes added and gone, then each failure new or
+    resolved per node, check and GPU (a table)."""
     if not changes:
         return ""
     prev = changes["previous"]
@@ -497,10 +534,14 @@ def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
             for e in new[:30]
         )
         more = f" and {len(new) - 30} more" if len(new) > 30 else ""
-        items.append(f'<li id="new-failures"><b class="s-fail">{_plural(len(new), "new failure")}'
-                     f"</b> {links}{more}</li>")  # fmt: skip
+        items.append(f'<li id="new-failures"><b class="s-fail">{_plural(len(new), "node")} '
+                     f"newly failing</b> {links}{more}</li>")  # fmt: skip
     else:
-        items.append('<li id="new-failures">no new failure</li>')
+        items.append('<li id="new-failures">no node newly failing</li>')
+    per_check = [e["change"] for e in changes.get("failures") or []]
+    items.append(f'<li id="check-changes">per check and GPU: '
+                 f"{_plural(per_check.count('new'), 'new failure')}, "
+                 f"{per_check.count('resolved')} resolved</li>")  # fmt: skip
     fixed = changes["fixed"]
     items.append(
         f'<li id="fixed"><b class="s-pass">{len(fixed)} fixed</b> {_links(fixed, anchors, 30)}</li>'
@@ -518,7 +559,34 @@ def _changes(changes: dict | None, anchors: dict[str, int]) -> str:
     return (
         f'<div class="changes" id="changes"><h2>Since the previous report '
         f"(generated {escape(str(prev['generated']))}, {escape(str(prev['source']))})</h2>"
-        f"<ul>{''.join(items)}</ul></div>"
+        f"<ul>{''.join(items)}</ul>{_diff(changes.get('failures') or [], anchors)}</div>"
+    )
+
+
+DIFF_ROWS = 200  # the per-check changes shown; report.json has them all
+
+
+def _diff(failures: list[dict], anchors: dict[str, int]) -> str:
+    """A row per failure new or resolved since the previous report: node, check, GPU (or
+    MIG device), the detail now and then."""
+    if not failures:
+        return ""
+    rows = []
+    for e in failures[:DIFF_ROWS]:
+        cls = "s-fail" if e["change"] == "new" else "s-pass"
+        was = "" if e["was"] is None else escape(e["was"])
+        rows.append(
+            f'<tr data-change="{e["change"]}"><td><b class="{cls}">{e["change"]}</b></td>'
+            f'<td><a href="#node-{anchors[e["node"]]}">{escape(e["node"])}</a></td>'
+            f"<td>{escape(e['check'])}</td><td>{escape(overview.where(e)) or '—'}</td>"
+            f"<td>{escape(e['status'])}: {escape(e['detail'])}</td><td>{was}</td></tr>"
+        )
+    more = len(failures) - DIFF_ROWS
+    tail = f"<p>and {more} more (report.json: changes.failures)</p>" if more > 0 else ""
+    return (
+        '<table class="diff" id="failure-changes"><thead><tr><th>change</th><th>node</th>'
+        "<th>check</th><th>GPU</th><th>now</th><th>then</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>{tail}"
     )
 
 

@@ -1,5 +1,8 @@
-"""The cluster report as a short Markdown summary: a line per node, the MIG devices under
-their GPU (when a node has any), then the failures and warnings with their details.
+"""The cluster report as a short Markdown summary: what changed since the previous report
+(--previous: each failure new and resolved, per node, check and GPU), the failures and
+warnings with their details, then a line per node (when it was validated and how long
+before the report, the Xid codes of its gpu.xid failures and warnings) and the MIG devices
+under their GPU (when a node has any).
 
 Names, versions and details come from the nodes' result files and are text, never markup:
 each goes through ``md`` (line breaks and control characters become one space; every
@@ -12,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from . import overview
 from .results import worst
 
 _BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
@@ -58,6 +62,39 @@ def _mig_table(model: dict) -> list[str]:
             "| --- | --- | --- | --- | --- | --- | --- |", *rows]  # fmt: skip
 
 
+CHANGES_SHOWN = 200  # the per-check changes listed; report.json has them all
+
+
+def _changes(model: dict) -> list[str]:
+    """What changed since the previous report (--previous), first: each failure new and
+    each resolved, per node, check and GPU; then the nodes fixed, added and gone."""
+    ch = model.get("changes")
+    if not ch:
+        return []
+    prev = ch["previous"]
+    failures = ch.get("failures") or []
+    new = [e for e in failures if e["change"] == "new"]
+    resolved = [e for e in failures if e["change"] == "resolved"]
+    out = ["## Since the previous report", "",
+           f"Previous report: {md(prev['source'])}, generated {md(prev['generated'])}. "
+           f"**{len(new)} new failure{'' if len(new) == 1 else 's'}**, {len(resolved)} "
+           f"resolved; {len(ch['fixed'])} node(s) fixed, {len(ch['still'])} still failing.", ""]  # fmt: skip
+    for e in failures[:CHANGES_SHOWN]:
+        on = overview.where(e)
+        head = f"- {e['change']}: {md(e['node'])} {md(e['check'])}" + (f" ({md(on)})" if on else "")
+        if e["change"] == "new":
+            out.append(f"{head}: {md(e['detail'])}")
+        else:
+            out.append(f"{head}: {md(e['status'])} now ({md(e['detail'])}); was: {md(e['was'])}")
+    if len(failures) > CHANGES_SHOWN:
+        out.append(f"- and {len(failures) - CHANGES_SHOWN} more (report.json: changes.failures)")
+    if ch["added"]:
+        out += ["", f"Not in the previous report: {', '.join(md(n) for n in ch['added'])}."]
+    if ch["gone"]:
+        out += ["", f"Gone since: {', '.join(md(n) for n in ch['gone'])}."]
+    return [*out, ""]
+
+
 def render(model: dict) -> str:
     s = model["summary"]
     counts = ", ".join(f"{v} {k}" for k, v in s["checks"].items())
@@ -66,8 +103,17 @@ def render(model: dict) -> str:
         verdict = f"**{s['nodes_failed']} of {s['nodes']} nodes failed**: {failed}."
     else:
         verdict = f"All {s['nodes']} nodes passed."
-    out = ["# GPU cluster validation", "", f"{verdict} Checks: {counts}.", ""]
-    out += ["| node | status | driver | CUDA | GPUs |", "| --- | --- | --- | --- | --- |"]
+    out = ["# GPU cluster validation", "", *_changes(model), f"{verdict} Checks: {counts}.", ""]
+    problems = [
+        f"- {md(n['node'])}: {md(c['status'])} {_where(c)}: {md(c['detail'])}"
+        for n in model["nodes"]
+        for c in n["checks"]
+        if c["status"] in ("fail", "warn")
+    ]
+    if problems:
+        out += ["## Failures and warnings", "", *problems, ""]
+    out += ["## Nodes", "", "| node | status | validated | driver | CUDA | GPUs | Xid |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for n in model["nodes"]:
         v = n.get("versions") or {}
         models = Counter(g.get("model") or "unknown" for g in n.get("gpus") or [])
@@ -76,14 +122,12 @@ def render(model: dict) -> str:
         status = "unreachable" if n.get("unreachable") else md(n["status"])
         status = "could not run" if n.get("error") else status
         driver = md(v.get("driver_loaded")) if v.get("driver_loaded") else "—"
-        out.append(f"| {md(n['node'])} | {status} | {driver} | {cuda} | {gpus} |")
+        when = "—"
+        if n.get("started"):  # the result's start, and how long before the report
+            when = f"{md(n['started'])} ({md(overview.age_text(n.get('age_s')))} before)"
+        xids = ", ".join(f"{e['code']} ({md(e['status'])}"
+                         + (f" GPU {', '.join(str(g) for g in e['gpus'])})" if e["gpus"] else ")")
+                         for e in overview.xids(n)) or "—"  # fmt: skip
+        out.append(f"| {md(n['node'])} | {status} | {when} | {driver} | {cuda} | {gpus} | {xids} |")
     out += _mig_table(model)
-    problems = [
-        f"- {md(n['node'])}: {md(c['status'])} {_where(c)}: {md(c['detail'])}"
-        for n in model["nodes"]
-        for c in n["checks"]
-        if c["status"] in ("fail", "warn")
-    ]
-    if problems:
-        out += ["", "## Failures and warnings", "", *problems]
     return "\n".join(out).replace("|  |", "| — |") + "\n"

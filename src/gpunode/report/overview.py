@@ -5,6 +5,8 @@ checks by status (which checks fail where). Plain data: html.py renders it, test
 
 from __future__ import annotations
 
+import re
+
 from .results import worst
 
 # how a node ranks on the page: failures first, then warnings, then the nodes that ran no
@@ -180,7 +182,8 @@ def changes(nodes: list[dict], previous: list[dict]) -> dict:
     nodes failing now that did not fail then (new nodes too), each {"node", "checks": the
     checks failing now that did not fail then}, "fixed": nodes that failed then and do not
     now, "still": nodes failing both times, "added": nodes not in the previous report,
-    "gone": nodes only in the previous one}; names in page order (gone: by name)."""
+    "gone": nodes only in the previous one, "failures": per node, check and GPU, the
+    failures new and resolved (failure_changes)}; names in page order (gone: by name)."""
     before = {n["node"]: n for n in previous}
     now = {n["node"] for n in nodes}
     out: dict = {"new": [], "fixed": [], "still": [], "added": [], "gone": []}
@@ -198,4 +201,105 @@ def changes(nodes: list[dict], previous: list[dict]) -> dict:
         elif failed_then:
             out["fixed"].append(n["node"])
     out["gone"] = sorted(name for name in before if name not in now)
+    out["failures"] = failure_changes(nodes, previous)
     return out
+
+
+def _key(c: dict) -> tuple:
+    """A check's place on a node: its id, GPU and MIG device (a report of an older gpunode
+    may lack mig: null)."""
+    return (c.get("id"), c.get("gpu"), c.get("mig"))
+
+
+def failure_changes(nodes: list[dict], previous: list[dict]) -> list[dict]:
+    """Per node, check and GPU (or MIG device): each failure now that was not one in the
+    previous report ("new": a new fatal Xid on GPU 3 of a node whose GPU 1 already failed is
+    one, as is every failure of a node the previous report did not have), then each failure
+    then that the check, run now, no longer gives ("resolved"; a failure whose check did not
+    run now, a node unreachable or gone, is neither). Each {"change", "node", "check",
+    "title", "gpu", "mig", "uuid", "status" and "detail" (now), "was" (the previous detail,
+    None for a new failure on a node the previous report lacked)}; nodes in page order."""
+    before = {n["node"]: n for n in previous}
+    new, resolved = [], []
+    for n in ordered(nodes):
+        old = before.get(n["node"])
+        then = {_key(c): c for c in (old or {}).get("checks") or [] if isinstance(c, dict)}
+        now = {_key(c): c for c in n["checks"]}
+        for c in n["checks"]:
+            was = then.get(_key(c))
+            if c["status"] == "fail" and (was is None or was.get("status") != "fail"):
+                new.append(_change("new", n, c, was))
+        for key, was in then.items():
+            c = now.get(key)
+            if was.get("status") == "fail" and c is not None and c["status"] != "fail":
+                resolved.append(_change("resolved", n, c, was))
+    return new + resolved
+
+
+def _change(change: str, n: dict, c: dict, was: dict | None) -> dict:
+    return {"change": change, "node": n["node"], "check": c["id"], "title": c["title"],
+            "gpu": c["gpu"], "mig": c.get("mig"), "uuid": c.get("uuid"), "status": c["status"],
+            "detail": c["detail"], "was": None if was is None else str(was.get("detail") or "")}  # fmt: skip
+
+
+def where(c: dict) -> str:
+    """Where a check (or a change) is on its node: "GPU 3", "MIG 1:2", or "" (the node)."""
+    if c.get("gpu") is None:
+        return ""
+    return f"GPU {c['gpu']}" if c.get("mig") is None else f"MIG {c['gpu']}:{c['mig']}"
+
+
+# the codes a gpu.xid detail opens with: "Xid 79, 48 x2; last 79 (...)" (validate's
+# health._judge_xid), "Xid 79 at 2026-...: ..." (one record)
+_XID = re.compile(r"\bXid ((?:\d+(?: x\d+)?)(?:, \d+(?: x\d+)?)*)")
+XID_CHECK = "gpu.xid"
+
+
+def xid_codes(c: dict) -> list[int]:
+    """The Xid codes of a gpu.xid check that failed or warned, in the order its detail
+    names them; [] for any other check."""
+    if c.get("id") != XID_CHECK or c.get("status") not in ("fail", "warn"):
+        return []
+    m = _XID.search(str(c.get("detail") or ""))
+    if not m:
+        return []
+    return [int(x) for x in re.findall(r"(\d+)(?: x\d+)?", m[1])]
+
+
+def xids(n: dict, gpu: int | None = None) -> list[dict]:
+    """The Xid codes of a node's gpu.xid failures and warnings (``gpu``: of that GPU only):
+    {"code", "status" (the worst), "gpus": the GPUs that logged it}, failures first, then by
+    code."""
+    out: dict[int, dict] = {}
+    for c in n["checks"]:
+        if gpu is not None and c["gpu"] != gpu:
+            continue
+        for code in xid_codes(c):
+            e = out.setdefault(code, {"code": code, "status": c["status"], "gpus": []})
+            e["status"] = worst((e["status"], c["status"]))
+            if c["gpu"] is not None and c["gpu"] not in e["gpus"]:
+                e["gpus"].append(c["gpu"])
+    return sorted(out.values(), key=lambda e: (e["status"] != "fail", e["code"]))
+
+
+def age_text(seconds: int | None) -> str:
+    """45 s, 12 min, 3 h 05 min, 2 d 4 h; "in the future" for a clock ahead of the report's."""
+    if seconds is None:
+        return "?"
+    if seconds < 0:
+        return "in the future"
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def validated(n: dict) -> str:
+    """When a node was validated and how old that is at the report's build: "validated
+    2026-11-22T08:00:00Z, 3 h 05 min before the report"; "" for a node without a result."""
+    if not n.get("started"):
+        return ""
+    return f"validated {n['started']}, {age_text(n.get('age_s'))} before the report"

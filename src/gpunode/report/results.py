@@ -283,6 +283,18 @@ def result_files(paths: list[str]) -> list[str]:
     return out
 
 
+def _age(started: object, generated: str) -> int | None:
+    """Seconds from a result's start (its ``started``) to the report's build."""
+    import calendar
+
+    try:
+        a, b = (calendar.timegm(time.strptime(str(t), "%Y-%m-%dT%H:%M:%SZ"))
+                for t in (started, generated))  # fmt: skip
+    except ValueError:
+        return None
+    return b - a
+
+
 def worst(statuses) -> str | None:
     return max(statuses, key=SEVERITY.__getitem__, default=None)
 
@@ -292,7 +304,14 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
     the check columns in first-seen order, and the counts."""
     seen: dict[str, str] = {}
     nodes = []
+    # the checks the results hold (an unreachable entry's, or one where validate could not
+    # run: its one fail); not the report's own node.reachable pass ("results received") nor
+    # the skips a GPU-less node's row is filled with, which no result reported
+    counts = dict.fromkeys(STATUSES, 0)
     for source, r in results:
+        for c in r["checks"]:
+            if r.get("unreachable") or c["id"] != REACHABLE:  # merge puts its own in place
+                counts[c["status"]] += 1
         if r["node"] in seen:
             raise _fail(source, f"node {r['node']!r} is also in {seen[r['node']]}")
         seen[r["node"]] = source
@@ -329,14 +348,14 @@ def merge(results: list[tuple[str, dict]], generated: str | None = None) -> dict
                 for c in columns
                 if c not in have
             ]
-    counts = dict.fromkeys(STATUSES, 0)
-    for n in nodes:
-        for c in n["checks"]:
-            counts[c["status"]] += 1
     failed = [n["node"] for n in nodes if n["status"] == "fail"]
+    generated = generated or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for n in nodes:  # how old each result is when the report is built
+        if n.get("started"):
+            n["age_s"] = _age(n["started"], generated)
     return {
         "schema": REPORT_SCHEMA,
-        "generated": generated or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "generated": generated,
         "columns": [{"id": c, "title": titles[c], "per_gpu": c in gpu_checks} for c in columns],
         "summary": {"nodes": len(nodes), "nodes_failed": len(failed), "failed": failed}
         | {"checks": counts},

@@ -6,7 +6,8 @@ about a MIG device (mig.isolation) also has ``mig``: the device's n in ``<gpu>:<
 ``gpu`` is the parent GPU's index and its ``uuid`` the MIG device's (``MIG-...``). ``mig`` is
 null on every other check.
 
-A GPU lists its MIG devices under it (``mig_enabled``, ``mig``: index, uuid, gi, ci,
+A GPU carries its board's serial number (``serial``, null where NVML does not tell) and
+lists its MIG devices under it (``mig_enabled``, ``mig``: index, uuid, gi, ci,
 profile, memory_mib, in NVML's order); a GPU that cannot do MIG has ``mig_enabled`` null.
 
 Exit codes: 0 every check passed (warn and skip allowed), 1 any check failed, 2 validation
@@ -69,6 +70,7 @@ class GpuRow:
     minor: int | None = None
     mig_enabled: bool | None = None  # None: the GPU cannot do MIG (or it is not known)
     mig: list[MigFacts] = factory(list)
+    serial: str | None = None  # the board's serial number; None where NVML does not tell
 
     @classmethod
     def of(cls, index: int, gpu: nvidia_gpu.Gpu) -> GpuRow:
@@ -86,6 +88,7 @@ ROW = {
     "minor": "minor",
     "mig_enabled": "mig_mode",
     "mig": "mig_devices",
+    "serial": "serial",
 }
 
 

@@ -61,9 +61,11 @@ def test_cli_previous_report_or_results(runs, tmp_path, capsys, form):
     changes = json.loads((out / "report.json").read_text())["changes"]
     assert changes["previous"]["source"] == str(previous)
     if form == "results file":  # only the T4 node before: the others are new
-        assert said.count("since the previous report: 3 new failure(s), 1 fixed") == 1
+        assert said.count("since the previous report: 3 new failure(s), 1 resolved (per check "
+                          "and GPU); 3 node(s) newly failing, 1 fixed") == 1  # fmt: skip
         return
-    assert "since the previous report: 2 new failure(s), 1 fixed" in said
+    assert ("since the previous report: 2 new failure(s), 1 resolved (per check and GPU); "
+            "2 node(s) newly failing, 1 fixed") in said  # fmt: skip
     page = (out / "index.html").read_text()
     assert "<img" not in page  # the new node's hostile name stays text in the changes too
     root = Tree(page).root
@@ -114,3 +116,66 @@ def test_no_previous_no_changes_section(runs, tmp_path):
     page = (tmp_path / "o" / "index.html").read_text()
     assert 'id="changes"' not in page
     assert "changes" not in json.loads((tmp_path / "o" / "report.json").read_text())
+
+
+XID13 = "Xid 13 at 2026-11-22T07:50:00Z: graphics engine exception"
+
+
+def test_a_new_failure_on_a_failing_node_is_new_per_check_and_gpu(tmp_path, capsys):
+    """GPU 1 of the node failed gpu.xid before; now GPU 3 does too (a new fatal Xid) and
+    GPU 1's ECC failure is gone: the node is still failing, and the change shows per check
+    and GPU in report.json, first in summary.md, and on the page."""
+    from .synthetic import ALL_GPU_CHECKS, ALL_NODE_CHECKS, XID79
+
+    def doc(faults):
+        return result("gpu-x", "NVIDIA H100 80GB HBM3", 4, faults, ALL_NODE_CHECKS,
+                      ALL_GPU_CHECKS)  # fmt: skip
+
+    before, now = tmp_path / "before", tmp_path / "now"
+    for d, faults in ((before, {("gpu.xid", 1): ("fail", XID79),
+                                ("gpu.ecc_uncorrectable", 1): ("fail", "3 uncorrected")}),
+                      (now, {("gpu.xid", 1): ("fail", XID79), ("gpu.xid", 3): ("fail", XID13)})):
+        d.mkdir()
+        (d / "gpu-x.json").write_text(json.dumps(doc(faults)))
+    prev, model = build.model_from([str(before)]), build.model_from([str(now)])
+    ch = overview.changes(model["nodes"], prev["nodes"])
+    assert ch["new"] == [] and ch["still"] == ["gpu-x"]  # the node failed both times
+    got = [(e["change"], e["node"], e["check"], e["gpu"], e["status"]) for e in ch["failures"]]
+    assert got == [("new", "gpu-x", "gpu.xid", 3, "fail"),
+                   ("resolved", "gpu-x", "gpu.ecc_uncorrectable", 1, "pass")]  # fmt: skip
+    assert ch["failures"][0]["detail"] == XID13 and ch["failures"][0]["was"] == "0"
+    assert ch["failures"][1]["was"] == "3 uncorrected"
+    # the same report again: nothing changed
+    assert overview.changes(model["nodes"], model["nodes"])["failures"] == []
+
+    out = tmp_path / "reports"
+    assert main(["report", str(now), "-o", str(out), "--previous", str(before)]) == 1
+    assert "1 new failure(s), 1 resolved (per check and GPU); 0 node(s) newly failing" in (
+        capsys.readouterr().out)  # fmt: skip
+    saved = json.loads((out / "report.json").read_text())["changes"]["failures"]
+    assert saved == ch["failures"]
+    md = (out / "summary.md").read_text().splitlines()
+    assert md[2] == "## Since the previous report"
+    assert "- new: gpu-x gpu.xid (GPU 3): Xid 13 at" in "\n".join(md[:8])
+    assert ("- resolved: gpu-x gpu.ecc\\_uncorrectable (GPU 1): pass now (0); was: 3 "
+            "uncorrected") in md  # fmt: skip
+    assert md.index("## Since the previous report") < md.index("## Failures and warnings") \
+        < md.index("## Nodes")  # fmt: skip
+    root = Tree((out / "index.html").read_text()).root
+    assert root.by_id("check-changes").content() == "per check and GPU: 1 new failure, 1 resolved"
+    assert root.by_id("new-failures").content() == "no node newly failing"
+    rows = [[td.content() for td in tr.all("td")]
+            for tr in root.by_id("failure-changes").all("tr") if "data-change" in tr.attrs]  # fmt: skip
+    assert [r[:4] for r in rows] == [["new", "gpu-x", "gpu.xid", "GPU 3"],
+                                     ["resolved", "gpu-x", "gpu.ecc_uncorrectable", "GPU 1"]]  # fmt: skip
+
+
+def test_a_resolved_failure_needs_the_check_to_have_run(runs):
+    """A node unreachable now: its earlier failures are not resolved (nothing ran)."""
+    before, _ = runs
+    prev = build.model_from([str(before)])
+    down = {"node": FAULTY, "status": "fail", "unreachable": True,
+            "checks": [{"id": "node.reachable", "title": "Node reachable", "gpu": None,
+                        "mig": None, "status": "fail", "detail": "ssh"}]}  # fmt: skip
+    got = overview.failure_changes([down], prev["nodes"])
+    assert [(e["change"], e["check"]) for e in got] == [("new", "node.reachable")]

@@ -198,7 +198,7 @@ def test_junit_with_control_characters_still_parses_and_validates(hostile):
 def test_markdown_values_stay_text_in_their_cell(hostile):
     """Before: names and details went into summary.md raw; a `|` split cells, a newline
     forged a table row, and HTML went through. Rendered by markdown-it (CommonMark + GFM
-    tables), the table keeps one row per node of five cells, the values are text."""
+    tables), the table keeps one row per node of seven cells, the values are text."""
     from markdown_it import MarkdownIt
 
     text = (hostile / "summary.md").read_text()
@@ -207,8 +207,8 @@ def test_markdown_values_stay_text_in_their_cell(hostile):
     rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
     assert len(rows) == 1, body
     cells = re.findall(r"<td>(.*?)</td>", rows[0], re.S)
-    assert len(cells) == 5 and cells[0] == "node|x&lt;b&gt;*y*&lt;/b&gt;", cells
-    assert cells[4] == "2x Tesla T4 | &lt;i&gt;x&lt;/i&gt;"
+    assert len(cells) == 7 and cells[0] == "node|x&lt;b&gt;*y*&lt;/b&gt;", cells
+    assert cells[5] == "2x Tesla T4 | &lt;i&gt;x&lt;/i&gt;"
     assert "forged-node" not in body
     # the problem list: one item, the detail on one line, no markup made of it
     items = re.findall(r"<li>(.*?)</li>", page, re.S)

@@ -141,14 +141,16 @@ def test_healthy_nodes_fold_to_one_line_failing_ones_open(large):
         if d.attrs["data-status"] == "pass":
             assert "open" not in d.attrs, d.attrs
             name = re.escape(d.attrs["data-node"])
-            assert re.fullmatch(rf"pass{name}8 GPUs · all \d+ checks passed \(\d skipped\)",
-                                summary)  # fmt: skip
+            assert re.fullmatch(rf"pass{name}8 GPUs · all \d+ checks passed \(\d skipped\)"
+                                "validated 2026-11-22T08:00:00Z · 0 s before", summary)  # fmt: skip
         else:
             assert "open" in d.attrs, d.attrs["data-node"]
     by = {d.attrs["data-node"]: d.first("summary").content() for d in nodes_on_page(root)}
-    assert by[large_name(5)].endswith("8 GPUs · fail gpu.xid on GPU 3, 6")
-    assert by[large_name(60)].endswith("fail mig.isolation on MIG 1:2")
-    assert by[large_name(47)].endswith("warn gpu.clocks_event on GPU 0, 1, 2, 3, 4, 5, 6, 7")
+    when = "validated 2026-11-22T08:00:00Z · 0 s before"  # the result's start; its age
+    # the Xid codes at a glance: a badge per code, with the GPUs that logged it
+    assert by[large_name(5)].endswith(f"8 GPUs · fail gpu.xid on GPU 3, 6Xid 79 · GPU 3, 6{when}")
+    assert by[large_name(60)].endswith(f"fail mig.isolation on MIG 1:2{when}")
+    assert by[large_name(47)].endswith(f"warn gpu.clocks_event on GPU 0, 1, 2, 3, 4, 5, 6, 7{when}")
     assert by[DOWN] == f"unreachable{DOWN}unreachable: Failed to connect to the host via ssh"
     # a folded node holds its GPUs and its checks (each verdict once, or the node above with
     # the same verdicts and details named): no grid of ticks, nothing of it hidden for good
@@ -252,7 +254,8 @@ def test_gpu_less_and_skip_only_nodes_fold_with_their_line():
     for c in gpu["checks"]:
         c["status"] = "skip"
     model = results.merge([("cpu.json", results.check_result(cpu, "cpu.json")),
-                           ("gpu.json", results.check_result(gpu, "gpu.json"))])  # fmt: skip
+                           ("gpu.json", results.check_result(gpu, "gpu.json"))],
+                          "2026-11-22T09:05:00Z")  # fmt: skip
     root = Tree(html.render(model)).root
     lines = {d.attrs["data-node"]: (d.attrs["data-status"], "open" in d.attrs,
                                     d.first("summary").content()) for d in nodes_on_page(root)}  # fmt: skip
@@ -260,7 +263,8 @@ def test_gpu_less_and_skip_only_nodes_fold_with_their_line():
     assert lines == {
         # node.reachable and engine.active passed; every other column a skip saying why
         "cpu": ("pass", False, f"passcpuno GPUs · all 2 checks passed ({total - 2} skipped)"),
-        "gpu": ("pass", False, f"passgpu1 GPU · the one check passed ({total - 1} skipped)"),
+        "gpu": ("pass", False, f"passgpu1 GPU · the one check passed ({total - 1} skipped)"
+                               "validated 2026-11-22T08:00:00Z · 1 h 05 min before"),
     }
     skip_only = {"node": "s", "status": "skip", "checks": [dict(engine, status="skip", gpu=None)]}
     assert overview.node_line(skip_only) == "no GPUs · no check ran: the one check skipped"
@@ -359,6 +363,7 @@ def test_hostile_values_stay_text_in_the_new_places(hostile):
     evil = details[EVIL_NODE]
     assert evil.first("summary").content() == (
         f"fail{EVIL_NODE}2 GPUs · fail gpu.lost on GPU 1; warn {EVIL_CHECK} on GPU 0"
+        "validated 2026-11-22T08:00:00Z · 0 s before"
     )
     # the summary's problems: the check id, its title, the node named as text
     rows = {tr.attrs["data-problem"]: tr for tr in root.by_id("problems").all("tr")

@@ -30,6 +30,26 @@ def test_merge_sorts_nodes_adds_reachability_and_counts(tmp_path):
     assert [(c["gpu"], c["status"]) for c in ecc] == [(0, "pass"), (FAULTY_GPU, "fail")]
 
 
+def test_summary_counts_are_the_checks_the_results_hold(tmp_path):
+    """Counted independently from the documents written: each result's checks, an
+    unreachable node's one fail; not the report's own node.reachable pass ("results
+    received", one per node with a result: the counts were one pass off per node)."""
+    from gpunode.report import markdown
+
+    from .synthetic import mig_result, write_mig_cluster
+
+    docs = [*cluster().values(), mig_result(broken=2)]
+    want = dict.fromkeys(results.STATUSES, 0)
+    for doc in docs:
+        for c in doc.get("checks") or [{"status": "fail"}]:  # unreachable: its one fail
+            want[c["status"]] += 1
+    assert sum(sum(d["summary"].values()) for d in docs if "summary" in d) == sum(want.values()) - 1
+    model = model_from([str(write_mig_cluster(tmp_path / "r"))])
+    assert model["summary"]["checks"] == want
+    counts = ", ".join(f"{v} {k}" for k, v in want.items())
+    assert f"Checks: {counts}." in markdown.render(model)
+
+
 def test_healthy_node_status_is_its_worst_check():
     model = results.merge([("a.json", results.check_result(result("n", "T4", 1), "a.json"))])
     assert model["nodes"][0]["status"] == "pass"  # container.cuda skipped: allowed

@@ -36,7 +36,7 @@ def test_contract_fields():
     assert d["gpus"][0]["pci_bus_id"] == "00000000:07:00.0"
     assert d["gpus"][0]["mig_enabled"] is None and d["gpus"][0]["mig"] == []
     assert list(d["gpus"][0]) == ["index", "uuid", "model", "pci_bus_id", "memory_mib", "minor",
-                                  "mig_enabled", "mig"]  # fmt: skip
+                                  "mig_enabled", "mig", "serial"]  # fmt: skip
 
 
 def test_the_result_row_is_the_records_fields_under_the_schemas_names():
@@ -50,6 +50,8 @@ def test_the_result_row_is_the_records_fields_under_the_schemas_names():
     assert row["model"] == "NVIDIA A100-SXM4-80GB" and row["memory_mib"] == 81920
     assert row["mig_enabled"] is True and row["mig"][0].profile == "3g.40gb"
     assert GpuRow.of(0, healthy_gpu(0)).mig_enabled is None
+    assert GpuRow.of(0, healthy_gpu(0, serial="1654922001234")).serial == "1654922001234"
+    assert GpuRow.of(0, healthy_gpu(0)).serial is None  # NVML did not tell
 
 
 def test_mig_devices_under_their_gpu_and_mig_checks_name_the_device():

@@ -468,6 +468,15 @@ LINK_DEFAULTS = {
 }
 PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS
+# NVLink's generation by compute capability: (NVML's link version, a link's speed in MB/s,
+# what NVML's NVLINK_GET_SPEED field reports and `nvidia-smi nvlink -s` prints in GB/s):
+# NVLink 2 on V100, 3 on A100, 4 on H100/H200, 5 on B200.
+NVLINK_GENERATIONS = {
+    (7, 0): (2, 25781),
+    (8, 0): (3, 25000),
+    (9, 0): (4, 26562),
+    (10, 0): (5, 53125),
+}
 
 
 def _parse_links(
@@ -840,6 +849,8 @@ def _link_fields(g: Gpu) -> dict[str, Any]:
         "clocks_reasons": reasons or 0x1,
         "nvlinks": g.nvlinks,
         "nvlink_down": int("nvlink_down" in f),  # a bit per link: link 0
+        "nvlink_version": NVLINK_GENERATIONS.get(g.compute_capability, (0, 0))[0],
+        "nvlink_speed": NVLINK_GENERATIONS.get(g.compute_capability, (0, 0))[1],
         # on an NVSwitch fabric NVML reports (Hopper+): its state is the node's, trained by
         # the fabric manager (gpunode.sim.fabric); the status training ends with is the GPU's
         "fabric": int(g.fabric),

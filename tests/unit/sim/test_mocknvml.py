@@ -351,8 +351,13 @@ def test_built_library_exports(built_lib):
     stray = {n for n in names if not n.startswith("nvml") and n not in ours}
     assert not stray  # the helpers the C files share stay hidden (common.h's pragma)
     # exactly what the library exported as one file: the NVML functions (nvml.h's and
-    # pynvml's, stubs or defined), sim apply's two, and two older ECC queries the mock defines
-    extras = {"nvmlDeviceGetCurrentEccMode", "nvmlDeviceGetPendingEccMode"}
+    # pynvml's, stubs or defined), sim apply's two, two older ECC queries the mock defines
+    # and the internal export table nvidia-smi asks for (mocknvml/internal.c)
+    extras = {
+        "nvmlDeviceGetCurrentEccMode",
+        "nvmlDeviceGetPendingEccMode",
+        "nvmlInternalGetExportTable",
+    }
     assert names == set(mocknvml.nvml_names()) | ours | extras
 
 
@@ -918,6 +923,10 @@ def codes_by(codes: dict[int, str], name: str) -> int:
 def test_every_export_before_init_is_uninitialized(built_lib, harness, tmp_path, pynvml_ready):
     lib = install_lib(built_lib, a100_with_mig(None), tmp_path)
     results, _ = run_harness(harness, lib / "libnvidia-ml.so.1", tmp_path, "noinit", "gpu")
+    # but the export table, which nvidia-smi asks for before nvmlInit (its version check):
+    # the harness's arguments are no table pointer and GUID, so it refuses them
+    table = results.pop("nvmlInternalGetExportTable")
+    assert 1 not in table and set(table) <= {2, 3}  # INVALID_ARGUMENT, NOT_SUPPORTED
     bad = {n: rc for n, rc in results.items() if set(rc) != {1}}  # NVML_ERROR_UNINITIALIZED
     assert not bad
 

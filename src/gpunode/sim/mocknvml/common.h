@@ -50,6 +50,7 @@
  *   power.c      thermals and power
  *   links.c      PCIe link, clock event reasons, NVLink, fabric, InfoROM
  *   topology.c   PCI topology and NVLink far ends
+ *   internal.c   nvidia-smi's export table (nvmlInternalGetExportTable)
  *
  * They implement what device plugins and NVIDIA's container toolkit walk.
  * Every other entry point that nvidia-ml-py knows is exported by a weak stub
@@ -347,6 +348,7 @@ typedef struct {
     unsigned int pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, pcie_replays;
     unsigned long long clocks_reasons, nvlink_down; /* nvlink_down: a bit per link down */
     unsigned int nvlinks, fabric, fabric_status, inforom_corrupt;
+    unsigned int nvlink_version, nvlink_speed; /* NVML's link version, MB/s a link */
     /* PCI and NVLink layout (see "PCI topology and NVLink far ends" below) */
     unsigned int numa_node;
     char pci_path[STR_LEN]; /* "<NUMA node>/<host bridge>/<switch>/..." */
@@ -562,6 +564,12 @@ nvmlReturn_t copy_out(char *buf, unsigned int length, const char *src);
 int is_visible_mig(nvmlDevice_t device);
 nvmlReturn_t lookup(nvmlDevice_t device, const gpu_t **out);
 nvmlReturn_t lookup_any(nvmlDevice_t device, const gpu_t **gpu, const mig_t **mig);
+
+/* topology.c: the P2P link between two GPUs as nvidia-smi's export table gives it
+ * (internal.c, slot 23) */
+nvmlReturn_t p2p_link_kind(const char *bus_a, const char *bus_b, unsigned int *out);
+/* topology.c: whether an NVLink's far end is a GPU of this node (else an NVSwitch) */
+int peer_is_gpu(const struct pci_addr *p);
 void fill_pci(const gpu_t *g, nvmlPciInfo_t *pci, int full);
 /* migstate.c */
 unsigned int mig_ci_slices(const mig_t *m);

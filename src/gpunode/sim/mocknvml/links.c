@@ -61,7 +61,8 @@ GPU_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, g->clo
 GPU_GETTER(nvmlDeviceGetSupportedClocksEventReasons, unsigned long long, 0x1ffULL)
 GPU_GETTER(nvmlDeviceGetSupportedClocksThrottleReasons, unsigned long long, 0x1ffULL)
 
-/* A GPU without NVLink: NOT_SUPPORTED; a link it does not have: INVALID_ARGUMENT. */
+/* A GPU without NVLink, or a link this GPU does not have: NOT_SUPPORTED (as NVML answers
+ * for the links of NVML_NVLINK_MAX_LINKS a board lacks); beyond that: INVALID_ARGUMENT. */
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
                                              unsigned int *isActive)
 {
@@ -69,8 +70,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int l
     REQUIRE(isActive);
     if (!g->nvlinks)
         return NVML_ERROR_NOT_SUPPORTED;
-    if (link >= g->nvlinks || link >= NVLINK_MAX_LINKS)
+    if (link >= NVLINK_MAX_LINKS)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (link >= g->nvlinks) /* a link NVML knows of that this GPU does not have */
+        return NVML_ERROR_NOT_SUPPORTED;
     *isActive = (g->nvlink_down >> link) & 1ULL ? 0 : 1; /* NVML_FEATURE_DISABLED/ENABLED */
     return NVML_SUCCESS;
 }

@@ -101,12 +101,19 @@ static const gpu_t *gpu_at(const struct pci_addr *p)
 
 /* The far end of `link`: NOT_SUPPORTED without NVLink or when the profile does not say,
  * INVALID_ARGUMENT for a link the GPU does not have. */
+int peer_is_gpu(const struct pci_addr *p)
+{
+    return gpu_at(p) != NULL;
+}
+
 static nvmlReturn_t far_end(const gpu_t *g, unsigned int link, const struct pci_addr **out)
 {
     if (!g->nvlinks)
         return NVML_ERROR_NOT_SUPPORTED;
-    if (link >= g->nvlinks || link >= NVLINK_MAX_LINKS)
+    if (link >= NVLINK_MAX_LINKS)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (link >= g->nvlinks) /* a link NVML knows of that this GPU does not have */
+        return NVML_ERROR_NOT_SUPPORTED;
     if (link >= g->npeers)
         return NVML_ERROR_NOT_SUPPORTED;
     *out = &g->peers[link];
@@ -170,9 +177,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned 
     REQUIRE(capResult);
     if (!g->nvlinks)
         return NVML_ERROR_NOT_SUPPORTED;
-    if (link >= g->nvlinks || link >= NVLINK_MAX_LINKS || capability < 0 ||
-        capability >= NVLINK_CAP_COUNT)
+    if (link >= NVLINK_MAX_LINKS || capability < 0 || capability >= NVLINK_CAP_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (link >= g->nvlinks)
+        return NVML_ERROR_NOT_SUPPORTED;
     *capResult = capability == NVLINK_CAP_P2P_SUPPORTED ||
                  capability == NVLINK_CAP_P2P_ATOMICS || capability == NVLINK_CAP_VALID;
     return NVML_SUCCESS;
@@ -215,5 +223,53 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
         *p2pStatus = P2P_STATUS_CHIPSET_NOT_SUPPORTED;
     else
         *p2pStatus = P2P_STATUS_OK;
+    return NVML_SUCCESS;
+}
+
+/* nvidia-smi's P2P link kinds (export table slot 23; see internal.c) */
+#define P2P_LINK_PIX 0u
+#define P2P_LINK_NV_BASE 4u /* SYS; 4 + n: n NVLinks */
+
+/* Links of a to b that are up: to b itself or to an NVSwitch b also reaches. */
+static unsigned int nvlinks_between(const gpu_t *a, const gpu_t *b)
+{
+    struct pci_addr at = {b->domain, b->bus, b->device, b->function};
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < a->npeers && i < a->nvlinks && i < NVLINK_MAX_LINKS; i++) {
+        if ((a->nvlink_down >> i) & 1ULL)
+            continue;
+        const struct pci_addr *p = &a->peers[i];
+        if (!memcmp(p, &at, sizeof(at)) || (!gpu_at(p) && peer_listed(b, p)))
+            n++;
+    }
+    return n;
+}
+
+static const gpu_t *visible_at(const char *bus_id)
+{
+    struct pci_addr p;
+    char id[32];
+    copy_str(id, sizeof(id), bus_id);
+    if (parse_bus_id(id, &p.domain, &p.bus, &p.device, &p.function) != 0)
+        return NULL;
+    const gpu_t *g = gpu_at(&p);
+    return g && g->visible ? g : NULL;
+}
+
+nvmlReturn_t p2p_link_kind(const char *bus_a, const char *bus_b, unsigned int *out)
+{
+    const gpu_t *a = visible_at(bus_a), *b = visible_at(bus_b);
+    if (!a || !b)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (a->lost || b->lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    unsigned int links = a == b ? 0 : nvlinks_between(a, b);
+    if (links) {
+        *out = P2P_LINK_NV_BASE + links;
+        return NVML_SUCCESS;
+    }
+    /* NVML's levels are 10 apart from SINGLE (PIX) to SYSTEM (SYS) */
+    int level = topology_level(a, b);
+    *out = level <= TOPOLOGY_SINGLE ? P2P_LINK_PIX : (unsigned int)(level - TOPOLOGY_SINGLE) / 10;
     return NVML_SUCCESS;
 }

@@ -276,7 +276,7 @@ def test_p2p_status_link_capabilities_and_far_end_types(built_lib, tmp_path, pyn
     assert h100["type"] == [2, 2]  # NVML_NVLINK_DEVICE_TYPE_SWITCH
     assert h100["remote"] == ["00000000:E3:00.0", "0000:E3:00.0", 0, 0xE3, 0, 0x22A310DE, 0]
     a100 = peers(built_lib, tmp_path / "a", "a100x2-mig", [0, 1])
-    assert a100["type"] == [0, "error:NVMLError_InvalidArgument"]  # a GPU; link 17: none
+    assert a100["type"] == [0, unsupported]  # a GPU; link 17: one the A100 lacks
     assert a100["remote"] == ["00000000:0F:00.0", "0000:0F:00.0", 0, 0x0F, 0, 0x20B210DE, 0]
     # PCIe only, one T4 per socket: reads and writes need the chipset, no NVLink, no atomics
     t4 = peers(built_lib, tmp_path / "t", "t4x2-faulty", [0, 1])
@@ -286,7 +286,7 @@ def test_p2p_status_link_capabilities_and_far_end_types(built_lib, tmp_path, pyn
     # HGX A100 4-GPU: GPUs 0 and 2 (across the CPUs) are linked directly, no NVSwitch
     a4 = peers(built_lib, tmp_path / "x", "a100x4", [0, 2])
     assert a4["p2p"] == [[[ok] * 5] * 2] * 2
-    assert a4["type"] == [0, "error:NVMLError_InvalidArgument"]  # a GPU; link 17: none
+    assert a4["type"] == [0, unsupported]  # a GPU; link 17: one the A100 lacks
     assert a4["remote"] == ["00000000:0F:00.0", "0000:0F:00.0", 0, 0x0F, 0, 0x20B210DE, 0]
 
 

@@ -263,7 +263,9 @@ nvmlReturn_t p2p_link_kind(const char *bus_a, const char *bus_b, unsigned int *o
         return NVML_ERROR_INVALID_ARGUMENT;
     if (a->lost || b->lost)
         return NVML_ERROR_GPU_IS_LOST;
-    unsigned int links = a == b ? 0 : nvlinks_between(a, b);
+    /* a link down on either side is down for the pair: the fewer of the two counts */
+    unsigned int ab = a == b ? 0 : nvlinks_between(a, b), ba = a == b ? 0 : nvlinks_between(b, a);
+    unsigned int links = ab < ba ? ab : ba;
     if (links) {
         *out = P2P_LINK_NV_BASE + links;
         return NVML_SUCCESS;

@@ -167,6 +167,7 @@ GPU_KEYS = {
     "memory_mib",
     "memory_reserved_mib",
     "memory_used_mib",
+    "bar1_mib",
     "compute_capability",
     "pci_device_id",
     "pci_subsystem_id",
@@ -250,6 +251,13 @@ class Gpu:
     pci_host_bridge: int = 0
     pci_switches: tuple[str, ...] = ()
     nvlink_peers: tuple[BusId, ...] = ()
+    bar1_mib: int = 0  # the BAR1 aperture; 0: the power of two at or above memory_mib
+
+    @property
+    def bar1(self) -> int:
+        """BAR1's size in MiB: the profile's, or the large BAR of data-center boards (A100
+        80GB and H100 80GB: 128 GiB), the power of two at or above the memory."""
+        return self.bar1_mib or 1 << (self.memory_mib - 1).bit_length()
 
     @property
     def fabric(self) -> bool:
@@ -427,7 +435,9 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
             f"memory_mib ({memory})"
         )
     links = _parse_links(where, raw, compute_capability, frozenset(faults_raw))
+    bar1 = _int(f"{where}.bar1_mib", raw.get("bar1_mib", 0), 0, 1 << 24)
     return Gpu(
+        bar1_mib=bar1,
         minor=_int(f"{where}.minor", raw.get("minor", position), 0, 253),
         uuid=uuid,
         bus_id=bus,
@@ -783,6 +793,7 @@ def mock_payload(profile: Profile) -> str:
             "memory_total": g.memory_mib * mib,
             "memory_reserved": g.memory_reserved_mib * mib,
             "memory_used": g.memory_used_mib * mib,
+            "bar1_total": g.bar1 * mib,
             "cc_major": g.compute_capability[0],
             "cc_minor": g.compute_capability[1],
             "architecture": g.architecture,

@@ -328,7 +328,7 @@ typedef struct {
     char bus_id[32]; /* normalized "%08X:%02X:%02X.%X" */
     unsigned int domain, bus, device, function;
     unsigned int pci_device_id, pci_subsystem_id;
-    unsigned long long memory_total, memory_reserved, memory_used;
+    unsigned long long memory_total, memory_reserved, memory_used, bar1_total;
     int cc_major, cc_minor;
     unsigned int architecture;
     int brand;

@@ -33,7 +33,9 @@ from gpunode.report.build import FILES
 from gpunode.sim import cluster
 from gpunode.sim.docker import docker, exec_
 from gpunode.sim.expected import compare, injected
+from gpunode.sim.profiles import load_profile, parse_profile
 
+from ..infra import smi
 from . import reportpage
 
 pytestmark = pytest.mark.integration
@@ -221,6 +223,89 @@ def test_site_check_provision_idempotent(cluster_inventory, artifacts):
     pkgs = [ln.split()[1] for ln in listed.stdout.decode().splitlines() if ln.startswith("ii")]
     assert not [p for p in pkgs if "nvidia" in p or "cuda" in p], pkgs
     assert exec_(cpu, ["test", "-e", "/etc/gpunode/runtime.toml"], check=False).returncode == 1
+
+
+def smi_out(node: str, args: list[str], rc: int = 0) -> str:
+    proc = exec_(node, ["nvidia-smi", *args], check=False)
+    out = (proc.stdout + proc.stderr).decode(errors="replace")
+    assert proc.returncode == rc, (
+        f"{node}: nvidia-smi {' '.join(args)}: exit {proc.returncode}: {out}"
+    )
+    return out
+
+
+def smi_views(node: str) -> list[str]:
+    """Every view of the issue against the node's NVML (gpunode inventory --json, the same
+    comparisons tests/infra/test_nvidia_smi.py makes on any node): the differences."""
+    inventory = json.loads(exec_(node, ["gpunode", "inventory", "--json"]).stdout)
+    corrupt = any(g.get("inforom_valid") is False for g in inventory["gpus"])
+    default = smi_out(node, [], rc=14 if corrupt else 0)
+    head = smi.HEADER.search(default)
+    diffs = [] if head and head[2] == inventory["driver_version"] else [f"header {head}"]
+    diffs += smi.compare_listing(smi_out(node, ["-L"]), inventory)
+    diffs += smi.compare_query(
+        smi_out(node, [f"--query-gpu={smi.QUERY}", "--format=csv,noheader,nounits"]), inventory
+    )
+    diffs += smi.compare_xml(smi_out(node, ["-q", "-x"]), inventory)
+    smi_out(node, ["-q"])
+    diffs += smi.compare_topo(smi_out(node, ["topo", "-m"]), inventory)
+    diffs += smi.compare_nvlink(smi_out(node, ["nvlink", "-s"]), inventory)
+    if any(g.get("mig_mode") for g in inventory["gpus"]):
+        lgi, lci = smi_out(node, ["mig", "-lgi"]), smi_out(node, ["mig", "-lci"])
+        diffs += smi.compare_mig(lgi, lci, inventory)
+    return diffs
+
+
+def test_nvidia_smi_shows_each_profile_as_on_hardware(cluster_inventory, tmp_path):
+    """NVIDIA's own nvidia-smi, as the driver role installed it (Debian 12: 535.261.03,
+    Debian 13: 550.163.01), on the provisioned nodes under each built-in profile of their
+    driver branch: every view exits as on hardware and shows the profile's GPUs (count,
+    UUIDs, bus ids), the injected faults' fields, MIG devices and links, and agrees with
+    NVML; a GPU that fell off the bus stops it as on hardware."""
+    a100, h100, _ = cluster_inventory["names"]
+    plan = {a100: ["t4x2-faulty", "a100x2-mig", "a100x4"],
+            h100: ["h100x8", "h100x8-degraded", "h100x8-pcie"]}  # fmt: skip
+    for node, profiles in plan.items():
+        for name in profiles:
+            cluster.apply(node, name, log=lambda *_: None)
+            profile = load_profile(name)
+            listed = smi.listing(smi_out(node, ["-L"]))
+            assert [(g["name"], g["uuid"]) for g in listed] == [
+                (g.model, g.uuid) for g in profile.gpus
+            ], (node, name)
+            query = smi.csv_rows(smi_out(node, ["--query-gpu=pci.bus_id", "--format=csv,noheader"]))
+            assert [r[0] for r in query] == [g.bus_id.nvml.upper() for g in profile.gpus]
+            assert smi_views(node) == [], (node, name)
+            if name == "t4x2-faulty":  # GPU 1: uncorrectable ECC errors, pages pending
+                q = smi_out(node, ["-q", "-i", "1", "-d", "ECC,PAGE_RETIREMENT"])
+                assert re.search(r"Volatile\n(.*\n)*?\s+DRAM Uncorrectable\s+: 2\n", q), q
+                assert re.search(r"Double Bit ECC\s+: 2\n\s+Pending Page Blacklist\s+: Yes", q), q
+            if name == "a100x2-mig":
+                migs = [u for g in smi.listing(smi_out(node, ["-L"])) for *_, u in g["migs"]]
+                want = [m.uuid for g in profile.gpus for m in g.mig_instances]
+                assert sorted(migs) == sorted(want), migs
+            if name == "h100x8":  # no fabric manager on this Debian node: never trained
+                q = smi_out(node, ["-q", "-i", "0"])
+                assert re.search(r"Fabric\n\s+State\s+: Not Started", q), q
+            if name == "h100x8-degraded":  # link 0 of GPU 4 down; GPU 5's InfoROM corrupt
+                links = smi.nvlink_status(smi_out(node, ["nvlink", "-s"]))
+                assert [k for k, v in links[4].items() if v == "<inactive>"] == [0], links[4]
+                assert "WARNING: infoROM is corrupted at gpu 0000:AB:00.0" in smi_out(
+                    node, [], rc=14
+                )
+    # the T4 node with GPU 1 fallen off the bus
+    data = yaml.safe_load((ROOT / "src/gpunode/data/profiles/t4x2-faulty.yaml").read_text())
+    data["gpus"][1]["faults"] = ["fallen_off_bus"]
+    parse_profile(data)  # a valid profile
+    lost = tmp_path / "t4-lost.yaml"
+    lost.write_text(yaml.safe_dump(data))
+    try:
+        cluster.apply(a100, str(lost), log=lambda *_: None)
+        for args in ([], ["-L"], ["-q"]):
+            out = smi_out(a100, args, rc=15)
+            assert "device handle for " in out and "0000:D8:00.0: GPU is lost" in out, out
+    finally:
+        cluster.apply(a100, "a100x4", log=lambda *_: None)
 
 
 def test_site_reports_the_faulty_gpu_red_and_fails_after_the_report(cluster_inventory):

@@ -14,7 +14,10 @@ Schema (every key is checked; unknown keys are errors so typos cannot pass silen
       cuda_version: "12.2"            # what nvmlSystemGetCudaDriverVersion reports
       kernel_module: proprietary      # or "open": changes the /proc version line
     defaults:                         # any GPU key; applies to every GPU
-      model: NVIDIA A100-SXM4-80GB
+      model: NVIDIA A100-SXM4-80GB    # printable ASCII, at most 95 characters (NVML's name
+                                      #   buffer; serial: 29, vbios: 31)
+      pci_device_id: 0x20B2           # a board of sim/gpu-pci-ids.json (0: not given)
+      bar1_mib: 131072                # BAR1; default the power of two >= memory_mib
       ...
     gpus:
       - uuid: GPU-...                 # required, GPU-8-4-4-4-12 hex
@@ -66,6 +69,7 @@ multi-GPU board, is not modelled: every simulated board holds one GPU.)
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -364,6 +368,49 @@ def _str(where: str, value: Any) -> str:
     return value
 
 
+# What NVML's buffers hold (the terminating NUL left out), so that nvidia-smi and every other
+# NVML caller can print a profile's strings whole: NVML_DEVICE_NAME_V2_BUFFER_SIZE 96,
+# NVML_DEVICE_SERIAL_BUFFER_SIZE 30, NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE 32.
+TEXT_LIMITS = {"model": 95, "serial": 29, "vbios": 31}
+_PRINTABLE_RE = re.compile(r"^[\x20-\x7e]+$")
+# The NVIDIA GPUs a profile may be (PCI device id -> pci.ids' name): gpu-pci-ids.json
+PCI_IDS = Path(__file__).with_name("gpu-pci-ids.json")
+
+
+def _text(where: str, key: str, value: Any) -> str:
+    """A string NVML hands out (model, serial, vbios): printable ASCII that fits NVML's
+    buffer; a value refused is shown cut short, with its length."""
+    limit = TEXT_LIMITS[key]
+    fits = isinstance(value, str) and 0 < len(value) <= limit
+    if fits and value.strip() and _PRINTABLE_RE.match(value):
+        return value
+    shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+    size = f" ({len(value)} characters)" if isinstance(value, str) and len(value) > 40 else ""
+    raise ProfileError(
+        f"{where}.{key}: {shown!r}{size} is not valid; expected printable ASCII of 1 to "
+        f"{limit} characters (what NVML's buffer holds)"
+    )
+
+
+def known_pci_ids() -> dict[int, str]:
+    """gpu-pci-ids.json: device id -> name."""
+    data = json.loads(PCI_IDS.read_text(encoding="utf-8"))
+    return {int(k, 16): v for k, v in data.items() if not k.startswith("_")}
+
+
+def _pci_id(where: str, value: Any) -> int:
+    """A profile's pci_device_id: 0 (not given) or a board of gpu-pci-ids.json."""
+    device = _int(f"{where}.pci_device_id", value, 0, 0xFFFF)
+    known = known_pci_ids()
+    if device and device not in known:
+        ids = ", ".join(f"0x{k:04X}" for k in sorted(known))
+        raise ProfileError(
+            f"{where}.pci_device_id: 0x{device:04X} is not an NVIDIA GPU the simulator knows; "
+            f"expected one of {ids} (gpunode/sim/gpu-pci-ids.json)"
+        )
+    return device
+
+
 def _bool(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _err(where, value, "true or false")
@@ -441,18 +488,18 @@ def _parse_gpu(where: str, raw: dict[str, Any], position: int) -> Gpu:
         minor=_int(f"{where}.minor", raw.get("minor", position), 0, 253),
         uuid=uuid,
         bus_id=bus,
-        model=_str(f"{where}.model", raw["model"]),
+        model=_text(where, "model", raw["model"]),
         memory_mib=memory,
         memory_reserved_mib=reserved,
         memory_used_mib=used,
         compute_capability=compute_capability,
-        pci_device_id=_int(f"{where}.pci_device_id", raw.get("pci_device_id", 0), 0, 0xFFFF),
+        pci_device_id=_pci_id(where, raw.get("pci_device_id", 0)),
         pci_subsystem_id=_int(
             f"{where}.pci_subsystem_id", raw.get("pci_subsystem_id", 0), 0, 0xFFFFFFFF
         ),
         brand=brand,
-        vbios=_str(f"{where}.vbios", raw.get("vbios", "00.00.00.00.01")),
-        serial=_str(f"{where}.serial", raw.get("serial", f"13240{position:08d}")),
+        vbios=_text(where, "vbios", raw.get("vbios", "00.00.00.00.01")),
+        serial=_text(where, "serial", raw.get("serial", f"13240{position:08d}")),
         power_limit_w=_int(f"{where}.power_limit_w", raw.get("power_limit_w", 300), 1),
         power_usage_w=_int(f"{where}.power_usage_w", raw.get("power_usage_w", 60)),
         temperature_c=_int(f"{where}.temperature_c", raw.get("temperature_c", 35), 0, 150),

@@ -105,7 +105,25 @@ def test_defaults_apply_and_minor_defaults_to_position():
         (lambda d: d["defaults"].update(memory_mib="lots"), "memory_mib: 'lots'"),
         (lambda d: d["defaults"].update(memory_mib=True), "memory_mib: True"),
         (lambda d: d["defaults"].update(memory_used_mib=20000), "exceeds memory_mib"),
-        (lambda d: d["defaults"].update(model="a\tb"), "single-line string without tabs"),
+        (
+            lambda d: d["defaults"].update(model="a\tb"),
+            "model: 'a\\tb' is not valid; expected printable",
+        ),
+        # what nvidia-smi could not show whole (NVML's buffers), or no real board has
+        (lambda d: d["defaults"].update(model="A" * 200), "...' (200 characters) is not valid"),
+        (
+            lambda d: d["defaults"].update(serial="1" * 30),
+            "serial: '111111111111111111111111111111'",
+        ),
+        (lambda d: d["defaults"].update(vbios="\x1b[31m"), "vbios: '\\x1b[31m' is not valid"),
+        (
+            lambda d: d["defaults"].update(memory_mib=0),
+            "memory_mib: 0 is not valid; expected an integer >= 1",
+        ),
+        (
+            lambda d: d["defaults"].update(pci_device_id=0x1234),
+            "pci_device_id: 0x1234 is not an NVIDIA GPU",
+        ),
         (lambda d: d.update(name="Bad Name"), "name: 'Bad Name'"),
         (lambda d: d["defaults"].update(brand="acme"), "brand: 'acme'"),
     ],

@@ -46,11 +46,16 @@ ask() {
     return 1
   fi
   IFS= read -r ans <&@P_FD_ANSWERS@ || ans=
-  if kill "$wd" 2>/dev/null; then
-    why="gpunode's resident service ($svc, pid $spid) ended the conversation without an answer (its log says why)"
-  else
+  ## end-of-file: the watchdog's end (the wait timed out) or the service's side closed. The
+  ## watchdog's exit status tells which: 0 when it slept its time out, not 0 when still
+  ## sleeping it is killed here. (Not kill's success, nor its state in /proc: an exiting
+  ## process has closed its files, which is what woke this read, before it is a zombie,
+  ## and kill succeeds on a zombie; a loaded machine showed both.)
+  kill "$wd" 2>/dev/null
+  if wait "$wd" 2>/dev/null; then
     why="gpunode's resident service ($svc, pid $spid) did not answer in $tmo s"
+  else
+    why="gpunode's resident service ($svc, pid $spid) ended the conversation without an answer (its log says why)"
   fi
-  wait "$wd" 2>/dev/null
   return 0
 }

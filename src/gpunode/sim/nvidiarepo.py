@@ -11,7 +11,12 @@ simulator's: a note per package, apt preferences for the pinning packages, and i
 fabric manager package the stand-in (``fabricmanager/nv-fabricmanager`` rendered at the
 package's version by gpunode.sim.fabric.render_standin, as /usr/bin/nv-fabricmanager), its
 unit (/lib/systemd/system/nvidia-fabricmanager.service) and its configuration
-(/usr/share/nvidia/nvswitch/fabricmanager.cfg, a conffile); nothing of NVIDIA's.
+(/usr/share/nvidia/nvswitch/fabricmanager.cfg, a conffile). The one file of NVIDIA's:
+/usr/bin/nvidia-smi in the ``nvidia-smi`` packages of the versions Debian also ships
+(535.261.03, 550.163.01), NVIDIA's binary taken from Debian's package (``debian``: its pool
+path and sha256; debian_deb), so that an operator's first command works on a node installed
+from this repository; other versions' nvidia-smi carry only a note. No library of NVIDIA's
+(none shadows the mock NVML).
 
 The build is reproducible (fixed dates, sorted, root-owned; only the signatures carry the
 signing time) and happens again only when its inputs change (the catalogue, the files it
@@ -25,11 +30,14 @@ from __future__ import annotations
 import email.utils
 import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,7 +145,52 @@ def upstream_version(version: str) -> str:
     return version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
+# The most a Debian package the repository takes a file from may be (nvidia-smi: ~1 MB).
+DEBIAN_DEB_MAX = 64 * 1024 * 1024
+
+
+def debian_deb(spec: dict, log=print) -> Path:
+    """The Debian archive's .deb a catalogue entry names (``pool``: its path under the
+    mirror, ``sha256``): from cache_root()/debian, else the nodes' shared apt caches, else
+    downloaded from the mirror the node images use (images.MIRROR); checked by sha256
+    wherever it comes from, kept in cache_root()/debian."""
+    name = spec["pool"].rsplit("/", 1)[-1]
+    store = cache_root() / "debian"
+    store.mkdir(parents=True, exist_ok=True)
+    for path in (store / name, *sorted((images.cache_dir() / "apt").glob(f"*/{name}"))):
+        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == spec["sha256"]:
+            if path.parent != store:
+                shutil.copyfile(path, store / name)
+            return store / name
+    url = f"{images.MIRROR.rstrip('/')}/{spec['pool']}"
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp:
+            data = resp.read(DEBIAN_DEB_MAX + 1)
+    except (OSError, ValueError) as exc:
+        raise RepoError(f"cannot download {url}: {exc}") from None
+    if len(data) > DEBIAN_DEB_MAX or hashlib.sha256(data).hexdigest() != spec["sha256"]:
+        raise RepoError(f"{url} is not the package the catalogue names (sha256 {spec['sha256']})")
+    tmp = store / f".{name}.tmp"
+    tmp.write_bytes(data)
+    tmp.replace(store / name)
+    log(f"nvidia repository: {name} from {images.MIRROR}")
+    return store / name
+
+
+def debian_member(spec: dict) -> bytes:
+    """The file ``member`` of the Debian package ``spec`` names (debian_deb)."""
+    deb = debian_deb(spec)
+    proc = _run(["dpkg-deb", "--fsys-tarfile", str(deb)], f"reading {deb.name}")
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        for member in tar.getmembers():
+            if member.name.lstrip("./") == spec["member"] and member.isfile():
+                return tar.extractfile(member).read()
+    raise RepoError(f"{deb.name} has no file {spec['member']}")
+
+
 def _file_bytes(entry: dict, pkg: dict, sim_dir: Path) -> bytes:
+    if "debian" in entry:
+        return debian_member(entry["debian"])
     if "from" in entry:
         src = sim_dir / entry["from"]
         try:
@@ -184,9 +237,13 @@ def control_fields(pkg: dict) -> list[tuple[str, str]]:
     for key in ("depends", "provides", "conflicts", "replaces"):
         if pkg.get(key):
             fields.append((key.capitalize(), ", ".join(pkg[key])))
+    debian = [e["debian"]["pool"].rsplit("/", 1)[-1] for e in pkg["files"] if "debian" in e]
+    carries = (f"this package carries NVIDIA's binary as Debian's {', '.join(debian)} does, "
+               "nothing else of NVIDIA's." if debian else
+               "this package carries none of NVIDIA's software.")  # fmt: skip
     fields.append(
         ("Description", f"{pkg['description']} (simulated)\n gpunode's simulated NVIDIA CUDA "
-         "repository: this package carries none of NVIDIA's software.")
+         f"repository: {carries}")
     )  # fmt: skip
     return fields
 

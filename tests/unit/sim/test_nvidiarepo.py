@@ -26,10 +26,54 @@ def sim_dir(tmp: Path) -> Path:
     return d
 
 
+def fake_debian_deb(tmp: Path, spec: dict) -> bytes:
+    """A stand-in for the Debian package a catalogue entry names (no network in unit
+    tests): a .deb at the same pool path whose ``member`` says which package it is."""
+    name = spec["pool"].rsplit("/", 1)[-1]
+    stage = tmp / "stage" / name
+    member = stage / spec["member"]
+    member.parent.mkdir(parents=True)
+    member.write_text(f"#!/bin/sh\necho 'stands in for {name}'\n")
+    member.chmod(0o755)
+    (stage / "DEBIAN").mkdir()
+    (stage / "DEBIAN/control").write_text(
+        f"Package: nvidia-smi\nVersion: {name.split('_')[1]}\nArchitecture: amd64\n"
+        "Maintainer: test <t@localhost>\nDescription: stand-in\n"
+    )
+    out = tmp / "mirror" / spec["pool"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(stage), str(out)],
+                   check=True, capture_output=True)  # fmt: skip
+    return out.read_bytes()
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def offline(tmp_path_factory):
+    """The real catalogue with its Debian packages stood in for (fake_debian_deb) on a
+    file:// mirror, and a cache of this test's own: (catalogue path, mirror, {pool: bytes})."""
+    tmp = tmp_path_factory.mktemp("offline")
+    doc = nvidiarepo.load_catalogue()
+    fakes = {}
+    for pkg in doc["packages"]:
+        for entry in pkg["files"]:
+            if "debian" in entry:
+                data = fake_debian_deb(tmp, entry["debian"])
+                fakes[entry["debian"]["pool"]] = data
+                entry["debian"]["sha256"] = hashlib.sha256(data).hexdigest()
+    path = tmp / "catalogue.json"
+    path.write_text(json.dumps(doc))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUNODE_CACHE", str(tmp / "cache"))
+        mp.setattr(nvidiarepo.images, "MIRROR", f"file://{tmp / 'mirror'}")
+        yield path, tmp / "mirror", fakes
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, offline):
     tmp = tmp_path_factory.mktemp("nvrepo")
-    repo = nvidiarepo.build(tmp / "cache", sim_dir=sim_dir(tmp), log=lambda *_: None)
+    repo = nvidiarepo.build(
+        tmp / "cache", catalogue=offline[0], sim_dir=sim_dir(tmp), log=lambda *_: None
+    )
     return repo
 
 
@@ -373,3 +417,79 @@ def test_every_apt_preferences_file_has_a_name_apt_reads(catalogue):
         name = path.rsplit("/", 1)[1]
         assert re.fullmatch(r"[A-Za-z0-9_.-]+", name), path
         assert "." not in name or name.endswith(".pref"), path
+
+
+def extracted(deb: Path, path: str, tmp: Path) -> Path | None:
+    out = tmp / deb.stem
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(out)], check=True)
+    found = out / path.lstrip("/")
+    return found if found.exists() else None
+
+
+def test_nvidia_smi_is_debians_binary_where_debian_ships_the_version(built, tmp_path):
+    """NVIDIA's nvidia-smi packages of the versions Debian ships (535.261.03, 550.163.01)
+    carry /usr/bin/nvidia-smi as Debian's package has it (here the stand-in on the test's
+    mirror, checked by its sha256); the other versions carry only the note."""
+    smi = sorted(repo_dir(built).glob("nvidia-smi_*.deb"))
+    carried = {}
+    for deb in smi:
+        binary = extracted(deb, "/usr/bin/nvidia-smi", tmp_path)
+        if binary is not None:
+            carried[deb.name] = (binary.read_text(), binary.stat().st_mode & 0o777)
+    assert carried == {
+        "nvidia-smi_535.261.03-1_amd64.deb": (
+            "#!/bin/sh\necho 'stands in for nvidia-smi_535.261.03-1_amd64.deb'\n", 0o755),
+        "nvidia-smi_550.163.01-1_amd64.deb": (
+            "#!/bin/sh\necho 'stands in for nvidia-smi_550.163.01-2_amd64.deb'\n", 0o755),
+    }  # fmt: skip
+    info = subprocess.run(["dpkg-deb", "-f", str(repo_dir(built) / "nvidia-smi_550.163.01-1_amd64.deb"),
+                           "Description"], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "NVIDIA's binary as Debian's nvidia-smi_550.163.01-2_amd64.deb does" in info
+    assert len(smi) > len(carried)  # other versions: the note only
+
+
+def test_the_catalogues_debian_files_are_nvidia_smi_of_the_same_version(catalogue):
+    """Each Debian file names nvidia-graphics-drivers' pool, a sha256, and a package of the
+    same upstream version as the catalogue's (no network: the build checks the bytes)."""
+    found = []
+    for pkg in catalogue["packages"]:
+        for entry in pkg["files"]:
+            if "debian" not in entry:
+                continue
+            spec = entry["debian"]
+            name = spec["pool"].rsplit("/", 1)[-1]
+            assert spec["pool"].startswith("pool/non-free/n/nvidia-graphics-drivers/")
+            assert re.fullmatch(r"[0-9a-f]{64}", spec["sha256"])
+            assert name.startswith(f"{pkg['name']}_{nvidiarepo.upstream_version(pkg['version'])}-")
+            found.append((pkg["name"], nvidiarepo.upstream_version(pkg["version"])))
+    assert sorted(found) == [("nvidia-smi", "535.261.03"), ("nvidia-smi", "550.163.01")]
+
+
+def test_a_debian_package_not_as_named_is_one_line(offline, tmp_path):
+    fakes = offline[2]
+    pool = sorted(fakes)[0]
+    spec = {"pool": pool, "sha256": "0" * 64, "member": "usr/lib/nvidia/current/nvidia-smi"}
+    with pytest.raises(nvidiarepo.RepoError, match=r"is not the package the catalogue names"):
+        nvidiarepo.debian_deb(spec, log=lambda *_: None)
+    gone = {**spec, "pool": "pool/non-free/n/nvidia-graphics-drivers/nvidia-smi_1.2-3_amd64.deb"}
+    with pytest.raises(nvidiarepo.RepoError, match=r"^cannot download file://.*nvidia-smi_1.2-3"):
+        nvidiarepo.debian_deb(gone, log=lambda *_: None)
+    member = {**spec, "sha256": hashlib.sha256(fakes[pool]).hexdigest(), "member": "usr/bin/x"}
+    with pytest.raises(nvidiarepo.RepoError, match=r"has no file usr/bin/x"):
+        nvidiarepo.debian_member(member)
+
+
+def test_a_debian_package_the_nodes_downloaded_is_taken_from_their_cache(offline, tmp_path):
+    """No download when a node's apt already fetched the file (the shared apt cache)."""
+    _, _, fakes = offline
+    pool = sorted(fakes)[0]
+    name = pool.rsplit("/", 1)[-1]
+    spec = {"pool": pool, "sha256": hashlib.sha256(fakes[pool]).hexdigest(), "member": "x"}
+    store = nvidiarepo.cache_root() / "debian" / name
+    store.unlink(missing_ok=True)
+    shared = nvidiarepo.images.cache_dir() / "apt" / "trixie" / name
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared.write_bytes(fakes[pool])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nvidiarepo.images, "MIRROR", "http://127.0.0.1:9/unreachable")
+        assert nvidiarepo.debian_deb(spec, log=lambda *_: None).read_bytes() == fakes[pool]

@@ -83,8 +83,8 @@ def test_node_adds_the_repository_as_an_operator_would(served, bookworm):
 
     # NVIDIA's nvidia-smi of a version Debian ships too is the real binary (taken from
     # Debian's package): on this H100 node (driver 550.163.01) it lists the profile's GPUs
-    bookworm.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y nvidia-smi=550.163.01-1",
-                timeout=600)  # fmt: skip
+    bookworm.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y nvidia-smi=550.163.01-1 "
+                "libnvidia-ml1=550.163.01-1", timeout=600)  # fmt: skip
     listed = bookworm.sh("nvidia-smi -L").stdout.splitlines()
     assert len(listed) == 8 and all(" NVIDIA H100 80GB HBM3 (UUID: GPU-" in ln for ln in listed)
     bookworm.sh("apt-get purge -y nvidia-smi libnvidia-ml1 >/dev/null")

@@ -271,3 +271,13 @@ def compare_mig(lgi: str, lci: str, inventory: dict) -> list[str]:
     if ci_rows(lci) != want_ci:
         diffs.append(f"mig -lci: nvidia-smi {ci_rows(lci)}, NVML {want_ci}")
     return diffs
+
+
+# Each view (nvidia-smi's arguments) and the comparison that holds it to NVML.
+VIEWS = {
+    "-L": compare_listing,
+    f"--query-gpu={QUERY} --format=csv,noheader,nounits": compare_query,
+    "-q -x": compare_xml,
+    "topo -m": compare_topo,
+    "nvlink -s": compare_nvlink,
+}

@@ -66,23 +66,11 @@ def test_default_view_names_the_driver_and_every_gpu(gpu_node):
     assert "Processes:" in out
 
 
-def test_list_matches_nvml(gpu_node):
+@pytest.mark.parametrize("args", list(smi.VIEWS), ids=lambda a: a.split("=")[0])
+def test_view_matches_nvml(gpu_node, args):
     node, inventory = gpu_node
-    if (out := smi_run(node, inventory, "-L")) is not None:
-        assert smi.compare_listing(out, inventory) == []
-
-
-def test_query_csv_matches_nvml(gpu_node):
-    node, inventory = gpu_node
-    out = smi_run(node, inventory, f"--query-gpu={smi.QUERY} --format=csv,noheader,nounits")
-    if out is not None:
-        assert smi.compare_query(out, inventory) == []
-
-
-def test_query_xml_matches_nvml(gpu_node):
-    node, inventory = gpu_node
-    if (out := smi_run(node, inventory, "-q -x")) is not None:
-        assert smi.compare_xml(out, inventory) == []
+    if (out := smi_run(node, inventory, args)) is not None:
+        assert smi.VIEWS[args](out, inventory) == []
 
 
 def test_query_text_lists_every_gpu(gpu_node):
@@ -92,18 +80,6 @@ def test_query_text_lists_every_gpu(gpu_node):
     assert f"Attached GPUs                             : {len(inventory['gpus'])}" in out
     for g in inventory["gpus"]:
         assert f"GPU UUID                              : {g['uuid']}" in out
-
-
-def test_topology_matrix_draws_nvlinks_where_they_are_up(gpu_node):
-    node, inventory = gpu_node
-    if (out := smi_run(node, inventory, "topo -m")) is not None:
-        assert smi.compare_topo(out, inventory) == []
-
-
-def test_nvlink_status_matches_nvml(gpu_node):
-    node, inventory = gpu_node
-    if (out := smi_run(node, inventory, "nvlink -s")) is not None:
-        assert smi.compare_nvlink(out, inventory) == []
 
 
 def test_mig_instances_match_nvml(gpu_node):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -242,14 +243,9 @@ def smi_views(node: str) -> list[str]:
     default = smi_out(node, [], rc=14 if corrupt else 0)
     head = smi.HEADER.search(default)
     diffs = [] if head and head[2] == inventory["driver_version"] else [f"header {head}"]
-    diffs += smi.compare_listing(smi_out(node, ["-L"]), inventory)
-    diffs += smi.compare_query(
-        smi_out(node, [f"--query-gpu={smi.QUERY}", "--format=csv,noheader,nounits"]), inventory
-    )
-    diffs += smi.compare_xml(smi_out(node, ["-q", "-x"]), inventory)
+    for args, view in smi.VIEWS.items():
+        diffs += view(smi_out(node, shlex.split(args)), inventory)
     smi_out(node, ["-q"])
-    diffs += smi.compare_topo(smi_out(node, ["topo", "-m"]), inventory)
-    diffs += smi.compare_nvlink(smi_out(node, ["nvlink", "-s"]), inventory)
     if any(g.get("mig_mode") for g in inventory["gpus"]):
         lgi, lci = smi_out(node, ["mig", "-lgi"]), smi_out(node, ["mig", "-lci"])
         diffs += smi.compare_mig(lgi, lci, inventory)

@@ -157,6 +157,19 @@ def install_lib(lib: Path, payload: str | None, where: Path) -> Path:
     return libdir
 
 
+def probe_json(lib: Path, where: Path, payload: str, script: str, minors, extra=()) -> object:
+    """Run the Python *script* (which prints its findings as JSON on its last line) with
+    the mock (*payload* embedded) as libnvidia-ml.so.1, in a private /dev holding the GPUs
+    *minors* (in_private_dev, *extra* steps before); what it printed."""
+    libdir = install_lib(lib, payload, where)
+    path = where / "probe.py"
+    path.write_text(script)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    proc = in_private_dev([sys.executable, str(path)], list(minors), extra=extra, env=env)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 PROBE = textwrap.dedent(
     r"""
     import json, sys

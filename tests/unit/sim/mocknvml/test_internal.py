@@ -8,8 +8,6 @@ and tests/infra/test_nvidia_smi.py."""
 
 from __future__ import annotations
 
-import json
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,9 +18,8 @@ from gpunode.sim.profiles import load_profile, mock_payload, parse_profile
 
 from ..test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
     built_lib,
-    in_private_dev,
-    install_lib,
     needs_unshare,
+    probe_json,
     pynvml_ready,
 )
 
@@ -111,13 +108,8 @@ PROBE = textwrap.dedent(
 
 
 def probe(lib: Path, tmp_path: Path, payload: str, minors) -> dict:
-    libdir = install_lib(lib, payload, tmp_path)
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE)
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev([sys.executable, str(script)], list(minors), env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return probe_json(lib, tmp_path, payload, PROBE, minors)
 
 
 def builtin(tmp_path: Path, lib: Path, name: str) -> dict:
@@ -225,13 +217,9 @@ FIELDS = textwrap.dedent(
 
 def fields(lib: Path, tmp_path: Path, name: str) -> list[dict]:
     profile = load_profile(name)
-    libdir = install_lib(lib, mock_payload(profile), tmp_path / name)
-    script = tmp_path / name / "fields.py"
-    script.write_text(FIELDS)
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev([sys.executable, str(script)], [g.minor for g in profile.gpus], env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    (tmp_path / name).mkdir()
+    return probe_json(lib, tmp_path / name, mock_payload(profile), FIELDS,
+                     [g.minor for g in profile.gpus])  # fmt: skip
 
 
 @needs_unshare

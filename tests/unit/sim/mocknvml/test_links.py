@@ -5,7 +5,6 @@ with a built-in profile's payload, each value with and without its fault."""
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,9 +23,8 @@ from gpunode.sim.profiles import (
 
 from ..test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
     built_lib,
-    in_private_dev,
-    install_lib,
     needs_unshare,
+    probe_json,
     pynvml_ready,
 )
 
@@ -93,15 +91,7 @@ def probe(
 ) -> list[dict]:
     """What pynvml reads from the mock with ``payload`` on a node whose fabric is in
     ``state`` (default: trained by the fabric manager)."""
-    libdir = install_lib(lib, payload, tmp_path)
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE)
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev(
-        [sys.executable, str(script)], list(range(gpus)), extra=fabric_state(state), env=env
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return probe_json(lib, tmp_path, payload, PROBE, range(gpus), extra=fabric_state(state))
 
 
 # the links an H100 lacks of the 36 NVML knows: Not Supported, as NVML answers (nvidia-smi

@@ -6,8 +6,6 @@ pair of GPUs links.GetP2PLink and links.GetNVLink)."""
 
 from __future__ import annotations
 
-import json
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,9 +16,8 @@ from gpunode.sim.profiles import ProfileError, load_profile, mock_payload, parse
 
 from ..test_mocknvml import (  # noqa: F401  (built_lib, pynvml_ready: fixtures)
     built_lib,
-    in_private_dev,
-    install_lib,
     needs_unshare,
+    probe_json,
     pynvml_ready,
 )
 
@@ -103,13 +100,7 @@ ALLOCATOR = textwrap.dedent(
 
 
 def allocator(lib: Path, tmp_path: Path, payload: str, minors) -> dict:
-    libdir = install_lib(lib, payload, tmp_path)
-    script = tmp_path / "allocator.py"
-    script.write_text(ALLOCATOR)
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev([sys.executable, str(script)], list(minors), env=env)
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return probe_json(lib, tmp_path, payload, ALLOCATOR, minors)
 
 
 def pairs(table: dict[tuple[int, int], list]) -> dict[str, list]:
@@ -255,13 +246,7 @@ PEER_PROBE = textwrap.dedent(
 
 
 def peers(lib: Path, tmp_path: Path, name: str, minors) -> dict:
-    libdir = install_lib(lib, mock_payload(load_profile(name)), tmp_path)
-    script = tmp_path / "peers.py"
-    script.write_text(PEER_PROBE)
-    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    proc = in_private_dev([sys.executable, str(script)], list(minors), env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return probe_json(lib, tmp_path, mock_payload(load_profile(name)), PEER_PROBE, minors)
 
 
 @needs_unshare

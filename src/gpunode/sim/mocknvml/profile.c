@@ -26,11 +26,11 @@ unsigned int g_cip_slices[MAX_CIPS], g_cip_step[MAX_CIPS], g_ncips;
 /* ------------------------------------------------------------------ */
 /* profile parsing                                                      */
 
+/* Reads at most cap - 1 bytes of src: also a caller's string that has no NUL within them
+ * (nvidia-smi's bus ids through the export table, internal.c). */
 void copy_str(char *dst, size_t cap, const char *src)
 {
-    size_t n = strlen(src);
-    if (n >= cap)
-        n = cap - 1;
+    size_t n = strnlen(src, cap - 1);
     memcpy(dst, src, n);
     dst[n] = '\0';
 }

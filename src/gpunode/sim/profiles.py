@@ -69,6 +69,7 @@ multi-GPU board, is not modelled: every simulated board holds one GPU.)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -392,8 +393,9 @@ def _text(where: str, key: str, value: Any) -> str:
     )
 
 
+@functools.cache
 def known_pci_ids() -> dict[int, str]:
-    """gpu-pci-ids.json: device id -> name."""
+    """gpu-pci-ids.json: device id -> name (read once: every GPU of every profile asks)."""
     data = json.loads(PCI_IDS.read_text(encoding="utf-8"))
     return {int(k, 16): v for k, v in data.items() if not k.startswith("_")}
 
